@@ -1,0 +1,126 @@
+//! A socket-free HTTP model for component-served endpoints (threshold API, diagnostics).
+//! Components route an [`ApiRequest`] to an [`ApiResponse`]; the host owns the listener.
+//! Tests and the C ABI drive the same routing without a socket.
+
+/// The parts of an HTTP request a component route looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRequest<'a> {
+    pub method: &'a str,
+    /// Path without the query string.
+    pub path: &'a str,
+    /// Raw query string (without `?`), if any.
+    pub query: Option<&'a str>,
+}
+
+/// A complete response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiResponse {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl ApiResponse {
+    pub fn json(status: u16, body: Vec<u8>) -> Self {
+        ApiResponse {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// `{"error": message}` with the given status.
+    pub fn json_error(status: u16, message: &str) -> Self {
+        let body = serde_json::to_vec(&serde_json::json!({ "error": message }))
+            .unwrap_or_else(|_| b"{\"error\":\"internal\"}".to_vec());
+        ApiResponse::json(status, body)
+    }
+
+    pub fn not_found() -> Self {
+        ApiResponse::json_error(404, "not found")
+    }
+
+    pub fn method_not_allowed(allow: &'static str) -> Self {
+        let mut r = ApiResponse::json_error(405, "method not allowed");
+        r.headers.push(("Allow", allow.to_string()));
+        r
+    }
+}
+
+/// Iterate `key=value` pairs of a query string, percent-decoded (`+` is a space).
+/// Malformed escapes are kept literally; a pair without `=` has an empty value.
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(k), percent_decode(v))
+    })
+}
+
+/// Every value of a query parameter, in order.
+pub fn query_values(query: Option<&str>, key: &str) -> Vec<String> {
+    match query {
+        Some(q) => query_pairs(q)
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Percent-decode one query component. Invalid UTF-8 is replaced lossily.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (
+                    bytes.get(i + 1).and_then(|b| hex(*b)),
+                    bytes.get(i + 2).and_then(|b| hex(*b)),
+                ) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 3;
+                    }
+                    _ => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_decode_and_repeat() {
+        let q = Some("cluster_id=prod%2Da&x=1&cluster_id=b+c&flag");
+        assert_eq!(query_values(q, "cluster_id"), ["prod-a", "b c"]);
+        assert_eq!(query_values(q, "flag"), [""]);
+        assert!(query_values(None, "cluster_id").is_empty());
+    }
+
+    #[test]
+    fn malformed_escapes_are_kept() {
+        assert_eq!(percent_decode("a%zz%4"), "a%zz%4");
+        assert_eq!(percent_decode("%41%"), "A%");
+        assert_eq!(percent_decode("%0d%0a"), "\r\n");
+    }
+}

@@ -1,0 +1,272 @@
+//! The shared contract of Ingero Fleet collector components.
+//!
+//! Components are synchronous and pure: they never open sockets, spawn tasks or read the
+//! clock. A host (`ingero-fleet`, or a Go collector through the C ABI) owns I/O and time:
+//!
+//! - [`Processor::process`] on every metrics batch (may be called concurrently from many
+//!   request tasks, so processors use interior synchronisation);
+//! - [`Processor::tick`] on a timer with the current time (recomputation, flushing, expiry);
+//! - [`Processor::start`] / [`Processor::shutdown`]; `start` is where a processor finds an
+//!   extension through the [`Host`], like Go's `host.GetExtensions()`.
+//!
+//! Config is one serde struct per component (see [`config`]); wire names live in [`wire`].
+
+pub mod api;
+pub mod config;
+pub mod otlp;
+pub mod telemetry;
+pub mod threshold;
+pub mod time;
+pub mod wire;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use config::{ComponentConfig, ConfigError, ConfigErrors, ConfigValue};
+pub use otlp::ResourceMetrics;
+pub use telemetry::{MetricFamily, MetricType, Sample};
+pub use threshold::{ClusterReport, ThresholdSink, ThresholdValue};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+
+/// A component id, `type[/name]` as in otelcol configs (`ingero`, `otlp/agents`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComponentId {
+    kind: String,
+    name: Option<String>,
+}
+
+impl ComponentId {
+    /// Parse `type[/name]`. The type follows otelcol's rule `^[a-zA-Z][0-9a-zA-Z_]{0,62}$`;
+    /// the name is any non-empty string without whitespace or `/`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (kind, name) = match s.split_once('/') {
+            Some((k, n)) => (k, Some(n)),
+            None => (s, None),
+        };
+        let mut chars = kind.chars();
+        let valid_type = kind.len() <= 63
+            && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_type {
+            return Err(format!(
+                "invalid component type {kind:?}: must match ^[a-zA-Z][0-9a-zA-Z_]{{0,62}}$"
+            ));
+        }
+        if let Some(n) = name
+            && (n.is_empty()
+                || n.len() > 1024
+                || n.contains('/')
+                || n.chars().any(char::is_whitespace))
+        {
+            return Err(format!("invalid component name {n:?} in id {s:?}"));
+        }
+        Ok(ComponentId {
+            kind: kind.to_string(),
+            name: name.map(str::to_string),
+        })
+    }
+
+    pub fn new(kind: &str) -> Self {
+        ComponentId {
+            kind: kind.to_string(),
+            name: None,
+        }
+    }
+
+    /// The component type (`ingero` in `ingero/gpu`).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+impl fmt::Display for ComponentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(n) => write!(f, "{}/{}", self.kind, n),
+            None => f.write_str(&self.kind),
+        }
+    }
+}
+
+/// Stability level of a component for a signal, as otelcol reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stability {
+    Development,
+    Alpha,
+    Beta,
+    Stable,
+    Deprecated,
+}
+
+impl fmt::Display for Stability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stability::Development => "Development",
+            Stability::Alpha => "Alpha",
+            Stability::Beta => "Beta",
+            Stability::Stable => "Stable",
+            Stability::Deprecated => "Deprecated",
+        })
+    }
+}
+
+/// Request-level facts the host knows about a batch before any processor sees it.
+#[derive(Debug, Clone, Default)]
+pub struct BatchContext {
+    /// Cluster named by the request (`cluster_id` query parameter, else the
+    /// `ingero.cluster.id` request header). Resource attributes take precedence.
+    pub cluster_id: Option<Arc<str>>,
+    /// When the host received the batch.
+    pub received_at: Timestamp,
+}
+
+/// What a processor did not accept from a batch. Hosts report it as OTLP partial success
+/// (HTTP 200 / gRPC OK with `partial_success`), never as a failed request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessOutcome {
+    pub rejected_points: u64,
+    /// First reason, for the partial-success `error_message`.
+    pub message: Option<String>,
+}
+
+impl ProcessOutcome {
+    pub fn reject(&mut self, n: u64, reason: impl FnOnce() -> String) {
+        self.rejected_points += n;
+        if self.message.is_none() {
+            self.message = Some(reason());
+        }
+    }
+
+    pub fn merge(&mut self, other: ProcessOutcome) {
+        self.rejected_points += other.rejected_points;
+        if self.message.is_none() {
+            self.message = other.message;
+        }
+    }
+}
+
+/// Failure to start a component.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("required extension not found: {0}")]
+    MissingExtension(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a component can see of its host.
+pub trait Host: Send + Sync {
+    /// Every started extension with its id, in `service.extensions` order.
+    fn extensions(&self) -> Vec<(ComponentId, Arc<dyn Extension>)>;
+}
+
+/// A metrics processor.
+pub trait Processor: Send + Sync {
+    /// Called once before the first batch; find extensions here.
+    fn start(&self, host: &dyn Host) -> Result<(), StartError>;
+
+    /// Inspect, enrich or consume one batch in place. Must not block on I/O.
+    fn process(&self, data: &mut Vec<ResourceMetrics>, ctx: &BatchContext) -> ProcessOutcome;
+
+    /// Periodic work at `now`. Returns metrics generated by the tick (e.g. peer lag),
+    /// which the host sends down the rest of the pipeline.
+    fn tick(&self, now: Timestamp) -> Vec<ResourceMetrics>;
+
+    /// Stop. Safe to call more than once; `start` may follow again.
+    fn shutdown(&self);
+
+    /// Append this processor's self-metrics.
+    fn telemetry(&self, out: &mut Vec<MetricFamily>);
+
+    /// JSON diagnostics for the admin endpoint, if the processor has any.
+    fn diagnostics(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// An extension: a component outside the data path (threshold store, auth, ...).
+pub trait Extension: Send + Sync {
+    fn start(&self, host: &dyn Host) -> Result<(), StartError>;
+
+    /// Safe to call more than once.
+    fn shutdown(&self);
+
+    /// The sink a threshold-computing processor publishes into, if this extension has one.
+    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
+        None
+    }
+
+    /// Append this extension's self-metrics.
+    fn telemetry(&self, _out: &mut Vec<MetricFamily>) {}
+}
+
+/// A host with no extensions (unit tests, standalone processors).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EmptyHost;
+
+impl Host for EmptyHost {
+    fn extensions(&self) -> Vec<(ComponentId, Arc<dyn Extension>)> {
+        Vec::new()
+    }
+}
+
+/// A host holding a fixed list of extensions.
+#[derive(Default, Clone)]
+pub struct StaticHost {
+    pub extensions: Vec<(ComponentId, Arc<dyn Extension>)>,
+}
+
+impl fmt::Debug for StaticHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.extensions.iter().map(|(id, _)| id))
+            .finish()
+    }
+}
+
+impl Host for StaticHost {
+    fn extensions(&self) -> Vec<(ComponentId, Arc<dyn Extension>)> {
+        self.extensions.clone()
+    }
+}
+
+/// The first extension in `host` that offers a threshold sink.
+pub fn find_threshold_sink(host: &dyn Host) -> Option<(ComponentId, Arc<dyn ThresholdSink>)> {
+    host.extensions()
+        .into_iter()
+        .find_map(|(id, ext)| ext.threshold_sink().map(|s| (id, s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn component_ids_parse_like_otelcol() {
+        let id = ComponentId::parse("otlp/agents").unwrap();
+        assert_eq!(id.kind(), "otlp");
+        assert_eq!(id.name(), Some("agents"));
+        assert_eq!(id.to_string(), "otlp/agents");
+        assert_eq!(ComponentId::parse("ingero").unwrap().name(), None);
+        for bad in ["", "1abc", "a-b", "x/", "x/a b", "x/a/b"] {
+            assert!(ComponentId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn outcome_keeps_first_message() {
+        let mut o = ProcessOutcome::default();
+        o.reject(2, || "first".into());
+        o.reject(1, || "second".into());
+        let mut other = ProcessOutcome::default();
+        other.reject(3, || "third".into());
+        o.merge(other);
+        assert_eq!(o.rejected_points, 6);
+        assert_eq!(o.message.as_deref(), Some("first"));
+    }
+}

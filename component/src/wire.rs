@@ -1,0 +1,111 @@
+//! Wire-level names shared by the agent and Fleet.
+//!
+//! Normative source: `shared/spec/agent-protocol.md` (sections 1 to 7). Every metric name,
+//! attribute key, header, path and parameter that crosses the wire is spelled here once;
+//! the rest of the workspace refers to these constants, never to literals.
+
+/// Metric names (OTLP, dotted).
+pub mod metric {
+    pub const HEALTH_SCORE: &str = "ingero.node.health_score";
+    pub const THROUGHPUT_RATIO: &str = "ingero.node.throughput_ratio";
+    pub const COMPUTE_EFFICIENCY: &str = "ingero.node.compute_efficiency";
+    pub const MEMORY_HEADROOM: &str = "ingero.node.memory_headroom";
+    pub const CPU_AVAILABILITY: &str = "ingero.node.cpu_availability";
+    pub const DEGRADATION_WARNING: &str = "ingero.node.degradation_warning";
+    pub const DETECTION_MODE: &str = "ingero.agent.detection_mode";
+    pub const FLEET_REACHABLE: &str = "ingero.agent.fleet_reachable";
+    pub const STRAGGLER_EVENT: &str = "ingero.node.straggler_event";
+    pub const NODE_INFO: &str = "ingero.node.info";
+    pub const NODE_WORLD_SIZE: &str = "ingero.node.world_size";
+    pub const CUDA_KERNEL_LAUNCH_TOTAL: &str = "ingero.node.cuda_kernel_launch_total";
+    pub const CUDA_MEMCPY_BYTES_TOTAL: &str = "ingero.node.cuda_memcpy_bytes_total";
+    pub const CPU_STALL_NANOS_TOTAL: &str = "ingero.node.cpu_stall_nanos_total";
+    pub const NCCL_DURATION_MS: &str = "nccl.collective.duration_ms";
+    pub const NCCL_BARRIER_WAIT_MS: &str = "nccl.collective.barrier_wait_ms";
+    pub const NCCL_PEER_LAG_MS: &str = "nccl.collective.peer_lag_ms";
+    pub const NCCL_BYTES: &str = "nccl.collective.bytes";
+}
+
+/// Resource attribute keys.
+pub mod resource {
+    pub const NODE_ID: &str = "ingero.node.id";
+    pub const CLUSTER_ID: &str = "ingero.cluster.id";
+    pub const PROVIDER: &str = "ingero.provider";
+    pub const WORLD_SIZE: &str = "ingero.world_size";
+    pub const NODE_RANK: &str = "ingero.node.rank";
+    /// OTel semantic conventions consulted by provider lookup.
+    pub const CLOUD_PROVIDER: &str = "cloud.provider";
+    pub const CLOUD_PLATFORM: &str = "cloud.platform";
+    pub const HOST_TYPE: &str = "host.type";
+    pub const SERVICE_NAME: &str = "service.name";
+    pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+}
+
+/// Data-point attribute keys.
+pub mod attr {
+    pub const NODE_STATE: &str = "ingero.node.state";
+    pub const WORKLOAD_TYPE: &str = "ingero.workload_type";
+    pub const DETECTION_MODE: &str = "ingero.detection_mode";
+    pub const CGROUP_PATH_HASH: &str = "ingero.cgroup_path_hash";
+    pub const GPU_MODEL: &str = "ingero.gpu_model";
+    pub const GPU_COUNT: &str = "ingero.gpu_count";
+    pub const MEMCPY_DIRECTION: &str = "ingero.memcpy.direction";
+    pub const THRESHOLD: &str = "threshold";
+    pub const SCORE: &str = "score";
+    pub const DOMINANT_SIGNAL: &str = "dominant_signal";
+    pub const EVENT_ID: &str = "ingero.event.id";
+    pub const NCCL_OP_TYPE: &str = "nccl.op_type";
+    pub const NCCL_COMM_ID_HASH: &str = "nccl.comm_id_hash";
+    pub const NCCL_RANK: &str = "nccl.rank";
+    pub const NCCL_NRANKS: &str = "nccl.nranks";
+    pub const NCCL_DATATYPE: &str = "nccl.datatype";
+    pub const NCCL_REDUCE_OP: &str = "nccl.reduce_op";
+    pub const NCCL_PEER_RANK: &str = "nccl.peer_rank";
+    /// Added by this project's agent: per-communicator operation sequence number.
+    pub const NCCL_OP_SEQ: &str = "nccl.op_seq";
+}
+
+/// Values of `ingero.node.state`.
+pub mod state {
+    pub const ACTIVE: &str = "active";
+    pub const CALIBRATING: &str = "calibrating";
+    pub const IDLE: &str = "idle";
+}
+
+/// Values of `ingero.detection_mode`.
+pub mod mode {
+    pub const NONE: &str = "none";
+    pub const FLEET: &str = "fleet";
+    pub const FLEET_CACHED: &str = "fleet-cached";
+    pub const LOCAL_CACHED: &str = "local-cached";
+    pub const LOCAL_BASELINE: &str = "local-baseline";
+}
+
+/// HTTP and gRPC names on the Fleet side of the wire.
+pub mod http {
+    /// Push-response header carrying the threshold (decimal in [0.1, 0.99]).
+    pub const HEADER_THRESHOLD: &str = "X-Ingero-Threshold";
+    /// Push-response header carrying `true` / `false`.
+    pub const HEADER_QUORUM_MET: &str = "X-Ingero-Quorum-Met";
+    /// gRPC response metadata twin of [`HEADER_THRESHOLD`] (lower case, as gRPC requires).
+    pub const GRPC_META_THRESHOLD: &str = "ingero-threshold";
+    /// gRPC response metadata twin of [`HEADER_QUORUM_MET`].
+    pub const GRPC_META_QUORUM_MET: &str = "ingero-quorum-met";
+    /// Request header the agent's README documents for middleware routing.
+    pub const REQUEST_HEADER_CLUSTER_ID: &str = "ingero.cluster.id";
+    /// Threshold GET endpoint.
+    pub const THRESHOLD_API_PATH: &str = "/api/v1/threshold";
+    /// Query parameter naming the cluster on pushes and on the GET endpoint.
+    pub const PARAM_CLUSTER_ID: &str = "cluster_id";
+    /// OTLP/HTTP paths.
+    pub const OTLP_METRICS_PATH: &str = "/v1/metrics";
+    pub const OTLP_TRACES_PATH: &str = "/v1/traces";
+    pub const OTLP_LOGS_PATH: &str = "/v1/logs";
+}
+
+/// Bounds the agent enforces on a received threshold (spec section 2.1).
+pub const THRESHOLD_MIN: f64 = 0.1;
+/// Upper bound of a deliverable threshold (spec section 2.1).
+pub const THRESHOLD_MAX: f64 = 0.99;
+/// The constant that makes MAD a consistent estimator of a normal standard deviation.
+pub const MAD_SCALE: f64 = 1.4826;

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test of the project on a fresh machine: installs what the tests need
+# (Debian packages, Python packages), then formatting, lints, unit, integration and
+# end-to-end tests. Usage: ./scripts/test-all.sh   (root or passwordless sudo for apt)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n=== %s\n' "$*"; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# System packages: clang + libbpf-dev build the agent's eBPF programs, prometheus gives
+# promtool for exposition checks.
+need_pkgs=()
+command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
+[ -e /usr/include/bpf/bpf_helpers.h ] || need_pkgs+=(libbpf-dev)
+command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+command -v llvm-strip >/dev/null 2>&1 || need_pkgs+=(llvm)
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${need_pkgs[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# Python OTel SDK for the real-client interop tests.
+if ! python3 -c 'import opentelemetry.exporter.otlp.proto.http, opentelemetry.exporter.otlp.proto.grpc' 2>/dev/null; then
+  log "installing Python OpenTelemetry SDK and OTLP exporters"
+  python3 -m pip install -q --disable-pip-version-check \
+    'opentelemetry-sdk>=1.27' 'opentelemetry-exporter-otlp-proto-http>=1.27' 'opentelemetry-exporter-otlp-proto-grpc>=1.27'
+fi
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "cargo build (release binaries used by end-to-end tests)"
+cargo build --workspace --release --locked --bins
+
+log "cargo test"
+cargo test --workspace --locked -- --test-threads=2
+
+log "benchmarks compile (measurements run with ./scripts/bench.sh)"
+cargo bench --workspace --locked --no-run
+
+log "all tests passed"
