@@ -1,1 +1,40 @@
-//! Work in progress: see the crate README.
+//! `nccl_peer_lag`: per-rank peer lag of NCCL collectives, computed cluster-side.
+//!
+//! Knowing a node is slow is the start; this processor answers the next question: which
+//! collective, on which rank, is how far behind. It reads the per-rank NCCL points agents
+//! send (`nccl.collective.duration_ms`, spec section 5.3), gathers the points of one
+//! collective instance from every rank of a communicator, and emits
+//! `nccl.collective.peer_lag_ms` per rank.
+//!
+//! Design notes:
+//! - **Alignment** ([`align`]): exactly by `(cluster, comm, op_seq)` when points carry
+//!   `nccl.op_seq` (this project's agent); otherwise by time bucket of `alignment.window`
+//!   per `(cluster, comm, op_type)`, with skew tolerance.
+//! - **Clocks** ([`clock`]): wall-clock timestamps are used as they are; monotonic
+//!   (since-boot) timestamps from the Ingero agent are shifted by a per-node offset
+//!   estimated from batch arrival times (windowed minimum delivery delay).
+//! - **Lag** ([`lag`]): `lag_r = t_r - median(t)` over the ranks present; positive = behind.
+//! - **Completion**: an instance is emitted as soon as all `nranks` ranks arrived, or at the
+//!   first tick after its grace period if it has a quorum; otherwise discarded and counted.
+//! - **Output**: the batch passes through unchanged; lag points are returned by `tick`.
+//! - **State** is per cluster ([`tracker::ClusterTracker`]) behind one mutex each; every
+//!   map keyed by outside data has a cap and a drop counter ([`metrics::DropReason`]).
+//! - Components never read the clock: arrival comes from `BatchContext::received_at`,
+//!   expiry from the `now` handed to `tick`.
+
+pub mod align;
+pub mod clock;
+pub mod config;
+pub mod ingest;
+pub mod lag;
+pub mod metrics;
+pub mod output;
+pub mod processor;
+pub mod settings;
+pub mod tracker;
+
+/// The component type name in configs (`processors: { nccl_peer_lag: ... }`).
+pub const TYPE: &str = "nccl_peer_lag";
+
+pub use config::NcclConfig;
+pub use processor::{NcclPeerLagProcessor, create};
