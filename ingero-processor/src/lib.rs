@@ -1,1 +1,46 @@
-//! Work in progress: see the crate README.
+//! `ingero`: the peer-relative straggler-threshold processor of Ingero Fleet.
+//!
+//! # What it does
+//!
+//! - **Push path** ([`IngeroProcessor`] as a [`component::Processor`], `process`): every
+//!   `ingero.node.health_score` point is validated (finite, in [0, 1], a known
+//!   `ingero.node.state`) and stored as its node's latest score in a per-cluster
+//!   [`table::NodeTable`] keyed by `ingero.node.id`. The cluster is the resource attribute
+//!   `ingero.cluster.id`, else the request's `cluster_id`. The batch itself passes through
+//!   unchanged; rejected points are counted and reported as partial success.
+//! - **Tick** (`tick(now)`, every `push_interval`): per cluster, scores are copied out under
+//!   a short lock, then without any push-path lock: counts and coverage
+//!   ([`cluster`]), median and MAD by selection ([`stats`]), quorum, EMA, clamping and panic
+//!   mode ([`threshold`]), per-cohort statistics with a cluster-wide fallback, and a CUSUM
+//!   straggler classifier per node ([`classifier`]). Reports go to the threshold sink of
+//!   the `ingero_threshold` extension; straggler nodes come back as
+//!   `ingero.fleet.node.straggler` gauges for downstream processors.
+//!
+//! # Design notes
+//!
+//! - `last_seen` is the host's receive time (`BatchContext::received_at`), never the agent's
+//!   point timestamp: node expiry compares against the host's tick clock, and agent clocks
+//!   are skewed (the agent itself tolerates timestamps a minute in the future), so mixing
+//!   clocks would expire skewed nodes early or keep them forever.
+//! - Time is always an argument; nothing here reads a clock. Tests use a fake clock.
+//! - Every map keyed by outside data has a cap and a drop counter: clusters, nodes per
+//!   cluster, nodes in total, cohort keys per cluster.
+//! - The published cluster value is the cluster-wide cohort's threshold: the push-response
+//!   header and the GET endpoint only know `cluster_id`. Cohort thresholds drive server-side
+//!   classification and appear in diagnostics and metrics.
+//!
+//! The rules (MAD floor, coverage, panic trigger, classifier) are documented on the modules
+//! that implement them and in the crate README.
+
+pub mod classifier;
+pub mod cluster;
+pub mod config;
+pub mod metrics;
+pub mod stats;
+pub mod table;
+pub mod threshold;
+
+pub use config::IngeroConfig;
+
+/// The component type name (`processors: ingero:` in a collector config).
+pub const TYPE: &str = "ingero";

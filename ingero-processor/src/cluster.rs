@@ -1,0 +1,571 @@
+//! One cluster's tick: node counts and coverage, the cluster-wide and per-cohort
+//! thresholds, and server-side classification of every node. Pure computation over the
+//! [`NodeSample`]s the processor copied out of the [`crate::table::NodeTable`]; no locks,
+//! no I/O, time comes in as `now`.
+//!
+//! Coverage: `expected = max(declared, active + calibrating + silent)` where `silent` are
+//! nodes past their TTL but seen within `quorum.expected_window` whose last state was not
+//! `idle`, and `declared` is `quorum.expected_nodes[cluster]` (0 when absent). Idle nodes
+//! are accounted for and not expected to contribute. `coverage = active / expected` (1 when
+//! nothing is expected); `coverage_low = coverage < coverage_fraction`.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use component::Timestamp;
+
+use crate::classifier::{CusumParams, ShortfallCusum, Transition};
+use crate::config::IngeroConfig;
+use crate::table::{CLUSTER_WIDE_COHORT, NodeSample, NodeState};
+use crate::threshold::{CohortThreshold, CohortUpdate, ThresholdParams};
+
+/// Everything a cluster tick depends on besides its nodes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClusterParams {
+    pub threshold: ThresholdParams,
+    pub cusum: CusumParams,
+    pub cohorts_enabled: bool,
+    pub coverage_fraction: f64,
+    pub require_coverage: bool,
+}
+
+impl ClusterParams {
+    pub fn from_config(cfg: &IngeroConfig) -> Self {
+        ClusterParams {
+            threshold: ThresholdParams::from_config(cfg),
+            cusum: CusumParams::from_config(cfg),
+            cohorts_enabled: cfg.cohorts.enabled,
+            coverage_fraction: cfg.quorum.coverage_fraction,
+            require_coverage: cfg.quorum.require_coverage,
+        }
+    }
+}
+
+/// The result for one non-empty cohort key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CohortResult {
+    pub name: Arc<str>,
+    pub update: CohortUpdate,
+    /// The cohort lacked quorum (or a threshold) and classified against the cluster-wide one.
+    pub uses_fallback: bool,
+    pub straggler_count: u64,
+}
+
+/// A straggler edge of one node (index into the tick's samples).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeTransition {
+    pub sample: usize,
+    pub transition: Transition,
+}
+
+/// One cluster after a tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterTick {
+    pub cluster_wide: CohortUpdate,
+    pub cohorts: Vec<CohortResult>,
+    pub active: u64,
+    pub idle: u64,
+    pub calibrating: u64,
+    pub expected: u64,
+    pub coverage: f64,
+    pub coverage_low: bool,
+    pub straggler_count: u64,
+    pub transitions: Vec<NodeTransition>,
+}
+
+#[derive(Debug, Default)]
+struct CohortSlot {
+    threshold: CohortThreshold,
+    seen_tick: u64,
+}
+
+/// State of one cluster carried across ticks, plus reusable scratch buffers.
+#[derive(Debug, Default)]
+pub struct ClusterTickState {
+    cluster_wide: CohortThreshold,
+    cohorts: HashMap<Arc<str>, CohortSlot>,
+    /// Per table slot: (generation, classifier).
+    classifiers: Vec<(u32, ShortfallCusum)>,
+    ticks: u64,
+    /// Filled by the caller from `NodeTable::snapshot` before [`Self::compute`].
+    pub samples: Vec<NodeSample>,
+    /// Cohort names by id, filled with `samples`.
+    pub cohort_names: Vec<Option<Arc<str>>>,
+    scores: Vec<f64>,
+    grouped: Vec<f64>,
+    counts: Vec<usize>,
+    effective: Vec<Option<(f64, f64)>>,
+    cohort_stragglers: Vec<u64>,
+}
+
+impl ClusterTickState {
+    /// The cluster-wide threshold state (tests, diagnostics).
+    pub fn cluster_wide(&self) -> &CohortThreshold {
+        &self.cluster_wide
+    }
+
+    /// Compute the tick over `self.samples`, marking each sample's `straggler` and
+    /// `threshold`. `declared_expected` is the operator's node count for this cluster.
+    pub fn compute(
+        &mut self,
+        p: &ClusterParams,
+        declared_expected: u64,
+        now: Timestamp,
+    ) -> ClusterTick {
+        self.ticks += 1;
+
+        // Counts and coverage.
+        let (mut active, mut idle, mut calibrating, mut silent) = (0u64, 0u64, 0u64, 0u64);
+        for s in &self.samples {
+            match (s.live, s.state) {
+                (true, NodeState::Active) => active += 1,
+                (true, NodeState::Idle) => idle += 1,
+                (true, NodeState::Calibrating) => calibrating += 1,
+                (false, NodeState::Idle) => {}
+                (false, _) => silent += 1,
+            }
+        }
+        let expected = declared_expected.max(active + calibrating + silent);
+        let coverage = if expected == 0 {
+            1.0
+        } else {
+            active as f64 / expected as f64
+        };
+        let coverage_low = expected > 0 && coverage < p.coverage_fraction;
+        let quorum_allowed = !(p.require_coverage && coverage_low);
+
+        // Cluster-wide statistic over every active node.
+        self.scores.clear();
+        self.scores.extend(
+            self.samples
+                .iter()
+                .filter(|s| s.live && s.state == NodeState::Active)
+                .map(|s| s.score),
+        );
+        let cluster_wide =
+            self.cluster_wide
+                .update(&p.threshold, &mut self.scores, quorum_allowed, now);
+        let cw_effective = cluster_wide.threshold.zip(cluster_wide.sigma);
+
+        self.effective.clear();
+        self.effective.resize(self.cohort_names.len().max(1), None);
+        if let Some(e) = self.effective.get_mut(CLUSTER_WIDE_COHORT as usize) {
+            *e = cw_effective;
+        }
+
+        // Per-cohort statistics (non-empty keys), grouped by a counting sort.
+        let mut cohorts = Vec::new();
+        if p.cohorts_enabled && self.cohort_names.len() > 1 {
+            cohorts = self.compute_cohorts(p, quorum_allowed, cw_effective, now);
+        } else {
+            self.cohorts.clear();
+        }
+
+        // Classification.
+        let max_slot = self
+            .samples
+            .iter()
+            .map(|s| s.slot)
+            .max()
+            .map_or(0, |m| m as usize + 1);
+        if self.classifiers.len() < max_slot {
+            self.classifiers
+                .resize(max_slot, (u32::MAX, ShortfallCusum::default()));
+        }
+        self.cohort_stragglers.clear();
+        self.cohort_stragglers.resize(self.effective.len(), 0);
+        let mut transitions = Vec::new();
+        let mut straggler_count = 0u64;
+        for (i, s) in self.samples.iter_mut().enumerate() {
+            let Some(entry) = self.classifiers.get_mut(s.slot as usize) else {
+                continue;
+            };
+            if entry.0 != s.generation {
+                *entry = (s.generation, ShortfallCusum::default());
+            }
+            let eff = if s.live && s.state == NodeState::Active {
+                self.effective.get(s.cohort as usize).copied().flatten()
+            } else {
+                None
+            };
+            let t = match eff {
+                Some((threshold, sigma)) => {
+                    s.threshold = threshold;
+                    entry.1.observe(&p.cusum, s.score, threshold, sigma)
+                }
+                None => entry.1.reset(),
+            };
+            s.straggler = entry.1.is_straggler();
+            if s.straggler {
+                straggler_count += 1;
+                if let Some(c) = self.cohort_stragglers.get_mut(s.cohort as usize) {
+                    *c += 1;
+                }
+            }
+            if let Some(transition) = t {
+                transitions.push(NodeTransition {
+                    sample: i,
+                    transition,
+                });
+            }
+        }
+        for c in &mut cohorts {
+            c.straggler_count = self
+                .cohort_names
+                .iter()
+                .position(|n| n.as_deref() == Some(c.name.as_ref()))
+                .and_then(|id| self.cohort_stragglers.get(id).copied())
+                .unwrap_or(0);
+        }
+
+        ClusterTick {
+            cluster_wide,
+            cohorts,
+            active,
+            idle,
+            calibrating,
+            expected,
+            coverage,
+            coverage_low,
+            straggler_count,
+            transitions,
+        }
+    }
+
+    fn compute_cohorts(
+        &mut self,
+        p: &ClusterParams,
+        quorum_allowed: bool,
+        cw_effective: Option<(f64, f64)>,
+        now: Timestamp,
+    ) -> Vec<CohortResult> {
+        let n_ids = self.cohort_names.len();
+        self.counts.clear();
+        self.counts.resize(n_ids + 1, 0);
+        for s in &self.samples {
+            if s.live
+                && s.state == NodeState::Active
+                && s.cohort != CLUSTER_WIDE_COHORT
+                && let Some(c) = self.counts.get_mut(s.cohort as usize + 1)
+            {
+                *c += 1;
+            }
+        }
+        // Prefix sums: counts[id] becomes the start offset of cohort `id`.
+        for i in 1..self.counts.len() {
+            let prev = self.counts.get(i - 1).copied().unwrap_or(0);
+            if let Some(c) = self.counts.get_mut(i) {
+                *c += prev;
+            }
+        }
+        let total = self.counts.last().copied().unwrap_or(0);
+        self.grouped.clear();
+        self.grouped.resize(total, 0.0);
+        // Fill using a cursor per cohort (reuses `counts[id]` as the write position).
+        let mut cursor: Vec<usize> = self.counts.clone();
+        for s in &self.samples {
+            if s.live
+                && s.state == NodeState::Active
+                && s.cohort != CLUSTER_WIDE_COHORT
+                && let Some(pos) = cursor.get_mut(s.cohort as usize)
+            {
+                if let Some(slot) = self.grouped.get_mut(*pos) {
+                    *slot = s.score;
+                }
+                *pos += 1;
+            }
+        }
+
+        let tick = self.ticks;
+        let mut results = Vec::new();
+        for id in 1..n_ids {
+            let Some(Some(name)) = self.cohort_names.get(id) else {
+                continue;
+            };
+            let start = self.counts.get(id).copied().unwrap_or(0);
+            let end = self.counts.get(id + 1).copied().unwrap_or(start);
+            let Some(scores) = self.grouped.get_mut(start..end) else {
+                continue;
+            };
+            let slot = self.cohorts.entry(name.clone()).or_default();
+            slot.seen_tick = tick;
+            let update = slot
+                .threshold
+                .update(&p.threshold, scores, quorum_allowed, now);
+            let own = if update.quorum_met {
+                update.threshold.zip(update.sigma)
+            } else {
+                None
+            };
+            let uses_fallback = own.is_none();
+            if let Some(e) = self.effective.get_mut(id) {
+                *e = own.or(cw_effective);
+            }
+            results.push(CohortResult {
+                name: name.clone(),
+                update,
+                uses_fallback,
+                straggler_count: 0,
+            });
+        }
+        self.cohorts.retain(|_, s| s.seen_tick == tick);
+        results
+    }
+}
+
+/// Indices of up to `max` live samples to list in diagnostics: stragglers first, then
+/// active nodes, each by ascending score. O(n log max).
+pub fn diagnostic_selection(samples: &[NodeSample], max: usize) -> Vec<usize> {
+    #[derive(PartialEq, Eq)]
+    struct Key(u8, u64, usize);
+    impl Ord for Key {
+        fn cmp(&self, o: &Self) -> Ordering {
+            (self.0, self.1, self.2).cmp(&(o.0, o.1, o.2))
+        }
+    }
+    impl PartialOrd for Key {
+        fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    if max == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Key> = BinaryHeap::with_capacity(max + 1);
+    for (i, s) in samples.iter().enumerate() {
+        if !s.live {
+            continue;
+        }
+        let rank = match (s.straggler, s.state) {
+            (true, _) => 0,
+            (false, NodeState::Active) => 1,
+            _ => 2,
+        };
+        // Scores are in [0, 1], where the IEEE bit pattern orders like the value.
+        let key = Key(rank, s.score.to_bits(), i);
+        if heap.len() < max {
+            heap.push(key);
+        } else if heap.peek().is_some_and(|top| key < *top) {
+            heap.pop();
+            heap.push(key);
+        }
+    }
+    heap.into_sorted_vec().into_iter().map(|k| k.2).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::IngeroConfig;
+
+    fn sample(slot: u32, score: f64, state: NodeState, cohort: u32, live: bool) -> NodeSample {
+        NodeSample {
+            slot,
+            generation: 1,
+            score,
+            last_seen: 0,
+            state,
+            cohort,
+            live,
+            straggler: false,
+            threshold: f64::NAN,
+        }
+    }
+
+    fn params(cohorts: bool) -> ClusterParams {
+        let mut cfg = IngeroConfig::default();
+        cfg.cohorts.enabled = cohorts;
+        ClusterParams::from_config(&cfg)
+    }
+
+    fn state_with(samples: Vec<NodeSample>, names: &[&str]) -> ClusterTickState {
+        ClusterTickState {
+            samples,
+            cohort_names: names.iter().map(|n| Some(Arc::from(*n))).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn spread(i: usize) -> f64 {
+        0.95 + 0.01 * ((i % 5) as f64 - 2.0)
+    }
+
+    #[test]
+    fn only_active_live_nodes_enter_the_statistic() {
+        let mut v: Vec<_> = (0..5)
+            .map(|i| sample(i, spread(i as usize), NodeState::Active, 0, true))
+            .collect();
+        v.push(sample(5, 0.0, NodeState::Idle, 0, true));
+        v.push(sample(6, 0.0, NodeState::Calibrating, 0, true));
+        v.push(sample(7, 0.0, NodeState::Active, 0, false));
+        let mut st = state_with(v, &[""]);
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert_eq!((t.active, t.idle, t.calibrating), (5, 1, 1));
+        assert_eq!(t.cluster_wide.stats.unwrap().median, 0.95);
+        assert!(t.cluster_wide.quorum_met);
+        // The expired active node is still expected: 5 active of 7 expected.
+        assert_eq!(t.expected, 7);
+        assert!((t.coverage - 5.0 / 7.0).abs() < 1e-12);
+        assert!(t.coverage_low);
+    }
+
+    #[test]
+    fn coverage_counts_declared_nodes_and_ignores_idle() {
+        let v: Vec<_> = (0..8)
+            .map(|i| sample(i, 0.9, NodeState::Active, 0, true))
+            .chain((8..10).map(|i| sample(i, 0.9, NodeState::Idle, 0, true)))
+            .collect();
+        let mut st = state_with(v, &[""]);
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert_eq!(t.expected, 8);
+        assert!(!t.coverage_low);
+        let t = st.compute(&params(false), 10, Timestamp::from_secs(2));
+        assert_eq!(t.expected, 10);
+        assert!((t.coverage - 0.8).abs() < 1e-12);
+        assert!(!t.coverage_low, "0.8 is not below 0.8");
+        let t = st.compute(&params(false), 11, Timestamp::from_secs(3));
+        assert!(t.coverage_low);
+        assert!(t.cluster_wide.quorum_met, "coverage only alerts by default");
+        let mut p = params(false);
+        p.require_coverage = true;
+        let t = st.compute(&p, 11, Timestamp::from_secs(4));
+        assert!(!t.cluster_wide.quorum_met);
+    }
+
+    #[test]
+    fn an_empty_cluster_expects_nothing() {
+        let mut st = state_with(vec![], &[""]);
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert_eq!(t.expected, 0);
+        assert_eq!(t.coverage, 1.0);
+        assert!(!t.coverage_low);
+        assert_eq!(t.cluster_wide.threshold, None);
+    }
+
+    #[test]
+    fn a_deep_straggler_is_flagged_on_the_first_tick_after_a_threshold_exists() {
+        let mut v: Vec<_> = (0..10)
+            .map(|i| sample(i, spread(i as usize), NodeState::Active, 0, true))
+            .collect();
+        v[3].score = 0.5;
+        let mut st = state_with(v, &[""]);
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert_eq!(t.straggler_count, 1);
+        assert!(st.samples[3].straggler);
+        assert_eq!(st.samples[3].threshold, t.cluster_wide.threshold.unwrap());
+        assert_eq!(
+            t.transitions,
+            vec![NodeTransition {
+                sample: 3,
+                transition: Transition::Entered
+            }]
+        );
+        // It goes idle: cleared without a score comparison.
+        st.samples[3].state = NodeState::Idle;
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
+        assert_eq!(t.straggler_count, 0);
+        assert_eq!(t.transitions[0].transition, Transition::Cleared);
+    }
+
+    #[test]
+    fn cold_start_classifies_nobody() {
+        let v: Vec<_> = (0..4)
+            .map(|i| {
+                sample(
+                    i,
+                    if i == 0 { 0.1 } else { 0.95 },
+                    NodeState::Active,
+                    0,
+                    true,
+                )
+            })
+            .collect();
+        let mut st = state_with(v, &[""]);
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert_eq!(t.cluster_wide.threshold, None);
+        assert_eq!(t.straggler_count, 0);
+        assert!(st.samples[0].threshold.is_nan());
+    }
+
+    #[test]
+    fn a_cohort_without_quorum_falls_back_to_the_cluster_wide_threshold() {
+        // Cohort 1 ("fast", 6 nodes around 0.95) has quorum; cohort 2 ("pod-x", 1 node) not.
+        let mut v: Vec<_> = (0..6)
+            .map(|i| sample(i, spread(i as usize), NodeState::Active, 1, true))
+            .collect();
+        v.push(sample(6, 0.5, NodeState::Active, 2, true));
+        let mut st = state_with(v, &["", "fast", "pod-x"]);
+        let t = st.compute(&params(true), 0, Timestamp::from_secs(1));
+        assert_eq!(t.cohorts.len(), 2);
+        let fast = t
+            .cohorts
+            .iter()
+            .find(|c| c.name.as_ref() == "fast")
+            .unwrap();
+        let pod = t
+            .cohorts
+            .iter()
+            .find(|c| c.name.as_ref() == "pod-x")
+            .unwrap();
+        assert!(fast.update.quorum_met && !fast.uses_fallback);
+        assert!(!pod.update.quorum_met && pod.uses_fallback);
+        assert_eq!(st.samples[6].threshold, t.cluster_wide.threshold.unwrap());
+        assert!(st.samples[6].straggler);
+        assert_eq!(pod.straggler_count, 1);
+        assert_eq!(fast.straggler_count, 0);
+        assert_eq!(t.straggler_count, 1);
+    }
+
+    #[test]
+    fn cohorts_classify_against_their_own_level() {
+        // Two hardware generations: "a100" around 0.70, "h100" around 0.95. Cluster-wide,
+        // the a100 nodes look like stragglers; per cohort they are healthy.
+        let mut v: Vec<_> = (0..6)
+            .map(|i| sample(i, spread(i as usize), NodeState::Active, 1, true))
+            .collect();
+        v.extend((6..12).map(|i| sample(i, spread(i as usize) - 0.25, NodeState::Active, 2, true)));
+        let mut st = state_with(v.clone(), &["", "h100", "a100"]);
+        let t = st.compute(&params(true), 0, Timestamp::from_secs(1));
+        assert_eq!(t.straggler_count, 0);
+        assert!(t.cohorts.iter().all(|c| !c.uses_fallback));
+        // A deep drop inside the a100 cohort is still found.
+        st.samples[8].score = 0.3;
+        let t = st.compute(&params(true), 0, Timestamp::from_secs(2));
+        assert_eq!(t.straggler_count, 1);
+        assert!(st.samples[8].straggler);
+    }
+
+    #[test]
+    fn a_new_node_in_a_reused_slot_starts_healthy() {
+        let mut v: Vec<_> = (0..10)
+            .map(|i| sample(i, spread(i as usize), NodeState::Active, 0, true))
+            .collect();
+        v[0].score = 0.1;
+        let mut st = state_with(v, &[""]);
+        st.compute(&params(false), 0, Timestamp::from_secs(1));
+        assert!(st.samples[0].straggler);
+        st.samples[0].generation = 2;
+        st.samples[0].score = 0.95;
+        let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
+        assert!(!st.samples[0].straggler);
+        assert!(
+            t.transitions.is_empty(),
+            "the old node's state is not carried over"
+        );
+    }
+
+    #[test]
+    fn diagnostics_list_stragglers_first_then_lowest_scores() {
+        let mut v: Vec<_> = (0..6)
+            .map(|i| sample(i, 0.5 + 0.05 * i as f64, NodeState::Active, 0, true))
+            .collect();
+        v[4].straggler = true;
+        v[1].state = NodeState::Idle;
+        v[0].live = false;
+        let sel = diagnostic_selection(&v, 3);
+        assert_eq!(sel, vec![4, 2, 3]);
+        assert_eq!(diagnostic_selection(&v, 100), vec![4, 2, 3, 5, 1]);
+        assert!(diagnostic_selection(&v, 0).is_empty());
+    }
+}

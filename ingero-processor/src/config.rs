@@ -1,0 +1,460 @@
+//! Configuration of the `ingero` processor.
+//!
+//! The six keys of the seed's `fleet-config.yaml` keep their names and defaults
+//! (`threshold.k`, `threshold.ema_alpha`, `quorum.statistical_min`,
+//! `quorum.coverage_fraction`, `push_interval`, `ttl_multiplier`); everything else is an
+//! addition this implementation needs, documented key by key in the crate README.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use component::config::{ComponentConfig, ConfigErrors, check, duration, format_duration};
+use serde::{Deserialize, Serialize};
+
+/// `threshold.k`: MAD multiplier (seed default).
+pub const DEFAULT_K: f64 = 2.0;
+/// `threshold.ema_alpha`: weight of the newest raw threshold in the EMA (seed default).
+pub const DEFAULT_EMA_ALPHA: f64 = 0.2;
+/// `threshold.mad_floor`: the smallest MAD the threshold formula uses. With the default
+/// `k` the threshold is then never closer than `2 * 1.4826 * 0.01 = 0.0297` to the median.
+pub const DEFAULT_MAD_FLOOR: f64 = 0.01;
+/// `quorum.statistical_min`: active nodes needed for a trustworthy statistic (seed default).
+pub const DEFAULT_STATISTICAL_MIN: u64 = 5;
+/// `quorum.coverage_fraction`: coverage below this raises `coverage_low` (seed default).
+pub const DEFAULT_COVERAGE_FRACTION: f64 = 0.80;
+/// `quorum.expected_window`: how long a node that stopped pushing still counts as expected.
+pub const DEFAULT_EXPECTED_WINDOW: Duration = Duration::from_secs(300);
+/// `push_interval`: the agents' push interval and this processor's tick period (seed default).
+pub const DEFAULT_PUSH_INTERVAL: Duration = Duration::from_secs(10);
+/// `ttl_multiplier`: a node expires `push_interval * ttl_multiplier` after its last push.
+pub const DEFAULT_TTL_MULTIPLIER: u32 = 5;
+/// `cohorts.enabled`: per-`ingero.cgroup_path_hash` statistics for server-side classification.
+pub const DEFAULT_COHORTS_ENABLED: bool = false;
+/// `cohorts.max_per_cluster`: distinct non-empty cohort keys tracked per cluster.
+pub const DEFAULT_MAX_COHORTS_PER_CLUSTER: u32 = 64;
+/// `panic.enabled`.
+pub const DEFAULT_PANIC_ENABLED: bool = true;
+/// `panic.enter_fraction`: share of active nodes below the last good threshold that
+/// starts panic mode.
+pub const DEFAULT_PANIC_ENTER_FRACTION: f64 = 0.30;
+/// `panic.exit_fraction`: panic mode ends once the share falls below this.
+pub const DEFAULT_PANIC_EXIT_FRACTION: f64 = 0.15;
+/// `panic.max_duration`: after this long in panic the new level is accepted (`0s` = never).
+pub const DEFAULT_PANIC_MAX_DURATION: Duration = Duration::from_secs(300);
+/// `classifier.drift`: CUSUM allowance per sample, in robust standard deviations.
+pub const DEFAULT_CLASSIFIER_DRIFT: f64 = 0.5;
+/// `classifier.decision`: CUSUM decision interval, in robust standard deviations.
+pub const DEFAULT_CLASSIFIER_DECISION: f64 = 4.0;
+/// `limits.max_clusters`.
+pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
+/// `limits.max_nodes_per_cluster`.
+pub const DEFAULT_MAX_NODES_PER_CLUSTER: u32 = 65_536;
+/// `limits.max_nodes_total`: node records across all clusters.
+pub const DEFAULT_MAX_NODES_TOTAL: u32 = 262_144;
+/// `diagnostics.max_nodes_per_cluster`: nodes listed per cluster in the published diagnostics.
+pub const DEFAULT_DIAGNOSTICS_MAX_NODES: u32 = 1_000;
+
+/// Hard upper bounds validation enforces on the caps (memory safety, not policy).
+pub const MAX_CLUSTERS_LIMIT: u32 = 65_536;
+pub const MAX_NODES_LIMIT: u32 = 16_777_216;
+pub const MAX_COHORTS_LIMIT: u32 = 65_536;
+
+/// The whole `processors.ingero` subtree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngeroConfig {
+    pub threshold: ThresholdConfig,
+    pub quorum: QuorumConfig,
+    #[serde(with = "duration")]
+    pub push_interval: Duration,
+    pub ttl_multiplier: u32,
+    pub cohorts: CohortConfig,
+    pub panic: PanicConfig,
+    pub classifier: ClassifierConfig,
+    pub limits: LimitsConfig,
+    pub diagnostics: DiagnosticsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThresholdConfig {
+    pub k: f64,
+    pub ema_alpha: f64,
+    pub mad_floor: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuorumConfig {
+    pub statistical_min: u64,
+    pub coverage_fraction: f64,
+    #[serde(with = "duration")]
+    pub expected_window: Duration,
+    /// Operator-declared node counts per cluster id; coverage uses the larger of this and
+    /// the observed count.
+    pub expected_nodes: BTreeMap<String, u64>,
+    /// When true, `quorum_met` also requires coverage (otherwise coverage only alerts).
+    pub require_coverage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CohortConfig {
+    pub enabled: bool,
+    pub max_per_cluster: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PanicConfig {
+    pub enabled: bool,
+    pub enter_fraction: f64,
+    pub exit_fraction: f64,
+    #[serde(with = "duration")]
+    pub max_duration: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClassifierConfig {
+    pub drift: f64,
+    pub decision: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_clusters: u32,
+    pub max_nodes_per_cluster: u32,
+    pub max_nodes_total: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiagnosticsConfig {
+    pub max_nodes_per_cluster: u32,
+}
+
+impl Default for IngeroConfig {
+    fn default() -> Self {
+        IngeroConfig {
+            threshold: ThresholdConfig::default(),
+            quorum: QuorumConfig::default(),
+            push_interval: DEFAULT_PUSH_INTERVAL,
+            ttl_multiplier: DEFAULT_TTL_MULTIPLIER,
+            cohorts: CohortConfig::default(),
+            panic: PanicConfig::default(),
+            classifier: ClassifierConfig::default(),
+            limits: LimitsConfig::default(),
+            diagnostics: DiagnosticsConfig::default(),
+        }
+    }
+}
+
+impl Default for ThresholdConfig {
+    fn default() -> Self {
+        ThresholdConfig {
+            k: DEFAULT_K,
+            ema_alpha: DEFAULT_EMA_ALPHA,
+            mad_floor: DEFAULT_MAD_FLOOR,
+        }
+    }
+}
+
+impl Default for QuorumConfig {
+    fn default() -> Self {
+        QuorumConfig {
+            statistical_min: DEFAULT_STATISTICAL_MIN,
+            coverage_fraction: DEFAULT_COVERAGE_FRACTION,
+            expected_window: DEFAULT_EXPECTED_WINDOW,
+            expected_nodes: BTreeMap::new(),
+            require_coverage: false,
+        }
+    }
+}
+
+impl Default for CohortConfig {
+    fn default() -> Self {
+        CohortConfig {
+            enabled: DEFAULT_COHORTS_ENABLED,
+            max_per_cluster: DEFAULT_MAX_COHORTS_PER_CLUSTER,
+        }
+    }
+}
+
+impl Default for PanicConfig {
+    fn default() -> Self {
+        PanicConfig {
+            enabled: DEFAULT_PANIC_ENABLED,
+            enter_fraction: DEFAULT_PANIC_ENTER_FRACTION,
+            exit_fraction: DEFAULT_PANIC_EXIT_FRACTION,
+            max_duration: DEFAULT_PANIC_MAX_DURATION,
+        }
+    }
+}
+
+impl Default for ClassifierConfig {
+    fn default() -> Self {
+        ClassifierConfig {
+            drift: DEFAULT_CLASSIFIER_DRIFT,
+            decision: DEFAULT_CLASSIFIER_DECISION,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_clusters: DEFAULT_MAX_CLUSTERS,
+            max_nodes_per_cluster: DEFAULT_MAX_NODES_PER_CLUSTER,
+            max_nodes_total: DEFAULT_MAX_NODES_TOTAL,
+        }
+    }
+}
+
+impl Default for DiagnosticsConfig {
+    fn default() -> Self {
+        DiagnosticsConfig {
+            max_nodes_per_cluster: DEFAULT_DIAGNOSTICS_MAX_NODES,
+        }
+    }
+}
+
+impl IngeroConfig {
+    /// `push_interval * ttl_multiplier`: a node whose last push is older than this leaves
+    /// the statistic.
+    pub fn node_ttl(&self) -> Duration {
+        self.push_interval.saturating_mul(self.ttl_multiplier)
+    }
+}
+
+fn u32_range(errs: &mut ConfigErrors, path: &str, v: u32, lo: u32, hi: u32) {
+    if v < lo || v > hi {
+        errs.push(path, format!("must be in [{lo}, {hi}], got {v}"));
+    }
+}
+
+impl ComponentConfig for IngeroConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut e = ConfigErrors::new();
+
+        // threshold
+        check::in_range(&mut e, "threshold.k", self.threshold.k, 0.0, 10.0, true);
+        check::in_range(
+            &mut e,
+            "threshold.ema_alpha",
+            self.threshold.ema_alpha,
+            0.0,
+            1.0,
+            true,
+        );
+        check::in_range(
+            &mut e,
+            "threshold.mad_floor",
+            self.threshold.mad_floor,
+            0.0,
+            0.5,
+            false,
+        );
+
+        // quorum
+        if self.quorum.statistical_min < 3
+            || self.quorum.statistical_min > u64::from(MAX_NODES_LIMIT)
+        {
+            e.push(
+                "quorum.statistical_min",
+                format!(
+                    "must be in [3, {MAX_NODES_LIMIT}] (median and MAD of fewer than 3 nodes \
+                     cannot single out a straggler), got {}",
+                    self.quorum.statistical_min
+                ),
+            );
+        }
+        check::in_range(
+            &mut e,
+            "quorum.coverage_fraction",
+            self.quorum.coverage_fraction,
+            0.0,
+            1.0,
+            true,
+        );
+        for (cluster, n) in &self.quorum.expected_nodes {
+            let path = format!("quorum.expected_nodes.{cluster}");
+            if cluster.is_empty() {
+                e.push("quorum.expected_nodes", "cluster id must not be empty");
+            }
+            if *n == 0 || *n > u64::from(MAX_NODES_LIMIT) {
+                e.push(path, format!("must be in [1, {MAX_NODES_LIMIT}], got {n}"));
+            }
+        }
+
+        // timing
+        if self.push_interval < Duration::from_secs(1)
+            || self.push_interval > Duration::from_secs(3600)
+        {
+            e.push(
+                "push_interval",
+                format!(
+                    "must be in [1s, 1h] (the agent's minimum push interval is 1s), got {}",
+                    format_duration(self.push_interval)
+                ),
+            );
+        }
+        u32_range(&mut e, "ttl_multiplier", self.ttl_multiplier, 1, 1000);
+        let ttl = self.node_ttl();
+        if self.quorum.expected_window < ttl {
+            e.push(
+                "quorum.expected_window",
+                format!(
+                    "must be >= push_interval * ttl_multiplier ({}), got {}",
+                    format_duration(ttl),
+                    format_duration(self.quorum.expected_window)
+                ),
+            );
+        }
+        if self.quorum.expected_window > Duration::from_secs(7 * 24 * 3600) {
+            e.push(
+                "quorum.expected_window",
+                format!(
+                    "must be <= 168h, got {}",
+                    format_duration(self.quorum.expected_window)
+                ),
+            );
+        }
+
+        // cohorts
+        u32_range(
+            &mut e,
+            "cohorts.max_per_cluster",
+            self.cohorts.max_per_cluster,
+            1,
+            MAX_COHORTS_LIMIT,
+        );
+
+        // panic
+        check::in_range(
+            &mut e,
+            "panic.enter_fraction",
+            self.panic.enter_fraction,
+            0.0,
+            1.0,
+            true,
+        );
+        check::in_range(
+            &mut e,
+            "panic.exit_fraction",
+            self.panic.exit_fraction,
+            0.0,
+            1.0,
+            false,
+        );
+        if self.panic.exit_fraction.is_finite()
+            && self.panic.enter_fraction.is_finite()
+            && self.panic.exit_fraction >= self.panic.enter_fraction
+        {
+            e.push(
+                "panic.exit_fraction",
+                format!(
+                    "must be < panic.enter_fraction ({}), got {}",
+                    self.panic.enter_fraction, self.panic.exit_fraction
+                ),
+            );
+        }
+
+        // classifier
+        check::in_range(
+            &mut e,
+            "classifier.drift",
+            self.classifier.drift,
+            0.0,
+            10.0,
+            false,
+        );
+        check::in_range(
+            &mut e,
+            "classifier.decision",
+            self.classifier.decision,
+            0.0,
+            100.0,
+            true,
+        );
+
+        // limits
+        u32_range(
+            &mut e,
+            "limits.max_clusters",
+            self.limits.max_clusters,
+            1,
+            MAX_CLUSTERS_LIMIT,
+        );
+        u32_range(
+            &mut e,
+            "limits.max_nodes_per_cluster",
+            self.limits.max_nodes_per_cluster,
+            1,
+            MAX_NODES_LIMIT,
+        );
+        u32_range(
+            &mut e,
+            "limits.max_nodes_total",
+            self.limits.max_nodes_total,
+            1,
+            MAX_NODES_LIMIT,
+        );
+        if u64::from(self.limits.max_nodes_per_cluster) < self.quorum.statistical_min {
+            e.push(
+                "limits.max_nodes_per_cluster",
+                format!(
+                    "must be >= quorum.statistical_min ({}), got {}",
+                    self.quorum.statistical_min, self.limits.max_nodes_per_cluster
+                ),
+            );
+        }
+        u32_range(
+            &mut e,
+            "diagnostics.max_nodes_per_cluster",
+            self.diagnostics.max_nodes_per_cluster,
+            0,
+            MAX_NODES_LIMIT,
+        );
+
+        e.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_seed_and_validate() {
+        let c = IngeroConfig::default();
+        assert_eq!(c.threshold.k, 2.0);
+        assert_eq!(c.threshold.ema_alpha, 0.2);
+        assert_eq!(c.quorum.statistical_min, 5);
+        assert_eq!(c.quorum.coverage_fraction, 0.80);
+        assert_eq!(c.push_interval, Duration::from_secs(10));
+        assert_eq!(c.ttl_multiplier, 5);
+        assert_eq!(c.node_ttl(), Duration::from_secs(50));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn exit_fraction_must_stay_below_enter_fraction() {
+        let mut c = IngeroConfig::default();
+        c.panic.exit_fraction = 0.3;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert_eq!(err.0[0].path, "panic.exit_fraction");
+    }
+
+    #[test]
+    fn expected_window_must_cover_the_ttl() {
+        let mut c = IngeroConfig::default();
+        c.quorum.expected_window = Duration::from_secs(49);
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.0[0].path, "quorum.expected_window");
+        c.quorum.expected_window = Duration::from_secs(50);
+        c.validate().unwrap();
+    }
+}

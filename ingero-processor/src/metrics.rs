@@ -1,0 +1,153 @@
+//! Names of everything the processor emits, and its drop/reject counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// OTLP gauge the tick emits per straggler node (int value 1, dp attrs `score`, `threshold`).
+pub const NODE_STRAGGLER_METRIC: &str = "ingero.fleet.node.straggler";
+/// Unit of [`NODE_STRAGGLER_METRIC`].
+pub const NODE_STRAGGLER_UNIT: &str = "1";
+/// Instrumentation scope of tick-generated metrics.
+pub const SCOPE_NAME: &str = "ingero-processor";
+
+// Self-metrics (Prometheus names). Gauges carry `cluster_id` and `cgroup_path_hash`
+// (empty for the cluster-wide cohort).
+pub const THRESHOLD: &str = "ingero_fleet_threshold";
+pub const ACTIVE_NODES: &str = "ingero_fleet_active_nodes";
+pub const IDLE_NODES: &str = "ingero_fleet_idle_nodes";
+pub const CALIBRATING_NODES: &str = "ingero_fleet_calibrating_nodes";
+pub const EXPECTED_NODES: &str = "ingero_fleet_expected_nodes";
+pub const COVERAGE_LOW: &str = "ingero_fleet_coverage_low";
+pub const COVERAGE_RATIO: &str = "ingero_fleet_coverage_ratio";
+pub const PANIC_MODE: &str = "ingero_fleet_panic_mode";
+pub const QUORUM_MET: &str = "ingero_fleet_quorum_met";
+pub const MEDIAN: &str = "ingero_fleet_median";
+pub const MAD: &str = "ingero_fleet_mad";
+pub const STRAGGLER_COUNT: &str = "ingero_fleet_straggler_count";
+pub const CLUSTERS: &str = "ingero_fleet_clusters";
+pub const NODE_RECORDS: &str = "ingero_fleet_node_records";
+// Counters.
+pub const POINTS_TOTAL: &str = "ingero_fleet_points_total";
+pub const REJECTED_POINTS_TOTAL: &str = "ingero_fleet_rejected_points_total";
+pub const DROPPED_TOTAL: &str = "ingero_fleet_dropped_total";
+pub const STRAGGLER_TRANSITIONS_TOTAL: &str = "ingero_fleet_straggler_transitions_total";
+pub const PANIC_TRANSITIONS_TOTAL: &str = "ingero_fleet_panic_transitions_total";
+
+// Label names.
+pub const LABEL_CLUSTER: &str = "cluster_id";
+pub const LABEL_COHORT: &str = "cgroup_path_hash";
+pub const LABEL_OUTCOME: &str = "outcome";
+pub const LABEL_REASON: &str = "reason";
+pub const LABEL_DIRECTION: &str = "direction";
+pub const LABEL_EVENT: &str = "event";
+
+/// Why a health-score point was rejected (`ingero_fleet_rejected_points_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    NoValue,
+    NonFinite,
+    OutOfRange,
+    MissingClusterId,
+    MissingNodeId,
+    BadState,
+    IdTooLong,
+    UnsupportedType,
+}
+
+impl RejectReason {
+    pub const ALL: [RejectReason; 8] = [
+        RejectReason::NoValue,
+        RejectReason::NonFinite,
+        RejectReason::OutOfRange,
+        RejectReason::MissingClusterId,
+        RejectReason::MissingNodeId,
+        RejectReason::BadState,
+        RejectReason::IdTooLong,
+        RejectReason::UnsupportedType,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectReason::NoValue => "no_value",
+            RejectReason::NonFinite => "non_finite",
+            RejectReason::OutOfRange => "out_of_range",
+            RejectReason::MissingClusterId => "missing_cluster_id",
+            RejectReason::MissingNodeId => "missing_node_id",
+            RejectReason::BadState => "bad_state",
+            RejectReason::IdTooLong => "id_too_long",
+            RejectReason::UnsupportedType => "unsupported_type",
+        }
+    }
+}
+
+/// What a cap refused (`ingero_fleet_dropped_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// A point for a new cluster beyond `limits.max_clusters`.
+    CapClusters,
+    /// A point for a new node beyond `limits.max_nodes_per_cluster`.
+    CapNodes,
+    /// A point for a new node beyond `limits.max_nodes_total`.
+    CapNodesTotal,
+    /// A new cohort key beyond `cohorts.max_per_cluster` (the point is kept, in the
+    /// cluster-wide cohort).
+    CapCohorts,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 4] = [
+        DropReason::CapClusters,
+        DropReason::CapNodes,
+        DropReason::CapNodesTotal,
+        DropReason::CapCohorts,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::CapClusters => "cap_clusters",
+            DropReason::CapNodes => "cap_nodes",
+            DropReason::CapNodesTotal => "cap_nodes_total",
+            DropReason::CapCohorts => "cap_cohorts",
+        }
+    }
+}
+
+/// Lock-free counters of the push path.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub accepted: AtomicU64,
+    pub superseded: AtomicU64,
+    rejected: [AtomicU64; 8],
+    dropped: [AtomicU64; 4],
+    /// Points refused by a node or cluster cap (subset of `dropped`, in points).
+    pub dropped_points: AtomicU64,
+}
+
+impl Counters {
+    pub fn reject(&self, r: RejectReason, n: u64) {
+        if let Some(c) = self.rejected.get(r as usize) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn drop(&self, r: DropReason, n: u64) {
+        if let Some(c) = self.dropped.get(r as usize) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn rejected(&self, r: RejectReason) -> u64 {
+        self.rejected
+            .get(r as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.dropped
+            .get(r as usize)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    pub fn rejected_total(&self) -> u64 {
+        RejectReason::ALL.iter().map(|r| self.rejected(*r)).sum()
+    }
+}
