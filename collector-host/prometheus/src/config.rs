@@ -1,0 +1,229 @@
+//! Configuration of the `prometheus` exporter. Key names follow the contrib
+//! `prometheusexporter` where a key applies; `max_series` is ours.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use component::ComponentConfig;
+use component::config::ConfigErrors;
+use serde::{Deserialize, Serialize};
+
+use crate::naming::{is_valid_label_name, is_valid_metric_name};
+
+/// Where the host serves the scrape page. Loopback by default, like every Fleet listener;
+/// contrib examples use port 8889 to stay clear of the collector's own 8888.
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:8889";
+/// How long a series is kept (and rendered) after its last update.
+pub const DEFAULT_METRIC_EXPIRATION: Duration = Duration::from_secs(5 * 60);
+/// Resource attributes become labels by default (see [`ResourceToTelemetry`]).
+pub const DEFAULT_RESOURCE_TO_TELEMETRY: bool = true;
+/// Unit and type suffixes (`_seconds`, `_total`, `_ratio`) are added by default.
+pub const DEFAULT_ADD_METRIC_SUFFIXES: bool = true;
+/// Most series held at once; new series beyond it are dropped and counted.
+pub const DEFAULT_MAX_SERIES: usize = 2_000_000;
+
+/// `resource_to_telemetry_conversion` block.
+///
+/// Enabled by default, unlike contrib (where it defaults to `false`). Fleet's data is per
+/// node: the agent's resource carries `ingero.node.id` and `ingero.cluster.id` but no
+/// `service.name` / `service.instance.id`, so there is no `job`/`instance` to tell nodes
+/// apart. Without promoting resource attributes to labels every node's
+/// `ingero_node_health_score_ratio` would be the same series and the nodes would overwrite
+/// each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceToTelemetry {
+    pub enabled: bool,
+}
+
+impl Default for ResourceToTelemetry {
+    fn default() -> Self {
+        ResourceToTelemetry {
+            enabled: DEFAULT_RESOURCE_TO_TELEMETRY,
+        }
+    }
+}
+
+/// contrib's `translation_strategy`, restricted to the escaping strategies (the classic
+/// Prometheus text format 0.0.4 this exporter writes cannot carry UTF-8 names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum TranslationStrategy {
+    /// Invalid characters to `_`, unit and type suffixes added.
+    UnderscoreEscapingWithSuffixes,
+    /// Invalid characters to `_`, no suffixes.
+    UnderscoreEscapingWithoutSuffixes,
+}
+
+/// The exporter's configuration (`exporters.prometheus`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusExporterConfig {
+    /// `host:port` the host serves the scrape page on. The exporter itself opens nothing.
+    pub endpoint: String,
+    /// Prefix for every translated metric name (`namespace_metric`). Not applied to
+    /// self-metrics passed to `render` as `extra`.
+    pub namespace: String,
+    /// Labels added to every translated series; they win over data labels of the same name.
+    pub const_labels: BTreeMap<String, String>,
+    /// A series not updated for this long is no longer rendered and is freed by `expire`.
+    #[serde(with = "component::config::duration")]
+    pub metric_expiration: Duration,
+    pub resource_to_telemetry_conversion: ResourceToTelemetry,
+    /// contrib's (deprecated there) switch; `translation_strategy`, when set, wins.
+    pub add_metric_suffixes: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub translation_strategy: Option<TranslationStrategy>,
+    /// Most series held; points that would create more are dropped and counted.
+    pub max_series: usize,
+}
+
+impl Default for PrometheusExporterConfig {
+    fn default() -> Self {
+        PrometheusExporterConfig {
+            endpoint: DEFAULT_ENDPOINT.to_string(),
+            namespace: String::new(),
+            const_labels: BTreeMap::new(),
+            metric_expiration: DEFAULT_METRIC_EXPIRATION,
+            resource_to_telemetry_conversion: ResourceToTelemetry::default(),
+            add_metric_suffixes: DEFAULT_ADD_METRIC_SUFFIXES,
+            translation_strategy: None,
+            max_series: DEFAULT_MAX_SERIES,
+        }
+    }
+}
+
+impl PrometheusExporterConfig {
+    /// Whether unit/type suffixes are added, after `translation_strategy` precedence.
+    pub fn with_suffixes(&self) -> bool {
+        match self.translation_strategy {
+            Some(TranslationStrategy::UnderscoreEscapingWithSuffixes) => true,
+            Some(TranslationStrategy::UnderscoreEscapingWithoutSuffixes) => false,
+            None => self.add_metric_suffixes,
+        }
+    }
+
+    /// `metric_expiration` in whole seconds, rounded up (series ages are kept in seconds).
+    pub fn expiration_secs(&self) -> u32 {
+        let d = self.metric_expiration;
+        let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+}
+
+/// Check `host:port` (`127.0.0.1:8889`, `[::1]:8889`, `0.0.0.0:9090`, `localhost:8889`).
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    if endpoint.trim().is_empty() {
+        return Err("must not be empty (host:port, e.g. 127.0.0.1:8889)".into());
+    }
+    let Some((host, port)) = endpoint.rsplit_once(':') else {
+        return Err(format!("{endpoint:?} is not host:port"));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "{endpoint:?}: port {port:?} is not a number in 0..=65535"
+        ));
+    }
+    let host_ok = if let Some(inner) = host.strip_prefix('[') {
+        inner
+            .strip_suffix(']')
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
+    } else {
+        !host.contains(':') && !host.chars().any(|c| c.is_whitespace() || c == '/')
+    };
+    if !host_ok {
+        return Err(format!("{endpoint:?}: invalid host {host:?}"));
+    }
+    Ok(())
+}
+
+impl ComponentConfig for PrometheusExporterConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut errs = ConfigErrors::new();
+        if let Err(e) = check_endpoint(&self.endpoint) {
+            errs.push("endpoint", e);
+        }
+        if !self.namespace.is_empty() && !is_valid_metric_name(&self.namespace) {
+            errs.push(
+                "namespace",
+                format!(
+                    "{:?} is not a valid metric name prefix: must match [a-zA-Z_:][a-zA-Z0-9_:]*",
+                    self.namespace
+                ),
+            );
+        }
+        for name in self.const_labels.keys() {
+            let path = format!("const_labels.{name}");
+            if !is_valid_label_name(name) {
+                errs.push(
+                    path,
+                    "not a valid label name: must match [a-zA-Z_][a-zA-Z0-9_]*",
+                );
+            } else if name.starts_with("__") {
+                errs.push(path, "label names starting with __ are reserved");
+            } else if name == "le" || name == "quantile" {
+                errs.push(path, "reserved for histogram and summary series");
+            }
+        }
+        if self.metric_expiration < Duration::from_secs(1) {
+            errs.push("metric_expiration", "must be at least 1s");
+        }
+        if self.max_series == 0 {
+            errs.push("max_series", "must be >= 1");
+        }
+        errs.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        for ok in [
+            "127.0.0.1:8889",
+            "0.0.0.0:9090",
+            "[::1]:8889",
+            "localhost:0",
+            ":8889",
+        ] {
+            assert!(check_endpoint(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            " ",
+            "8889",
+            "host:port",
+            "host:70000",
+            "::1:8889",
+            "[::1:8889",
+            "a b:1",
+        ] {
+            assert!(check_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn translation_strategy_wins_over_add_metric_suffixes() {
+        let mut cfg = PrometheusExporterConfig {
+            add_metric_suffixes: false,
+            ..Default::default()
+        };
+        assert!(!cfg.with_suffixes());
+        cfg.translation_strategy = Some(TranslationStrategy::UnderscoreEscapingWithSuffixes);
+        assert!(cfg.with_suffixes());
+        cfg.add_metric_suffixes = true;
+        cfg.translation_strategy = Some(TranslationStrategy::UnderscoreEscapingWithoutSuffixes);
+        assert!(!cfg.with_suffixes());
+    }
+
+    #[test]
+    fn expiration_rounds_up_to_seconds() {
+        let cfg = PrometheusExporterConfig {
+            metric_expiration: Duration::from_millis(1500),
+            ..Default::default()
+        };
+        assert_eq!(cfg.expiration_secs(), 2);
+        assert_eq!(PrometheusExporterConfig::default().expiration_secs(), 300);
+    }
+}
