@@ -73,7 +73,6 @@ impl Instance {
         }
     }
 
-    #[allow(dead_code)] // used by time-bucket migration
     fn remove_where(&mut self, mut pred: impl FnMut(&Entry) -> bool) -> Vec<Entry> {
         let mut moved = Vec::new();
         let mut i = 0;
@@ -305,6 +304,128 @@ impl ExactInstances {
     }
 }
 
+/// The time-bucket grid: bucket `k` covers `[k * window, (k + 1) * window)`; its first
+/// `skew` nanoseconds are the *straddle zone*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketRule {
+    pub window_ns: i64,
+    pub skew_ns: i64,
+}
+
+impl BucketRule {
+    /// The bucket a time falls in by the grid alone.
+    pub fn natural_key(&self, t: i64) -> i64 {
+        t.div_euclid(self.window_ns.max(1))
+    }
+
+    /// True when `t` lies in the straddle zone of bucket `k`.
+    pub fn in_zone(&self, t: i64, k: i64) -> bool {
+        let start = k.saturating_mul(self.window_ns);
+        t >= start && t.saturating_sub(start) < self.skew_ns
+    }
+}
+
+/// Open time buckets of one `(comm, op_type)` stream.
+///
+/// Rules, applied to a point at time `t` of rank `r` with natural bucket `k`:
+/// 1. **Skew tolerance**: if `t` is in the straddle zone of `k` (less than
+///    `skew_tolerance_fraction * window` past the boundary), and bucket `k - 1` is open (not
+///    emitted yet) and has no point of rank `r`, the point joins `k - 1`.
+/// 2. Otherwise, if bucket `k` was already closed, the point is late.
+/// 3. Otherwise it joins bucket `k` (a second point of rank `r` there is a duplicate), or
+///    opens it.
+/// 4. **Arrival-order repair**: when bucket `k` is opened and bucket `k + 1` is open, the
+///    points of `k + 1` in its straddle zone whose rank is not in `k` move to `k`. Without
+///    this, a late rank whose batch arrives before its peers' would open `k + 1` alone and
+///    split the collective into two under-quorum buckets.
+///
+/// Guarantee (property tests in `tests/bucket_props.rs`): a collective whose entries span
+/// less than the skew tolerance is never split, whatever the arrival order, and never
+/// shares a bucket with another collective, as long as consecutive collectives of the
+/// stream start at least `3 * window` apart. Closer collectives can collide (counted as
+/// `duplicate`); only `nccl.op_seq` aligns dense collective streams reliably.
+#[derive(Debug, Default)]
+pub struct TimeBuckets {
+    pub open: IntMap<i64, Instance>,
+    pub closed: ClosedKeys,
+}
+
+impl TimeBuckets {
+    pub fn insert(
+        &mut self,
+        rule: BucketRule,
+        op: u8,
+        nranks: u32,
+        e: Entry,
+        now: Timestamp,
+        budget: &mut Budget,
+    ) -> Placed {
+        let k = rule.natural_key(e.t);
+        if rule.in_zone(e.t, k)
+            && let Some(prev) = self.open.get_mut(&(k - 1))
+            && !prev.has(e.rank)
+        {
+            if !budget.can_buffer() {
+                return Placed::CapBuckets;
+            }
+            if prev.push(e) {
+                budget.buffered_points += 1;
+            }
+            return Placed::Added { key: k - 1 };
+        }
+        if self.closed.is_closed(k) {
+            return Placed::Late;
+        }
+        if let Some(b) = self.open.get_mut(&k) {
+            if b.has(e.rank) {
+                return Placed::Duplicate;
+            }
+            if !budget.can_buffer() {
+                return Placed::CapBuckets;
+            }
+            if b.push(e) {
+                budget.buffered_points += 1;
+            }
+            return Placed::Added { key: k };
+        }
+        if !budget.can_open() {
+            return Placed::CapBuckets;
+        }
+        let mut inst = Instance::new(now, nranks, op);
+        if inst.push(e) {
+            budget.buffered_points += 1;
+        }
+        budget.open_instances += 1;
+        if let Some(next) = self.open.get_mut(&(k + 1)) {
+            let moved = next.remove_where(|x| rule.in_zone(x.t, k + 1) && !inst.has(x.rank));
+            if !moved.is_empty() {
+                inst.opened_at = inst.opened_at.min(next.opened_at);
+            }
+            for m in moved {
+                inst.push(m);
+            }
+            if next.is_empty() {
+                self.open.remove(&(k + 1));
+                budget.open_instances = budget.open_instances.saturating_sub(1);
+            }
+        }
+        self.open.insert(k, inst);
+        Placed::Added { key: k }
+    }
+
+    pub fn get(&self, key: i64) -> Option<&Instance> {
+        self.open.get(&key)
+    }
+
+    /// Remove an open bucket and mark its key closed.
+    pub fn take(&mut self, key: i64, budget: &mut Budget) -> Option<Instance> {
+        let inst = self.open.remove(&key)?;
+        self.closed.close(key);
+        release(budget, &inst);
+        Some(inst)
+    }
+}
+
 fn release(budget: &mut Budget, inst: &Instance) {
     budget.open_instances = budget.open_instances.saturating_sub(1);
     budget.buffered_points = budget.buffered_points.saturating_sub(inst.len());
@@ -426,6 +547,96 @@ mod tests {
         ));
         assert_eq!(x.insert(1, 0, 4, e(2, 1), now, &mut b), Placed::CapBuckets);
         assert_eq!(b.buffered_points, 2);
+    }
+
+    const W: i64 = 1_000;
+    const RULE: BucketRule = BucketRule {
+        window_ns: W,
+        skew_ns: W / 2,
+    };
+
+    fn tb_insert(tb: &mut TimeBuckets, b: &mut Budget, rank: u32, t: i64) -> Placed {
+        tb.insert(RULE, 0, 8, e(rank, t), Timestamp::from_secs(1), b)
+    }
+
+    #[test]
+    fn bucket_rule_grid_and_zone() {
+        assert_eq!(RULE.natural_key(0), 0);
+        assert_eq!(RULE.natural_key(999), 0);
+        assert_eq!(RULE.natural_key(1_000), 1);
+        assert_eq!(RULE.natural_key(-1), -1);
+        assert!(RULE.in_zone(1_000, 1) && RULE.in_zone(1_499, 1));
+        assert!(!RULE.in_zone(1_500, 1) && !RULE.in_zone(999, 1));
+    }
+
+    #[test]
+    fn straddling_rank_joins_the_previous_open_bucket() {
+        let mut b = budget();
+        let mut tb = TimeBuckets::default();
+        assert_eq!(tb_insert(&mut tb, &mut b, 0, 900), Placed::Added { key: 0 });
+        // 400 past the boundary: inside the zone (500) -> previous bucket.
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 1, 1_400),
+            Placed::Added { key: 0 }
+        );
+        // Past the zone -> its own bucket.
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 2, 1_600),
+            Placed::Added { key: 1 }
+        );
+        // In the zone but rank 0 already sits in bucket 0 -> its natural bucket.
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 0, 1_100),
+            Placed::Added { key: 1 }
+        );
+        assert_eq!(tb.get(0).unwrap().len(), 2);
+        assert_eq!(tb.get(1).unwrap().len(), 2);
+        assert_eq!(tb_insert(&mut tb, &mut b, 2, 1_700), Placed::Duplicate);
+    }
+
+    #[test]
+    fn straddling_rank_does_not_join_an_emitted_bucket() {
+        let mut b = budget();
+        let mut tb = TimeBuckets::default();
+        tb_insert(&mut tb, &mut b, 0, 900);
+        let emitted = tb.take(0, &mut b).unwrap();
+        assert_eq!(emitted.len(), 1);
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 1, 1_100),
+            Placed::Added { key: 1 }
+        );
+        assert_eq!(tb_insert(&mut tb, &mut b, 2, 950), Placed::Late);
+        assert_eq!((b.open_instances, b.buffered_points), (1, 1));
+    }
+
+    #[test]
+    fn late_rank_arriving_first_is_moved_when_its_peers_open_the_bucket() {
+        let mut b = budget();
+        let mut tb = TimeBuckets::default();
+        // Rank 5's batch arrives first: it entered 300 past the boundary.
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 5, 1_300),
+            Placed::Added { key: 1 }
+        );
+        // A rank of the next collective far into bucket 1 stays there.
+        assert_eq!(
+            tb_insert(&mut tb, &mut b, 6, 1_800),
+            Placed::Added { key: 1 }
+        );
+        // Its peers entered just before the boundary.
+        assert_eq!(tb_insert(&mut tb, &mut b, 0, 950), Placed::Added { key: 0 });
+        let b0 = tb.get(0).unwrap();
+        assert!(b0.has(0) && b0.has(5) && b0.len() == 2);
+        let b1 = tb.get(1).unwrap();
+        assert!(b1.has(6) && b1.len() == 1);
+        assert_eq!((b.open_instances, b.buffered_points), (2, 3));
+        // When the zone held everything, the emptied bucket disappears.
+        let mut b = budget();
+        let mut tb = TimeBuckets::default();
+        tb_insert(&mut tb, &mut b, 5, 1_300);
+        tb_insert(&mut tb, &mut b, 0, 950);
+        assert!(tb.get(1).is_none());
+        assert_eq!((b.open_instances, b.buffered_points), (1, 2));
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use component::Timestamp;
 
-use crate::align::{Budget, Entry, ExactInstances, Instance, IntMap, Placed, expired_keys};
+use crate::align::{
+    BucketRule, Budget, Entry, ExactInstances, Instance, IntMap, Placed, TimeBuckets, expired_keys,
+};
 use crate::clock::{NodeClock, is_wall_clock};
 use crate::ingest::NcclPoint;
 use crate::lag::{LagScratch, StepLags, compute_lags};
@@ -82,12 +84,37 @@ impl CommState {
 
     pub fn open_instances(&self) -> usize {
         self.exact.open.len()
+            + self
+                .streams
+                .iter()
+                .flatten()
+                .map(|st| st.buckets.open.len())
+                .sum::<usize>()
+    }
+
+    /// Every open instance of the communicator (exact and time buckets).
+    fn open_iter(&self) -> impl Iterator<Item = &Instance> {
+        self.exact.open.values().chain(
+            self.streams
+                .iter()
+                .flatten()
+                .flat_map(|st| st.buckets.open.values()),
+        )
+    }
+
+    fn clear_open(&mut self) {
+        self.exact.open.clear();
+        for st in self.streams.iter_mut().flatten() {
+            st.buckets.open.clear();
+        }
     }
 }
 
 /// The `(comm, op_type)` stream: where per-rank history lives.
 #[derive(Debug, Default)]
 pub struct StreamState {
+    /// Open time buckets (points without `nccl.op_seq`).
+    pub buckets: TimeBuckets,
     /// Collective instances emitted.
     pub steps: u64,
     /// Points refused because their instance already had that rank.
@@ -276,25 +303,44 @@ impl ClusterTracker {
         if let Some(n) = node {
             comm.set_node(p.rank, n);
         }
-        let Some(seq) = p.op_seq else {
-            // Time-bucket alignment arrives in the next step; until then these are refused.
-            counts.refuse(DropReason::Invalid);
-            return;
+        let rule = BucketRule {
+            window_ns: s.window_ns,
+            skew_ns: s.skew_ns,
         };
-        let placed = comm
-            .exact
-            .insert(seq, p.op, p.nranks, entry, now, &mut self.budget);
+        let placed = match p.op_seq {
+            Some(seq) => comm
+                .exact
+                .insert(seq, p.op, p.nranks, entry, now, &mut self.budget),
+            None => match comm.stream_mut(p.op) {
+                Some(st) => st
+                    .buckets
+                    .insert(rule, p.op, p.nranks, entry, now, &mut self.budget),
+                None => Placed::OpMismatch,
+            },
+        };
         match placed {
             Placed::Added { key } => {
                 counts.outcome(Outcome::Accepted, 1);
-                if comm.exact.get(key).is_some_and(Instance::is_complete)
-                    && let Some(inst) = comm.exact.take(key, &mut self.budget)
-                {
+                let done = match p.op_seq {
+                    Some(_) if comm.exact.get(key).is_some_and(Instance::is_complete) => {
+                        comm.exact.take(key, &mut self.budget)
+                    }
+                    None => comm.stream_mut(p.op).and_then(|st| {
+                        if st.buckets.get(key).is_some_and(Instance::is_complete) {
+                            st.buckets.take(key, &mut self.budget)
+                        } else {
+                            None
+                        }
+                    }),
+                    Some(_) => None,
+                };
+                if let Some(inst) = done {
+                    let seq = p.op_seq.map(|_| key);
                     self.emitter.finalize(
                         p.comm,
                         comm,
                         inst,
-                        Some(key),
+                        seq,
                         CollectiveOutcome::Complete,
                         s,
                         counts,
@@ -324,12 +370,25 @@ impl ClusterTracker {
                         .close_expired(comm_id, comm, inst, Some(seq), s, counts);
                 }
             }
+            for op in 0..comm.streams.len() {
+                let Some(st) = comm.streams.get_mut(op).and_then(|x| x.as_deref_mut()) else {
+                    continue;
+                };
+                let expired: Vec<Instance> = expired_keys(&st.buckets.open, now, s.grace_ns)
+                    .into_iter()
+                    .filter_map(|k| st.buckets.take(k, &mut self.budget))
+                    .collect();
+                for inst in expired {
+                    self.emitter
+                        .close_expired(comm_id, comm, inst, None, s, counts);
+                }
+            }
         }
         let budget = &mut self.budget;
         self.comms.retain(|_, c| {
             let idle = now.as_nanos().saturating_sub(c.last_seen.as_nanos()) >= s.comm_idle_ns;
             if idle {
-                for inst in c.exact.open.values() {
+                for inst in c.open_iter() {
                     counts.drop_points(DropReason::UnderQuorum, inst.len() as u64);
                     budget.open_instances = budget.open_instances.saturating_sub(1);
                     budget.buffered_points = budget.buffered_points.saturating_sub(inst.len());
@@ -352,7 +411,7 @@ impl ClusterTracker {
         counts.drop_points(DropReason::Shutdown, self.emitter.output.len() as u64);
         self.emitter.output.clear();
         for c in self.comms.values_mut() {
-            c.exact.open.clear();
+            c.clear_open();
         }
         self.budget.open_instances = 0;
         self.budget.buffered_points = 0;
@@ -593,6 +652,100 @@ mod tests {
         // Without a node id a monotonic point cannot be aligned.
         t.ingest(None, &[pt(0, 2, 9, 5)], Timestamp(boot), &s, &mut c);
         assert_eq!(c.dropped(DropReason::Invalid), 1);
+    }
+
+    fn tpt(rank: u32, nranks: u32, ts: u64) -> NcclPoint {
+        NcclPoint {
+            op_seq: None,
+            ..pt(rank, nranks, 0, ts)
+        }
+    }
+
+    #[test]
+    fn time_bucket_collective_with_a_straddling_straggler_is_one_instance() {
+        let s = settings(); // window 1 s, skew 0.5
+        let mut t = ClusterTracker::new(&s);
+        let mut c = Counts::default();
+        // T0 is a whole second; peers enter 900..907 ms into the bucket, rank 3 290 ms later
+        // (190 ms past the boundary), and its batch arrives first.
+        let base = T0 + 900 * MS;
+        t.ingest(
+            Some(&node(3)),
+            &[tpt(3, 8, base + 3 * MS + 290 * MS)],
+            Timestamp(T0),
+            &s,
+            &mut c,
+        );
+        assert_eq!(t.open_instances(), 1);
+        let peers: Vec<_> = (0..8)
+            .filter(|r| *r != 3)
+            .map(|r| tpt(r, 8, base + u64::from(r) * MS))
+            .collect();
+        t.ingest(Some(&node(0)), &peers, Timestamp(T0), &s, &mut c);
+        assert_eq!(t.open_instances(), 0, "complete -> emitted at once");
+        assert_eq!(c.collectives[CollectiveOutcome::Complete as usize], 1);
+        let out = t.drain();
+        assert_eq!(out.len(), 8);
+        let r3 = out.iter().find(|r| r.rank == 3).unwrap();
+        // Entries 0,1,2,293,4,5,6,7 ms past base: median 4.5 ms.
+        assert!((r3.lag_ms - 288.5).abs() < 1e-6, "{r3:?}");
+        assert_eq!(r3.op_seq, None);
+        assert_eq!(r3.node.as_deref(), Some("node-3"));
+        // A repeat from rank 0 for the emitted bucket is late.
+        t.ingest(None, &[tpt(0, 8, base + 2 * MS)], Timestamp(T0), &s, &mut c);
+        assert_eq!(c.dropped(DropReason::Late), 1);
+    }
+
+    #[test]
+    fn time_buckets_expire_with_or_without_quorum() {
+        let s = settings();
+        let mut t = ClusterTracker::new(&s);
+        let mut c = Counts::default();
+        // Bucket A: 7 of 8 ranks (quorum 6). Bucket B, 10 s later: 3 of 8.
+        let a: Vec<_> = (0..7)
+            .map(|r| tpt(r, 8, T0 + 100 * MS + u64::from(r) * MS))
+            .collect();
+        let b: Vec<_> = (0..3)
+            .map(|r| tpt(r, 8, T0 + 10_100 * MS + u64::from(r) * MS))
+            .collect();
+        t.ingest(None, &a, Timestamp(T0), &s, &mut c);
+        t.ingest(None, &b, Timestamp(T0 + 5_000 * MS), &s, &mut c);
+        t.tick(Timestamp(T0 + s.grace_ns), &s, &mut c);
+        assert_eq!(t.open_instances(), 1, "B is still in its grace period");
+        assert_eq!(t.drain().len(), 7);
+        t.tick(Timestamp(T0 + 5_000 * MS + s.grace_ns), &s, &mut c);
+        assert_eq!(t.open_instances(), 0);
+        assert!(t.drain().is_empty());
+        assert_eq!(c.dropped(DropReason::UnderQuorum), 3);
+        assert_eq!(c.collectives[CollectiveOutcome::Partial as usize], 1);
+        // The missing rank of A shows up after A was emitted: late, not a new bucket.
+        t.ingest(
+            None,
+            &[tpt(7, 8, T0 + 107 * MS)],
+            Timestamp(T0 + 20_000 * MS),
+            &s,
+            &mut c,
+        );
+        assert_eq!(c.dropped(DropReason::Late), 1);
+        assert_eq!(t.open_instances(), 0);
+    }
+
+    #[test]
+    fn two_collectives_in_one_window_are_counted_as_duplicates() {
+        let s = settings();
+        let mut t = ClusterTracker::new(&s);
+        let mut c = Counts::default();
+        // Two collectives 200 ms apart inside one 1 s window: the second collides.
+        t.ingest(
+            None,
+            &[tpt(0, 4, T0 + 100 * MS), tpt(0, 4, T0 + 300 * MS)],
+            Timestamp(T0),
+            &s,
+            &mut c,
+        );
+        assert_eq!(c.dropped(DropReason::Duplicate), 1);
+        let st = t.comms().next().unwrap().1.streams[0].as_ref().unwrap();
+        assert_eq!(st.duplicates, 1);
     }
 
     #[test]
