@@ -1,0 +1,838 @@
+//! The cost ledger: what GPU spend sits idle at NCCL barriers and what each current
+//! straggler costs, accumulated on ticks. Pure: every call takes the time, nothing here
+//! reads a clock, a file or logs.
+//!
+//! Definitions (also in the README, with a worked example):
+//!
+//! - A *collective instance* is the set of `nccl.collective.peer_lag_ms` points with the
+//!   same (cluster, `nccl.comm_id_hash`, `nccl.op_type`, `timeUnixNano`). Within it the
+//!   slowest rank's lag `L = max(lag, 0)` keeps the other `n - 1` ranks waiting, where
+//!   `n = max(nccl.nranks, distinct ranks seen)`; one rank is one GPU. The instance adds
+//!   `L * (n - 1)` idle GPU-seconds.
+//! - Each waiting rank whose point names a node with a known GPU model is priced at that
+//!   node's (provider, GPU model). The remaining waiting ranks are split over the cluster's
+//!   live nodes in proportion to their GPU counts; with no known node they are priced as
+//!   (the lag resource's provider, `unknown`), i.e. at the fallback rate.
+//! - An instance is costed at the second tick after its first point arrived, so points
+//!   of one instance that arrive in different batches of one tick interval still meet.
+//! - Barrier idle rate = idle GPU-seconds of the instances closed within `window` /
+//!   `window` seconds (= average idle GPUs) * rate per GPU-hour, per (cluster, provider,
+//!   GPU model): currency units per hour.
+//! - Straggler rate of a node = affected GPUs * the node's rate per GPU-hour, with affected
+//!   GPUs = `ingero.node.world_size` when > 0 (the ranks a straggler holds back, spec
+//!   section 6.2), otherwise the node's `ingero.gpu_count` (1 when unknown).
+//! - Counters: the barrier total grows by the money of each closed instance slice; the
+//!   straggler total grows by `rate * dt` each tick, where dt runs from the later of the
+//!   previous tick and the start of the straggler streak, capped at 2 tick intervals.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use component::Timestamp;
+
+use crate::rates::RateTable;
+
+/// GPU model label for GPUs whose model is not known.
+pub const UNKNOWN_MODEL: &str = "unknown";
+/// Most ranks kept for one collective instance.
+pub const MAX_RANKS_PER_COLLECTIVE: usize = 16_384;
+
+/// Settings of the ledger (from [`crate::ProviderConfig`]).
+#[derive(Debug, Clone)]
+pub struct LedgerSettings {
+    pub tick_interval: Duration,
+    pub window: Duration,
+    pub node_ttl: Duration,
+    pub straggler_expiry: Duration,
+    pub series_retention: Duration,
+    pub max_clusters: usize,
+    pub max_nodes: usize,
+    pub max_pending_collectives: usize,
+    pub max_cost_series: usize,
+}
+
+impl LedgerSettings {
+    pub fn from_config(cfg: &crate::ProviderConfig) -> Self {
+        LedgerSettings {
+            tick_interval: cfg.tick_interval,
+            window: cfg.cost.window,
+            node_ttl: cfg.cost.node_ttl,
+            straggler_expiry: cfg.straggler_expiry(),
+            series_retention: cfg.cost.series_retention,
+            max_clusters: cfg.limits.max_clusters,
+            max_nodes: cfg.limits.max_nodes,
+            max_pending_collectives: cfg.limits.max_pending_collectives,
+            max_cost_series: cfg.limits.max_cost_series,
+        }
+    }
+}
+
+/// What a node push said about the node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeObservation {
+    pub cluster: Arc<str>,
+    pub node: Arc<str>,
+    pub provider: Arc<str>,
+    /// `(ingero.gpu_model, ingero.gpu_count)` from `ingero.node.info`, when present.
+    pub gpu: Option<(Arc<str>, u32)>,
+    /// `ingero.node.world_size` (metric, else resource attribute), when present.
+    pub world_size: Option<u32>,
+}
+
+/// One straggler point of the threshold processor's output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StragglerPoint {
+    pub node: Arc<str>,
+    /// Provider of the point's resource (used only if the node never pushed).
+    pub provider: Arc<str>,
+    pub straggler: bool,
+}
+
+/// One `nccl.collective.peer_lag_ms` point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LagPoint {
+    pub cluster: Arc<str>,
+    pub node: Option<Arc<str>>,
+    /// Provider of the point's resource.
+    pub provider: Arc<str>,
+    pub comm: Arc<str>,
+    pub op: Arc<str>,
+    pub time_unix_nano: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub lag_ms: f64,
+}
+
+/// What happened to a node observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChange {
+    /// First push of this node, or its provider / GPU model changed.
+    NewInfo,
+    Same,
+    /// Refused: a cap was reached (counted).
+    Dropped,
+}
+
+/// Why something was not kept; each has a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    ClusterCap,
+    NodeCap,
+    StragglerCap,
+    PendingCap,
+    RanksCap,
+    SeriesCap,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 6] = [
+        DropReason::ClusterCap,
+        DropReason::NodeCap,
+        DropReason::StragglerCap,
+        DropReason::PendingCap,
+        DropReason::RanksCap,
+        DropReason::SeriesCap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::ClusterCap => "cluster_cap",
+            DropReason::NodeCap => "node_cap",
+            DropReason::StragglerCap => "straggler_cap",
+            DropReason::PendingCap => "pending_collective_cap",
+            DropReason::RanksCap => "ranks_per_collective_cap",
+            DropReason::SeriesCap => "cost_series_cap",
+        }
+    }
+}
+
+/// A price: who sells the GPU and which GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PriceKey {
+    pub provider: Arc<str>,
+    pub gpu_model: Arc<str>,
+}
+
+#[derive(Debug, Clone)]
+struct NodeCost {
+    provider: Arc<str>,
+    /// The provider the agent itself reported on its health push, normalised.
+    agent_provider: Option<Arc<str>>,
+    gpu: Option<(Arc<str>, u32)>,
+    world_size: Option<u32>,
+    last_seen: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+struct StragglerMark {
+    provider: Arc<str>,
+    since: Timestamp,
+    last_seen: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct InstanceKey {
+    comm: Arc<str>,
+    op: Arc<str>,
+    time_unix_nano: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    epoch: u64,
+    nranks: u32,
+    provider: Arc<str>,
+    /// rank -> (lag ms, node)
+    ranks: HashMap<u32, (f64, Option<Arc<str>>)>,
+}
+
+#[derive(Debug, Clone)]
+struct IdleSlice {
+    at: Timestamp,
+    gpu_seconds: HashMap<PriceKey, f64>,
+}
+
+#[derive(Debug, Default)]
+struct ClusterCost {
+    nodes: HashMap<Arc<str>, NodeCost>,
+    stragglers: HashMap<Arc<str>, StragglerMark>,
+    pending: HashMap<InstanceKey, Instance>,
+    slices: VecDeque<IdleSlice>,
+}
+
+impl ClusterCost {
+    fn is_idle(&self) -> bool {
+        self.nodes.is_empty()
+            && self.stragglers.is_empty()
+            && self.pending.is_empty()
+            && self.slices.is_empty()
+    }
+
+    /// Live nodes with a known GPU model, as (price, GPU count), for splitting waiting
+    /// ranks that no point names.
+    fn gpu_mix(&self) -> Vec<(PriceKey, f64)> {
+        let mut mix: BTreeMap<PriceKey, f64> = BTreeMap::new();
+        for n in self.nodes.values() {
+            if let Some((model, count)) = &n.gpu {
+                *mix.entry(PriceKey {
+                    provider: Arc::clone(&n.provider),
+                    gpu_model: Arc::clone(model),
+                })
+                .or_default() += f64::from(*count);
+            }
+        }
+        mix.into_iter().collect()
+    }
+}
+
+/// Which counter series a cost total belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SeriesKey {
+    Barrier {
+        cluster: Arc<str>,
+        price: PriceKey,
+        currency: Arc<str>,
+    },
+    Straggler {
+        cluster: Arc<str>,
+        node: Arc<str>,
+        price: PriceKey,
+        currency: Arc<str>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SeriesTotals {
+    /// Currency units.
+    pub money: f64,
+    /// Idle GPU-seconds (barrier series only).
+    pub gpu_seconds: f64,
+    last_increase: Timestamp,
+}
+
+/// Barrier idle spend of one (cluster, provider, GPU model).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BarrierRow {
+    pub cluster: Arc<str>,
+    pub price: PriceKey,
+    pub currency: Arc<str>,
+    /// Average GPUs idle at barriers over the window.
+    pub idle_gpus: f64,
+    /// Rate per GPU-hour used.
+    pub hourly_rate: f64,
+    /// Currency units per hour: `idle_gpus * hourly_rate`.
+    pub rate_per_hour: f64,
+}
+
+/// Spend attributable to one current straggler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StragglerRow {
+    pub cluster: Arc<str>,
+    pub node: Arc<str>,
+    pub price: PriceKey,
+    pub currency: Arc<str>,
+    pub affected_gpus: u32,
+    pub hourly_rate: f64,
+    /// Currency units per hour: `affected_gpus * hourly_rate`.
+    pub rate_per_hour: f64,
+}
+
+/// Everything the telemetry shows, as of the last tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CostSnapshot {
+    pub computed_at: Timestamp,
+    pub barrier: Vec<BarrierRow>,
+    pub stragglers: Vec<StragglerRow>,
+    pub totals: Vec<(SeriesKey, SeriesTotals)>,
+    /// (price, currency, rate per GPU-hour) for every live node's GPU.
+    pub gpu_rates: Vec<(PriceKey, Arc<str>, f64)>,
+    /// (cluster, provider, live nodes).
+    pub provider_nodes: Vec<(Arc<str>, Arc<str>, u64)>,
+    /// (cluster, current stragglers).
+    pub straggler_counts: Vec<(Arc<str>, u64)>,
+}
+
+/// The ledger. Not synchronised: the processor wraps it in a mutex.
+#[derive(Debug)]
+pub struct CostLedger {
+    settings: LedgerSettings,
+    clusters: HashMap<Arc<str>, ClusterCost>,
+    node_count: usize,
+    straggler_count: usize,
+    pending_count: usize,
+    epoch: u64,
+    last_tick: Option<Timestamp>,
+    series: HashMap<SeriesKey, SeriesTotals>,
+    dropped: BTreeMap<DropReason, u64>,
+    snapshot: Arc<CostSnapshot>,
+}
+
+impl CostLedger {
+    pub fn new(settings: LedgerSettings) -> Self {
+        CostLedger {
+            settings,
+            clusters: HashMap::new(),
+            node_count: 0,
+            straggler_count: 0,
+            pending_count: 0,
+            epoch: 0,
+            last_tick: None,
+            series: HashMap::new(),
+            dropped: BTreeMap::new(),
+            snapshot: Arc::new(CostSnapshot::default()),
+        }
+    }
+
+    /// Counters of everything refused, by reason (every reason listed).
+    pub fn dropped(&self) -> Vec<(DropReason, u64)> {
+        DropReason::ALL
+            .iter()
+            .map(|r| (*r, self.dropped.get(r).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// The snapshot of the last tick.
+    pub fn snapshot(&self) -> Arc<CostSnapshot> {
+        Arc::clone(&self.snapshot)
+    }
+
+    pub fn cluster_count(&self) -> usize {
+        self.clusters.len()
+    }
+
+    /// Record what a node push said. Fields absent from this push keep their last value.
+    pub fn observe_node(&mut self, obs: NodeObservation, at: Timestamp) -> NodeChange {
+        let at_cap = self.node_count >= self.settings.max_nodes;
+        let Some(c) = ensure_cluster(
+            &mut self.clusters,
+            &obs.cluster,
+            self.settings.max_clusters,
+            &mut self.dropped,
+        ) else {
+            return NodeChange::Dropped;
+        };
+        match c.nodes.get_mut(&obs.node) {
+            Some(n) => {
+                let mut change = NodeChange::Same;
+                if n.provider != obs.provider {
+                    n.provider = Arc::clone(&obs.provider);
+                    change = NodeChange::NewInfo;
+                }
+                if let Some(gpu) = obs.gpu
+                    && n.gpu.as_ref() != Some(&gpu)
+                {
+                    n.gpu = Some(gpu);
+                    change = NodeChange::NewInfo;
+                }
+                if obs.world_size.is_some() {
+                    n.world_size = obs.world_size;
+                }
+                n.last_seen = n.last_seen.max(at);
+                change
+            }
+            None if at_cap => {
+                count_drop(&mut self.dropped, DropReason::NodeCap, 1);
+                NodeChange::Dropped
+            }
+            None => {
+                c.nodes.insert(
+                    obs.node,
+                    NodeCost {
+                        provider: obs.provider,
+                        agent_provider: None,
+                        gpu: obs.gpu,
+                        world_size: obs.world_size,
+                        last_seen: at,
+                    },
+                );
+                self.node_count += 1;
+                NodeChange::NewInfo
+            }
+        }
+    }
+
+    /// Remember what the node's agent reported as its provider (`None`: nothing).
+    pub fn set_agent_provider(&mut self, cluster: &str, node: &str, provider: Option<Arc<str>>) {
+        if let Some(n) = self
+            .clusters
+            .get_mut(cluster)
+            .and_then(|c| c.nodes.get_mut(node))
+        {
+            n.agent_provider = provider;
+        }
+    }
+
+    /// The provider a live node's agent reported on its latest health push.
+    pub fn agent_provider(&self, cluster: &str, node: &str) -> Option<Arc<str>> {
+        self.clusters
+            .get(cluster)
+            .and_then(|c| c.nodes.get(node))
+            .and_then(|n| n.agent_provider.clone())
+    }
+
+    /// The threshold processor's straggler points for one cluster, from one batch: the
+    /// nodes marked here are the cluster's stragglers; every other node of the cluster no
+    /// longer is.
+    pub fn observe_stragglers(
+        &mut self,
+        cluster: &Arc<str>,
+        points: &[StragglerPoint],
+        at: Timestamp,
+    ) {
+        let Some(c) = ensure_cluster(
+            &mut self.clusters,
+            cluster,
+            self.settings.max_clusters,
+            &mut self.dropped,
+        ) else {
+            return;
+        };
+        let marked: HashSet<&Arc<str>> = points
+            .iter()
+            .filter(|p| p.straggler)
+            .map(|p| &p.node)
+            .collect();
+        let before = c.stragglers.len();
+        c.stragglers.retain(|node, _| marked.contains(node));
+        self.straggler_count -= (before - c.stragglers.len()).min(self.straggler_count);
+        let mut refused = 0u64;
+        for p in points.iter().filter(|p| p.straggler) {
+            match c.stragglers.get_mut(&p.node) {
+                Some(m) => {
+                    m.last_seen = m.last_seen.max(at);
+                    m.provider = Arc::clone(&p.provider);
+                }
+                None if self.straggler_count >= self.settings.max_nodes => refused += 1,
+                None => {
+                    c.stragglers.insert(
+                        Arc::clone(&p.node),
+                        StragglerMark {
+                            provider: Arc::clone(&p.provider),
+                            since: at,
+                            last_seen: at,
+                        },
+                    );
+                    self.straggler_count += 1;
+                }
+            }
+        }
+        count_drop(&mut self.dropped, DropReason::StragglerCap, refused);
+    }
+
+    /// Record one peer-lag point.
+    pub fn observe_lag(&mut self, p: LagPoint) {
+        let epoch = self.epoch;
+        let pending_full = self.pending_count >= self.settings.max_pending_collectives;
+        let Some(c) = ensure_cluster(
+            &mut self.clusters,
+            &p.cluster,
+            self.settings.max_clusters,
+            &mut self.dropped,
+        ) else {
+            return;
+        };
+        let key = InstanceKey {
+            comm: p.comm,
+            op: p.op,
+            time_unix_nano: p.time_unix_nano,
+        };
+        if !c.pending.contains_key(&key) {
+            if pending_full {
+                count_drop(&mut self.dropped, DropReason::PendingCap, 1);
+                return;
+            }
+            self.pending_count += 1;
+        }
+        let inst = c.pending.entry(key).or_insert_with(|| Instance {
+            epoch,
+            nranks: 0,
+            provider: Arc::clone(&p.provider),
+            ranks: HashMap::new(),
+        });
+        inst.nranks = inst.nranks.max(p.nranks);
+        if inst.ranks.len() >= MAX_RANKS_PER_COLLECTIVE && !inst.ranks.contains_key(&p.rank) {
+            count_drop(&mut self.dropped, DropReason::RanksCap, 1);
+            return;
+        }
+        // A repeated rank replaces its earlier point: re-delivery does not double.
+        inst.ranks.insert(p.rank, (p.lag_ms, p.node));
+    }
+
+    /// Advance to `now`: expire, cost closed collectives, accrue straggler spend, and
+    /// rebuild the snapshot.
+    pub fn tick(&mut self, now: Timestamp, rates: &RateTable) {
+        let s = self.settings.clone();
+        let currency = Arc::clone(rates.currency());
+        let max_dt = s.tick_interval.saturating_mul(2);
+        let prev_tick = self.last_tick;
+        let epoch = self.epoch;
+        let window_start = now.saturating_sub(s.window);
+
+        let mut barrier_increments: Vec<(Arc<str>, PriceKey, f64)> = Vec::new();
+        let mut straggler_rows = Vec::new();
+        let mut removed_nodes = 0usize;
+        let mut removed_stragglers = 0usize;
+        let mut closed = 0usize;
+
+        for (cluster_id, c) in &mut self.clusters {
+            // Expiry.
+            let before = c.nodes.len();
+            c.nodes.retain(|_, n| now.since(n.last_seen) <= s.node_ttl);
+            removed_nodes += before - c.nodes.len();
+            let before = c.stragglers.len();
+            c.stragglers
+                .retain(|_, m| now.since(m.last_seen) <= s.straggler_expiry);
+            removed_stragglers += before - c.stragglers.len();
+
+            // Close collective instances that have waited a full tick interval.
+            let mix = c.gpu_mix();
+            let mix_total: f64 = mix.iter().map(|(_, w)| w).sum();
+            let mut slice: HashMap<PriceKey, f64> = HashMap::new();
+            let ready: Vec<InstanceKey> = c
+                .pending
+                .iter()
+                .filter(|(_, i)| i.epoch < epoch)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in ready {
+                let Some(inst) = c.pending.remove(&key) else {
+                    continue;
+                };
+                closed += 1;
+                cost_instance(&inst, &c.nodes, &mix, mix_total, &mut slice);
+            }
+            if !slice.is_empty() {
+                for (price, gpu_s) in &slice {
+                    barrier_increments.push((Arc::clone(cluster_id), price.clone(), *gpu_s));
+                }
+                c.slices.push_back(IdleSlice {
+                    at: now,
+                    gpu_seconds: slice,
+                });
+            }
+            while c.slices.front().is_some_and(|sl| sl.at <= window_start) {
+                c.slices.pop_front();
+            }
+
+            // Straggler rates.
+            for (node_id, mark) in &c.stragglers {
+                let node = c.nodes.get(node_id);
+                let provider = node.map_or(&mark.provider, |n| &n.provider);
+                let (model, count) = match node.and_then(|n| n.gpu.as_ref()) {
+                    Some((m, n)) => (Arc::clone(m), *n),
+                    None => (Arc::from(UNKNOWN_MODEL), 1),
+                };
+                let affected = match node.and_then(|n| n.world_size) {
+                    Some(w) if w > 0 => w,
+                    _ => count.max(1),
+                };
+                let hourly = rates.lookup(provider, &model).hourly;
+                let dt = match prev_tick {
+                    Some(prev) => now.since(prev.max(mark.since)).min(max_dt),
+                    None => Duration::ZERO,
+                };
+                straggler_rows.push((
+                    StragglerRow {
+                        cluster: Arc::clone(cluster_id),
+                        node: Arc::clone(node_id),
+                        price: PriceKey {
+                            provider: Arc::clone(provider),
+                            gpu_model: model,
+                        },
+                        currency: Arc::clone(&currency),
+                        affected_gpus: affected,
+                        hourly_rate: hourly,
+                        rate_per_hour: f64::from(affected) * hourly,
+                    },
+                    dt,
+                ));
+            }
+        }
+        self.node_count -= removed_nodes.min(self.node_count);
+        self.straggler_count -= removed_stragglers.min(self.straggler_count);
+        self.pending_count -= closed.min(self.pending_count);
+
+        // Counters.
+        for (cluster, price, gpu_s) in barrier_increments {
+            let hourly = rates.lookup(&price.provider, &price.gpu_model).hourly;
+            let key = SeriesKey::Barrier {
+                cluster,
+                price,
+                currency: Arc::clone(&currency),
+            };
+            self.add_to_series(key, gpu_s * hourly / 3600.0, gpu_s, now);
+        }
+        for (row, dt) in &straggler_rows {
+            let key = SeriesKey::Straggler {
+                cluster: Arc::clone(&row.cluster),
+                node: Arc::clone(&row.node),
+                price: row.price.clone(),
+                currency: Arc::clone(&row.currency),
+            };
+            self.add_to_series(key, row.rate_per_hour * dt.as_secs_f64() / 3600.0, 0.0, now);
+        }
+        let retention = s.series_retention;
+        self.series
+            .retain(|_, t| now.since(t.last_increase) <= retention);
+        self.clusters.retain(|_, c| !c.is_idle());
+
+        self.snapshot = Arc::new(self.build_snapshot(now, rates, straggler_rows));
+        self.epoch += 1;
+        self.last_tick = Some(now);
+    }
+
+    fn add_to_series(&mut self, key: SeriesKey, money: f64, gpu_seconds: f64, now: Timestamp) {
+        let full = self.series.len() >= self.settings.max_cost_series;
+        match self.series.get_mut(&key) {
+            Some(t) => {
+                t.money += money;
+                t.gpu_seconds += gpu_seconds;
+                if money > 0.0 || gpu_seconds > 0.0 {
+                    t.last_increase = now;
+                }
+            }
+            None if full => count_drop(&mut self.dropped, DropReason::SeriesCap, 1),
+            None => {
+                self.series.insert(
+                    key,
+                    SeriesTotals {
+                        money,
+                        gpu_seconds,
+                        last_increase: now,
+                    },
+                );
+            }
+        }
+    }
+
+    fn build_snapshot(
+        &self,
+        now: Timestamp,
+        rates: &RateTable,
+        straggler_rows: Vec<(StragglerRow, Duration)>,
+    ) -> CostSnapshot {
+        let currency = rates.currency();
+        let window_secs = self.settings.window.as_secs_f64();
+        // Barrier rates for every retained barrier series, zero when the window is empty.
+        let mut idle: BTreeMap<(Arc<str>, PriceKey), f64> = BTreeMap::new();
+        for key in self.series.keys() {
+            if let SeriesKey::Barrier {
+                cluster,
+                price,
+                currency: cur,
+            } = key
+                && cur == currency
+            {
+                idle.entry((Arc::clone(cluster), price.clone()))
+                    .or_default();
+            }
+        }
+        for (cluster, c) in &self.clusters {
+            for sl in &c.slices {
+                for (price, gpu_s) in &sl.gpu_seconds {
+                    *idle
+                        .entry((Arc::clone(cluster), price.clone()))
+                        .or_default() += gpu_s;
+                }
+            }
+        }
+        let barrier = idle
+            .into_iter()
+            .map(|((cluster, price), gpu_s)| {
+                let idle_gpus = if window_secs > 0.0 {
+                    gpu_s / window_secs
+                } else {
+                    0.0
+                };
+                let hourly = rates.lookup(&price.provider, &price.gpu_model).hourly;
+                BarrierRow {
+                    cluster,
+                    price,
+                    currency: Arc::clone(currency),
+                    idle_gpus,
+                    hourly_rate: hourly,
+                    rate_per_hour: idle_gpus * hourly,
+                }
+            })
+            .collect();
+
+        let mut stragglers: Vec<StragglerRow> =
+            straggler_rows.into_iter().map(|(row, _)| row).collect();
+        stragglers.sort_by(|a, b| (&a.cluster, &a.node).cmp(&(&b.cluster, &b.node)));
+
+        let mut totals: Vec<(SeriesKey, SeriesTotals)> =
+            self.series.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        totals.sort_by(|a, b| a.0.cmp(&b.0));
+
+        let mut gpu_rates: BTreeMap<PriceKey, f64> = BTreeMap::new();
+        let mut provider_nodes: BTreeMap<(Arc<str>, Arc<str>), u64> = BTreeMap::new();
+        let mut straggler_counts = Vec::new();
+        for (cluster, c) in &self.clusters {
+            for n in c.nodes.values() {
+                *provider_nodes
+                    .entry((Arc::clone(cluster), Arc::clone(&n.provider)))
+                    .or_default() += 1;
+                if let Some((model, _)) = &n.gpu {
+                    let price = PriceKey {
+                        provider: Arc::clone(&n.provider),
+                        gpu_model: Arc::clone(model),
+                    };
+                    let hourly = rates.lookup(&price.provider, &price.gpu_model).hourly;
+                    gpu_rates.insert(price, hourly);
+                }
+            }
+            straggler_counts.push((Arc::clone(cluster), c.stragglers.len() as u64));
+        }
+        straggler_counts.sort();
+        CostSnapshot {
+            computed_at: now,
+            barrier,
+            stragglers,
+            totals,
+            gpu_rates: gpu_rates
+                .into_iter()
+                .map(|(p, r)| (p, Arc::clone(currency), r))
+                .collect(),
+            provider_nodes: provider_nodes
+                .into_iter()
+                .map(|((c, p), n)| (c, p, n))
+                .collect(),
+            straggler_counts,
+        }
+    }
+}
+
+fn count_drop(dropped: &mut BTreeMap<DropReason, u64>, reason: DropReason, n: u64) {
+    if n > 0 {
+        *dropped.entry(reason).or_default() += n;
+    }
+}
+
+/// The cluster's state, created when the cluster cap allows (a refusal is counted).
+fn ensure_cluster<'a>(
+    clusters: &'a mut HashMap<Arc<str>, ClusterCost>,
+    cluster: &Arc<str>,
+    max_clusters: usize,
+    dropped: &mut BTreeMap<DropReason, u64>,
+) -> Option<&'a mut ClusterCost> {
+    if !clusters.contains_key(cluster) {
+        if clusters.len() >= max_clusters {
+            count_drop(dropped, DropReason::ClusterCap, 1);
+            return None;
+        }
+        clusters.insert(Arc::clone(cluster), ClusterCost::default());
+    }
+    clusters.get_mut(cluster)
+}
+
+/// Add one collective instance's idle GPU-seconds to `slice`.
+fn cost_instance(
+    inst: &Instance,
+    nodes: &HashMap<Arc<str>, NodeCost>,
+    mix: &[(PriceKey, f64)],
+    mix_total: f64,
+    slice: &mut HashMap<PriceKey, f64>,
+) {
+    // Slowest rank: largest lag, lowest rank on ties (deterministic).
+    let mut slowest: Option<(u32, f64)> = None;
+    for (rank, (lag, _)) in &inst.ranks {
+        if !lag.is_finite() {
+            continue;
+        }
+        let better = match slowest {
+            None => true,
+            Some((r, l)) => *lag > l || (*lag == l && *rank < r),
+        };
+        if better {
+            slowest = Some((*rank, *lag));
+        }
+    }
+    let Some((slow_rank, max_lag_ms)) = slowest else {
+        return;
+    };
+    let lag_s = max_lag_ms.max(0.0) / 1000.0;
+    let n = (inst.nranks as usize).max(inst.ranks.len());
+    if lag_s <= 0.0 || n < 2 {
+        return;
+    }
+    let waiting = n - 1;
+    let mut attributed = 0usize;
+    for (rank, (_, node)) in &inst.ranks {
+        if *rank == slow_rank {
+            continue;
+        }
+        let known = node
+            .as_ref()
+            .and_then(|id| nodes.get(id))
+            .and_then(|n| n.gpu.as_ref().map(|(m, _)| (&n.provider, m)));
+        if let Some((provider, model)) = known {
+            *slice
+                .entry(PriceKey {
+                    provider: Arc::clone(provider),
+                    gpu_model: Arc::clone(model),
+                })
+                .or_default() += lag_s;
+            attributed += 1;
+        }
+    }
+    let rest = waiting.saturating_sub(attributed) as f64;
+    if rest <= 0.0 {
+        return;
+    }
+    if mix_total > 0.0 {
+        for (price, weight) in mix {
+            *slice.entry(price.clone()).or_default() += lag_s * rest * weight / mix_total;
+        }
+    } else {
+        *slice
+            .entry(PriceKey {
+                provider: Arc::clone(&inst.provider),
+                gpu_model: Arc::from(UNKNOWN_MODEL),
+            })
+            .or_default() += lag_s * rest;
+    }
+}
+
+#[cfg(test)]
+mod tests;
