@@ -5,7 +5,11 @@
 //! Definitions (also in the README, with a worked example):
 //!
 //! - A *collective instance* is the set of `nccl.collective.peer_lag_ms` points with the
-//!   same (cluster, `nccl.comm_id_hash`, `nccl.op_type`, `timeUnixNano`). Within it the
+//!   same (cluster, `nccl.comm_id_hash`, `nccl.op_type`, `timeUnixNano`, `nccl.op_seq`
+//!   when present). The `nccl_peer_lag` processor stamps every instance it could not put
+//!   on the wall clock with its tick time, so several instances of one communicator can
+//!   share all of these within one batch: the k-th point of a rank under one such key
+//!   belongs to the k-th instance (the producer emits instances in order). Within it the
 //!   slowest rank's lag `L = max(lag, 0)` keeps the other `n - 1` ranks waiting, where
 //!   `n = max(nccl.nranks, distinct ranks seen)`; one rank is one GPU. The instance adds
 //!   `L * (n - 1)` idle GPU-seconds.
@@ -99,6 +103,11 @@ pub struct LagPoint {
     pub comm: Arc<str>,
     pub op: Arc<str>,
     pub time_unix_nano: u64,
+    /// `nccl.op_seq`, when the producer knows it.
+    pub op_seq: Option<i64>,
+    /// Among the points of one batch with the same (cluster, comm, op, time, op_seq,
+    /// rank), this is the `occurrence`-th (0-based); see the module notes on grouping.
+    pub occurrence: u32,
     pub rank: u32,
     pub nranks: u32,
     pub lag_ms: f64,
@@ -176,6 +185,8 @@ struct InstanceKey {
     comm: Arc<str>,
     op: Arc<str>,
     time_unix_nano: u64,
+    op_seq: Option<i64>,
+    occurrence: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -476,6 +487,8 @@ impl CostLedger {
             comm: p.comm,
             op: p.op,
             time_unix_nano: p.time_unix_nano,
+            op_seq: p.op_seq,
+            occurrence: p.occurrence,
         };
         if !c.pending.contains_key(&key) {
             if pending_full {

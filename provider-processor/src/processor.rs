@@ -116,8 +116,12 @@ struct Extracted {
     nodes: Vec<(NodeObservation, Option<Arc<str>>)>,
     stragglers: HashMap<Arc<str>, Vec<StragglerPoint>>,
     lags: Vec<LagPoint>,
+    /// Points seen per (cluster, comm, op, time, op_seq, rank) in this batch.
+    lag_occurrences: HashMap<LagSlot, u32>,
     dropped: BTreeMap<&'static str, u64>,
 }
+
+type LagSlot = (Arc<str>, Arc<str>, Arc<str>, u64, Option<i64>, u32);
 
 impl Extracted {
     fn drop(&mut self, why: &'static str, n: u64) {
@@ -603,7 +607,20 @@ impl ProviderLookupProcessor {
                         };
                         for dp in points {
                             match lag_point(c, node.as_ref(), &res.provider, dp) {
-                                Ok(p) => out.lags.push(p),
+                                Ok(mut p) => {
+                                    let slot = (
+                                        Arc::clone(&p.cluster),
+                                        Arc::clone(&p.comm),
+                                        Arc::clone(&p.op),
+                                        p.time_unix_nano,
+                                        p.op_seq,
+                                        p.rank,
+                                    );
+                                    let seen = out.lag_occurrences.entry(slot).or_default();
+                                    p.occurrence = *seen;
+                                    *seen = seen.saturating_add(1);
+                                    out.lags.push(p);
+                                }
                                 Err(why) => out.drop(why, 1),
                             }
                         }
@@ -696,6 +713,8 @@ fn lag_point(
         comm: Arc::from(comm),
         op: Arc::from(op),
         time_unix_nano: dp.time_unix_nano,
+        op_seq: otlp::get_i64(a, attr::NCCL_OP_SEQ),
+        occurrence: 0,
         rank,
         nranks,
         lag_ms,

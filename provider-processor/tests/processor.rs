@@ -374,3 +374,66 @@ fn telemetry_emits_every_documented_family() {
         assert_eq!(is_counter, fam.name.ends_with("_total"), "{}", fam.name);
     }
 }
+
+/// The `nccl_peer_lag` processor stamps instances it could not place on the wall clock
+/// with its tick time, so two all-reduces of one communicator can arrive in one batch
+/// with identical (comm, op, time). They are two instances: rank 2 +10 ms in the first,
+/// rank 3 +30 ms in the second, 4 ranks: 0.010 * 3 + 0.030 * 3 = 0.12 idle GPU-seconds.
+/// (Merged into one they would give 0.030 * 3 = 0.09.)
+#[test]
+fn instances_sharing_a_time_stamp_in_one_batch_stay_apart() {
+    let p = create(&ConfigValue::Null).unwrap();
+    let tick_stamp = 1_700_000_000_000_000_000;
+    let mut batch = peer_lag(
+        "c",
+        "00000000000000ab",
+        tick_stamp,
+        4,
+        &[
+            (0, None, -1.0),
+            (1, None, 0.0),
+            (2, None, 10.0),
+            (3, None, -2.0),
+        ],
+    );
+    batch.extend(peer_lag(
+        "c",
+        "00000000000000ab",
+        tick_stamp,
+        4,
+        &[
+            (0, None, 0.0),
+            (1, None, -1.0),
+            (2, None, 1.0),
+            (3, None, 30.0),
+        ],
+    ));
+    p.process(&mut batch, &ctx(t(1)));
+    p.tick(t(5));
+    p.tick(t(10));
+    let f = telemetry(&p);
+    let gpu_s = sample(
+        &f,
+        m::COST_BARRIER_IDLE_GPU_SECONDS_TOTAL,
+        &[
+            ("cluster_id", "c"),
+            ("provider", "unknown"),
+            ("gpu_model", "unknown"),
+        ],
+    )
+    .unwrap();
+    assert!(close(gpu_s, 0.12), "{gpu_s}");
+    // The same batch delivered again replaces, it does not add.
+    p.process(&mut batch.clone(), &ctx(t(11)));
+    p.process(&mut batch, &ctx(t(12)));
+    p.tick(t(15));
+    p.tick(t(20));
+    let f = telemetry(&p);
+    let gpu_s = sample(
+        &f,
+        m::COST_BARRIER_IDLE_GPU_SECONDS_TOTAL,
+        &[("cluster_id", "c"), ("gpu_model", "unknown")],
+    )
+    .unwrap();
+    assert!(close(gpu_s, 0.24), "{gpu_s}");
+}

@@ -75,6 +75,8 @@ fn lag(
         comm: a("00000000deadbeef"),
         op: a("ncclAllReduce"),
         time_unix_nano: time,
+        op_seq: None,
+        occurrence: 0,
         rank,
         nranks,
         lag_ms,
