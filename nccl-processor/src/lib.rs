@@ -30,7 +30,9 @@ pub mod lag;
 pub mod metrics;
 pub mod output;
 pub mod processor;
+pub mod report;
 pub mod settings;
+pub mod stats;
 pub mod tracker;
 
 /// The component type name in configs (`processors: { nccl_peer_lag: ... }`).

@@ -16,12 +16,17 @@ use serde_json::json;
 use crate::config::NcclConfig;
 use crate::ingest::{NcclPoint, collect_points, format_comm_hash, is_nccl_metric};
 use crate::metrics::{
-    BUFFERED_POINTS, ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID, OPEN_BUCKETS,
-    TRACKED_COMMS,
+    BUFFERED_POINTS, ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID,
+    LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK, OPEN_BUCKETS, RANK_BEHIND_RATIO, RANK_LAG_MS,
+    RANK_LAG_PERIOD_STEPS, TRACKED_COMMS,
 };
 use crate::output;
+use crate::report::{comm_reports, named_ranks};
 use crate::settings::Settings;
-use crate::tracker::ClusterTracker;
+use crate::tracker::{ClusterTracker, Transition};
+
+/// Naming transitions logged per tick and cluster; the rest are summarised in one line.
+const LOG_TRANSITIONS_PER_TICK: usize = 16;
 
 type Tracker = Arc<Mutex<ClusterTracker>>;
 
@@ -87,6 +92,42 @@ impl NcclPeerLagProcessor {
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+
+    fn log_transitions(&self, cluster: &str, transitions: &[Transition], dropped: u64) {
+        for t in transitions.iter().take(LOG_TRANSITIONS_PER_TICK) {
+            let comm = format_comm_hash(t.comm);
+            let op = self.settings.ops.name(t.op);
+            if t.named {
+                tracing::info!(
+                    cluster_id = cluster,
+                    comm_id_hash = %comm,
+                    op_type = op,
+                    rank = t.rank,
+                    lag_ms = t.median_lag_ms.unwrap_or(0.0),
+                    behind = t.behind,
+                    window = t.window,
+                    period_steps = t.period,
+                    "NCCL rank is behind its peers"
+                );
+            } else {
+                tracing::info!(
+                    cluster_id = cluster,
+                    comm_id_hash = %comm,
+                    op_type = op,
+                    rank = t.rank,
+                    "NCCL rank no longer behind its peers"
+                );
+            }
+        }
+        let more = transitions.len().saturating_sub(LOG_TRANSITIONS_PER_TICK) as u64 + dropped;
+        if more > 0 {
+            tracing::info!(
+                cluster_id = cluster,
+                more,
+                "further NCCL rank transitions not logged"
+            );
+        }
     }
 
     fn ingest_resource(
@@ -174,11 +215,13 @@ impl Processor for NcclPeerLagProcessor {
         let mut out = Vec::new();
         let mut counts = Counts::default();
         for (cluster, tracker) in self.trackers() {
-            let records = {
+            let (records, transitions, dropped) = {
                 let mut t = tracker.lock();
                 t.tick(now, &self.settings, &mut counts);
-                t.drain()
+                let (tr, n) = t.take_transitions();
+                (t.drain(), tr, n)
             };
+            self.log_transitions(&cluster, &transitions, dropped);
             output::build(&cluster, records, &self.settings.ops, now, &mut out);
         }
         self.clusters.write().retain(|_, t| !t.lock().is_idle());
@@ -208,41 +251,75 @@ impl Processor for NcclPeerLagProcessor {
             BUFFERED_POINTS,
             "NCCL points held in open instances per cluster.",
         );
+        let mut lag = MetricFamily::gauge(
+            RANK_LAG_MS,
+            "Median lag (ms) over the behind steps of ranks named chronic or periodic.",
+        );
+        let mut ratio = MetricFamily::gauge(
+            RANK_BEHIND_RATIO,
+            "Fraction of the recent steps a named rank was behind on.",
+        );
+        let mut period = MetricFamily::gauge(
+            RANK_LAG_PERIOD_STEPS,
+            "Steps between recurring lag episodes of a named rank, when periodic.",
+        );
         for (cluster, tracker) in self.trackers() {
-            let t = tracker.lock();
+            let (n_comms, n_open, n_buffered, named) = {
+                let t = tracker.lock();
+                (
+                    t.tracked_comms(),
+                    t.open_instances(),
+                    t.buffered_points(),
+                    named_ranks(&t, &self.settings),
+                )
+            };
             let l = [(LABEL_CLUSTER_ID, cluster.as_ref())];
-            comms.push(&l, t.tracked_comms() as f64);
-            open.push(&l, t.open_instances() as f64);
-            buffered.push(&l, t.buffered_points() as f64);
+            comms.push(&l, n_comms as f64);
+            open.push(&l, n_open as f64);
+            buffered.push(&l, n_buffered as f64);
+            for r in named {
+                let comm = format_comm_hash(r.comm);
+                let rank = r.rank.to_string();
+                let labels = [
+                    (LABEL_CLUSTER_ID, cluster.as_ref()),
+                    (LABEL_COMM_ID_HASH, comm.as_str()),
+                    (LABEL_OP_TYPE, self.settings.ops.name(r.op)),
+                    (LABEL_RANK, rank.as_str()),
+                ];
+                lag.push(&labels, r.median_lag_ms.unwrap_or(0.0));
+                ratio.push(&labels, r.behind_ratio);
+                if let Some(p) = r.period_steps {
+                    period.push(&labels, f64::from(p));
+                }
+            }
         }
         out.push(comms);
         out.push(open);
         out.push(buffered);
+        out.push(lag);
+        out.push(ratio);
+        out.push(period);
     }
 
     fn diagnostics(&self) -> Option<serde_json::Value> {
         let mut clusters = Vec::new();
         for (cluster, tracker) in self.trackers() {
             let t = tracker.lock();
-            let mut comms: Vec<_> = t
-                .comms()
-                .map(|(id, c)| {
-                    json!({
-                        "comm_id_hash": format_comm_hash(*id),
-                        "nranks": c.nranks,
-                        "open_instances": c.open_instances(),
-                        "last_seen_unix_nano": c.last_seen.as_nanos(),
-                    })
-                })
-                .collect();
-            comms.sort_by(|a, b| a["comm_id_hash"].as_str().cmp(&b["comm_id_hash"].as_str()));
+            let (comms, left_out) = comm_reports(&t, &self.settings);
+            let settled = t
+                .node_clocks()
+                .filter(|(_, c)| c.batches() >= self.settings.mono_min_batches)
+                .count();
+            let clocks = t.node_clocks().count();
             clusters.push(json!({
                 "cluster_id": cluster.as_ref(),
                 "tracked_comms": t.tracked_comms(),
                 "open_buckets": t.open_instances(),
                 "buffered_points": t.buffered_points(),
                 "pending_output": t.pending_output(),
+                "monotonic_clocks": {"settled": settled, "warming_up": clocks - settled},
                 "communicators": comms,
+                "communicators_left_out": left_out,
             }));
         }
         let c = self.counters.snapshot();

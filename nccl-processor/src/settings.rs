@@ -77,6 +77,16 @@ impl Settings {
         }
     }
 
+    pub fn rank_params(&self) -> crate::stats::RankParams {
+        crate::stats::RankParams {
+            window_steps: self.window_steps,
+            min_steps: self.min_steps,
+            behind_fraction: self.behind_fraction,
+            min_repeats: self.min_repeats,
+            match_fraction: self.match_fraction,
+        }
+    }
+
     /// Ranks an incomplete instance of a `nranks` communicator needs to be emitted.
     pub fn quorum(&self, nranks: u32) -> usize {
         let q = (self.quorum_fraction * f64::from(nranks)).ceil() as usize;

@@ -17,6 +17,7 @@ use crate::ingest::NcclPoint;
 use crate::lag::{LagScratch, StepLags, compute_lags};
 use crate::metrics::{CollectiveOutcome, Counts, DropReason, Outcome};
 use crate::settings::Settings;
+use crate::stats::{RankWindow, RecentKeys, Step};
 
 /// One `nccl.collective.peer_lag_ms` value waiting to be emitted.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,12 +120,36 @@ pub struct StreamState {
     pub steps: u64,
     /// Points refused because their instance already had that rank.
     pub duplicates: u64,
+    /// Rolling statistics per rank (index = rank), created on a rank's first step.
+    pub ranks: Vec<Option<Box<RankWindow>>>,
+    /// Keys of the newest emitted instances (for the stream's step spacing).
+    pub recent: RecentKeys,
+    /// Ranks currently named (chronic or periodic).
+    pub named: Vec<u32>,
 }
+
+/// A rank became named, or stopped being named (logged by the processor at tick).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub comm: u64,
+    pub op: u8,
+    pub rank: u32,
+    pub named: bool,
+    pub median_lag_ms: Option<f64>,
+    pub behind: usize,
+    pub window: usize,
+    pub period: Option<u32>,
+}
+
+/// Transitions kept between ticks; more are counted, not stored.
+pub const MAX_TRANSITIONS: usize = 256;
 
 /// Scratch space and output queue used when an instance is finalised.
 #[derive(Debug, Default)]
 struct Emitter {
     output: Vec<LagRecord>,
+    transitions: Vec<Transition>,
+    transitions_dropped: u64,
     scratch: LagScratch,
     step: StepLags,
     times: Vec<i64>,
@@ -400,6 +425,12 @@ impl ClusterTracker {
             .retain(|_, n| now.as_nanos().saturating_sub(n.last_seen.as_nanos()) < s.comm_idle_ns);
     }
 
+    /// Take the naming transitions since the last call, and how many did not fit.
+    pub fn take_transitions(&mut self) -> (Vec<Transition>, u64) {
+        let n = std::mem::take(&mut self.emitter.transitions_dropped);
+        (std::mem::take(&mut self.emitter.transitions), n)
+    }
+
     /// Take the queued lag records.
     pub fn drain(&mut self) -> Vec<LagRecord> {
         std::mem::take(&mut self.emitter.output)
@@ -479,8 +510,59 @@ impl Emitter {
         } else {
             None
         };
+        let key = seq.unwrap_or(self.step.median_ns);
+        let params = s.rank_params();
         if let Some(st) = comm.stream_mut(inst.op) {
             st.steps += 1;
+            st.recent.push(key);
+            let StreamState {
+                ranks,
+                recent,
+                named,
+                ..
+            } = st;
+            let mut stride: Option<f64> = None;
+            for (e, &lag_ms) in inst.entries.iter().zip(&self.step.lags_ms) {
+                let r = e.rank as usize;
+                if ranks.len() <= r {
+                    ranks.resize_with(r + 1, || None);
+                }
+                let Some(slot) = ranks.get_mut(r) else {
+                    continue;
+                };
+                let w = slot.get_or_insert_with(Box::default);
+                let was_named = w.is_named(&params);
+                let step = Step {
+                    key,
+                    lag_ms: lag_ms as f32,
+                    behind: self.step.is_behind(lag_ms),
+                };
+                w.record(step, &params, &mut || {
+                    *stride.get_or_insert_with(|| recent.stride())
+                });
+                let is_named = w.is_named(&params);
+                if was_named != is_named {
+                    if is_named {
+                        named.push(e.rank);
+                    } else {
+                        named.retain(|x| *x != e.rank);
+                    }
+                    if self.transitions.len() < MAX_TRANSITIONS {
+                        self.transitions.push(Transition {
+                            comm: comm_id,
+                            op: inst.op,
+                            rank: e.rank,
+                            named: is_named,
+                            median_lag_ms: w.median_behind_lag_ms(),
+                            behind: w.behind_count(),
+                            window: w.len(),
+                            period: w.period(),
+                        });
+                    } else {
+                        self.transitions_dropped += 1;
+                    }
+                }
+            }
         }
         for (e, &lag_ms) in inst.entries.iter().zip(&self.step.lags_ms) {
             if self.output.len() >= s.max_pending_output {
@@ -746,6 +828,45 @@ mod tests {
         assert_eq!(c.dropped(DropReason::Duplicate), 1);
         let st = t.comms().next().unwrap().1.streams[0].as_ref().unwrap();
         assert_eq!(st.duplicates, 1);
+    }
+
+    #[test]
+    fn naming_transitions_are_reported_once_each_way() {
+        let s = settings();
+        let mut t = ClusterTracker::new(&s);
+        let mut c = Counts::default();
+        let mut step = |seq: i64, late: bool, t: &mut ClusterTracker| {
+            let base = T0 + seq as u64 * 1_000 * MS;
+            let pts: Vec<_> = (0..4)
+                .map(|r| {
+                    pt(
+                        r,
+                        4,
+                        seq,
+                        base + u64::from(r) * 100_000 + if late && r == 1 { 80 * MS } else { 0 },
+                    )
+                })
+                .collect();
+            t.ingest(None, &pts, Timestamp(base), &s, &mut c);
+        };
+        for seq in 0..12 {
+            step(seq, true, &mut t);
+        }
+        let (tr, dropped) = t.take_transitions();
+        assert_eq!(dropped, 0);
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert!(tr[0].named && tr[0].rank == 1 && tr[0].window == 10);
+        assert!((tr[0].median_lag_ms.unwrap() - 80.0).abs() < 0.5);
+        // On time from now on: once the behind share drops under half it is un-named.
+        for seq in 12..60 {
+            step(seq, false, &mut t);
+        }
+        let (tr, _) = t.take_transitions();
+        assert_eq!(tr.len(), 1, "{tr:?}");
+        assert!(!tr[0].named && tr[0].rank == 1);
+        let st = t.comms().next().unwrap().1.streams[0].as_ref().unwrap();
+        assert!(st.named.is_empty());
+        assert_eq!(st.steps, 60);
     }
 
     #[test]

@@ -261,3 +261,130 @@ fn shutdown_discards_and_counts_open_state() {
     assert_eq!(p.counts().dropped(DropReason::Shutdown), 1);
     assert!(p.tick(Timestamp(T0 + 60_000 * MS)).is_empty());
 }
+
+/// 8 ranks, 60 AllReduce steps with op_seq: rank 5 is 290 ms behind except on every 10th
+/// step (and a few more), rank 2 is 120 ms behind every 14th step, everyone else jitters.
+#[test]
+fn chronic_and_periodic_ranks_reach_telemetry_and_diagnostics() {
+    let p = create(&ConfigValue::Null).unwrap();
+    let comm = "00000000deadbeef";
+    for step in 0..60i64 {
+        let t_step = T0 + step as u64 * 2_000 * MS;
+        let mut batch = Vec::new();
+        for r in 0..8i64 {
+            let jitter = ((step * 7 + r * 13) % 5) as u64 * MS / 2;
+            let mut lag = 0;
+            if r == 5 && !(step % 10 == 0 || matches!(step, 13 | 27 | 44 | 58)) {
+                lag = 290 * MS;
+            }
+            if r == 2 && step % 14 == 3 {
+                lag = 120 * MS;
+            }
+            batch.push(rm(
+                Some("prod"),
+                &format!("gpu-{r}"),
+                vec![dp(
+                    "ncclAllReduce",
+                    comm,
+                    r,
+                    8,
+                    Some(step),
+                    t_step + jitter + lag,
+                )],
+            ));
+        }
+        p.process(&mut batch, &ctx(None, t_step + 500 * MS));
+        p.tick(Timestamp(t_step + 600 * MS));
+    }
+    let mut fams = Vec::new();
+    p.telemetry(&mut fams);
+    let lag = family(&fams, "ingero_nccl_rank_lag_ms");
+    assert_eq!(lag.samples.len(), 2, "{:?}", lag.samples);
+    let l5 = sample(
+        lag,
+        &[
+            ("cluster_id", "prod"),
+            ("comm_id_hash", comm),
+            ("op_type", "ncclAllReduce"),
+            ("rank", "5"),
+        ],
+    );
+    assert!((l5 - 290.0).abs() < 2.0, "{l5}");
+    let l2 = sample(lag, &[("rank", "2")]);
+    assert!((l2 - 120.0).abs() < 2.0, "{l2}");
+    let ratio = family(&fams, "ingero_nccl_rank_behind_ratio");
+    assert!((sample(ratio, &[("rank", "5")]) - 41.0 / 50.0).abs() < 1e-9);
+    let period = family(&fams, "ingero_nccl_rank_lag_period_steps");
+    assert_eq!(period.samples.len(), 1);
+    assert_eq!(sample(period, &[("rank", "2")]), 14.0);
+
+    let diag = p.diagnostics().unwrap();
+    let c = &diag["clusters"][0]["communicators"][0];
+    assert_eq!(c["comm_id_hash"], comm);
+    let op = &c["ops"][0];
+    assert_eq!(op["op_type"], "ncclAllReduce");
+    assert_eq!(op["steps"], 60);
+    let worst = op["worst_ranks"].as_array().unwrap();
+    assert_eq!(worst[0]["rank"], 5);
+    assert_eq!(worst[0]["behind_steps"], 41);
+    assert_eq!(worst[0]["window_steps"], 50);
+    assert_eq!(worst[0]["node_id"], "gpu-5");
+    assert_eq!(worst[1]["rank"], 2);
+    assert_eq!(worst[1]["period_steps"], 14);
+    let summaries: Vec<&str> = op["summaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        summaries[0],
+        "rank 5 is 290 ms behind on ncclAllReduce of comm 00000000deadbeef, 41 of the last 50 steps"
+    );
+    assert!(summaries[1].ends_with("every 14 steps"), "{summaries:?}");
+}
+
+#[test]
+fn named_rank_gauges_are_capped() {
+    let v = parse_yaml(b"limits: {max_named_ranks_per_cluster: 1}\n").unwrap();
+    let p = create(&v).unwrap();
+    for step in 0..20i64 {
+        let t = T0 + step as u64 * 2_000 * MS;
+        let mut batch = Vec::new();
+        for r in 0..6i64 {
+            // ranks 4 and 5 always behind (two of six: the median stays with the on-time ranks)
+            let lag = match r {
+                4 => 100 * MS,
+                5 => 200 * MS,
+                _ => 0,
+            };
+            batch.push(rm(
+                Some("c"),
+                "n",
+                vec![dp(
+                    "ncclAllGather",
+                    "00000000000000aa",
+                    r,
+                    6,
+                    Some(step),
+                    t + r as u64 * 100_000 + lag,
+                )],
+            ));
+        }
+        p.process(&mut batch, &ctx(None, t));
+    }
+    let mut fams = Vec::new();
+    p.telemetry(&mut fams);
+    let lag = family(&fams, "ingero_nccl_rank_lag_ms");
+    assert_eq!(lag.samples.len(), 1);
+    assert_eq!(sample(lag, &[("rank", "5")]).round(), 200.0);
+    let diag = p.diagnostics().unwrap();
+    let worst = diag["clusters"][0]["communicators"][0]["ops"][0]["worst_ranks"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        worst, 2,
+        "diagnostics list every named rank up to diagnostics_top_ranks"
+    );
+}
