@@ -15,8 +15,6 @@
 //! Label names: every character outside `[a-zA-Z0-9_]` becomes `_`; a leading digit gets
 //! `key_`, a single leading `_` gets `key`.
 
-use std::fmt;
-
 /// What the name is for; decides the type suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NameKind {
@@ -30,27 +28,13 @@ pub enum NameKind {
 }
 
 /// A name that cannot be made valid.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
+    #[error("normalization of {0:?} resulted in an empty name")]
     Empty(String),
+    #[error("normalization of {0:?} resulted in a name of only underscores")]
     OnlyUnderscores(String),
 }
-
-impl fmt::Display for NameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NameError::Empty(n) => write!(f, "normalization of {n:?} resulted in an empty name"),
-            NameError::OnlyUnderscores(n) => {
-                write!(
-                    f,
-                    "normalization of {n:?} resulted in a name of only underscores"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for NameError {}
 
 /// `[a-zA-Z_:][a-zA-Z0-9_:]*`
 pub fn is_valid_metric_name(s: &str) -> bool {

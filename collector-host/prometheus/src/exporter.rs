@@ -1,0 +1,528 @@
+//! [`PrometheusExporter`]: the glue between OTLP batches, the intern tables, the sharded
+//! series store and the text renderer.
+//!
+//! Locks, always taken in this order: `gc` (expire/compaction/shutdown only), `gate`
+//! (renders share it; compaction takes it exclusively, so ids never change under a
+//! render), `interner` (read for lookups, write only when something is new), then one
+//! shard mutex at a time (all of them only during compaction).
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use component::config::ConfigErrors;
+use component::{ComponentConfig, MetricFamily, ResourceMetrics, Timestamp};
+use hashbrown::HashMap;
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+
+use crate::config::PrometheusExporterConfig;
+use crate::intern::{FamilyId, FamilyKind, Interner, NONE, remap};
+use crate::metrics::{self, Counters};
+use crate::render::{self, ExtraReject};
+use crate::store::{DropCounts, DropReason, Limits, ResourcePlan, Shard};
+use crate::text::{escape_label_value, write_header};
+use crate::translate::{Lookup, Scratch, Settings, translate};
+
+/// Number of series shards (resources are spread by label-set id).
+pub const SHARDS: usize = 16;
+
+/// Removed series needed before `expire` considers a compaction ...
+const GC_MIN_REMOVED: u64 = 1024;
+
+/// What one `consume` call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumeStats {
+    /// Data points received.
+    pub points: u64,
+    /// Data points stored (new or updated series).
+    pub stored: u64,
+    /// Data points dropped (counted by reason in the telemetry).
+    pub dropped: u64,
+}
+
+#[derive(Debug, Default)]
+struct GcState {
+    removed_since: u64,
+    interned_after: usize,
+}
+
+/// The Prometheus exporter. Thread-safe; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct PrometheusExporter {
+    cfg: PrometheusExporterConfig,
+    settings: Settings,
+    exp_s: u32,
+    gc: Mutex<GcState>,
+    gate: RwLock<()>,
+    interner: RwLock<Interner>,
+    shards: Box<[Mutex<Shard>]>,
+    series: AtomicUsize,
+    resources: AtomicUsize,
+    counters: Counters,
+}
+
+fn secs(t: Timestamp) -> u32 {
+    u32::try_from(t.as_nanos() / 1_000_000_000).unwrap_or(u32::MAX)
+}
+
+fn shard_of(set: u32) -> usize {
+    set as usize % SHARDS
+}
+
+impl PrometheusExporter {
+    /// Build an exporter; the config is validated first (every problem is reported).
+    pub fn new(cfg: PrometheusExporterConfig) -> Result<Self, ConfigErrors> {
+        cfg.validate()?;
+        let const_labels = cfg
+            .const_labels
+            .iter()
+            .map(|(k, v)| {
+                let mut esc = String::new();
+                escape_label_value(v, &mut esc);
+                (k.clone(), esc)
+            })
+            .collect();
+        let settings = Settings {
+            namespace: cfg.namespace.clone(),
+            with_suffixes: cfg.with_suffixes(),
+            resource_to_telemetry: cfg.resource_to_telemetry_conversion.enabled,
+            const_labels,
+        };
+        Ok(PrometheusExporter {
+            exp_s: cfg.expiration_secs(),
+            cfg,
+            settings,
+            gc: Mutex::new(GcState::default()),
+            gate: RwLock::new(()),
+            interner: RwLock::new(Interner::default()),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            series: AtomicUsize::new(0),
+            resources: AtomicUsize::new(0),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &PrometheusExporterConfig {
+        &self.cfg
+    }
+
+    /// Nothing to start (the host owns the listener); present for the component lifecycle.
+    pub fn start(&self) {}
+
+    /// Drop every series and interned entry. Safe to call more than once; `consume` after
+    /// it simply starts filling the exporter again. Counters are kept.
+    pub fn shutdown(&self) {
+        let _gc = self.gc.lock();
+        let _gate = self.gate.write();
+        let mut interner = self.interner.write();
+        *interner = Interner::default();
+        for shard in self.shards.iter() {
+            *shard.lock() = Shard::default();
+        }
+        self.series.store(0, Relaxed);
+        self.resources.store(0, Relaxed);
+    }
+
+    /// Series held now (including expired ones `expire` has not removed yet).
+    pub fn series_count(&self) -> usize {
+        self.series.load(Relaxed)
+    }
+
+    /// Resource label sets held now.
+    pub fn resource_count(&self) -> usize {
+        self.resources.load(Relaxed)
+    }
+
+    /// Points dropped so far for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.counters.dropped(reason)
+    }
+
+    /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
+    pub fn consume(&self, data: &[ResourceMetrics], now: Timestamp) -> ConsumeStats {
+        let now_s = secs(now);
+        let mut stats = ConsumeStats::default();
+        let mut sc = Scratch::default();
+        let mut plan = ResourcePlan::default();
+        let mut total = DropCounts::default();
+        for rm in data {
+            let points = component::otlp::count_points(std::slice::from_ref(rm));
+            stats.points += points;
+            let mut drops = DropCounts::default();
+            let capped = self.series.load(Relaxed) >= self.cfg.max_series;
+            let interner = self.interner.read();
+            let mut lk = Lookup::Read {
+                interner: &interner,
+                capped,
+            };
+            if translate(
+                &mut lk,
+                &self.settings,
+                rm,
+                now_s,
+                &mut sc,
+                &mut plan,
+                &mut drops,
+            )
+            .is_ok()
+            {
+                stats.stored += self.apply(&mut plan, now_s, &mut drops);
+                drop(interner);
+            } else {
+                drop(interner);
+                drops = DropCounts::default();
+                let mut w = self.interner.write();
+                let ok = translate(
+                    &mut Lookup::Write(&mut w),
+                    &self.settings,
+                    rm,
+                    now_s,
+                    &mut sc,
+                    &mut plan,
+                    &mut drops,
+                )
+                .is_ok();
+                let _r = RwLockWriteGuard::downgrade(w);
+                if ok {
+                    stats.stored += self.apply(&mut plan, now_s, &mut drops);
+                } else {
+                    // The write view never asks for itself; count rather than assume.
+                    drops = DropCounts::default();
+                    drops.add(DropReason::InternerFull, points);
+                }
+            }
+            for (t, d) in total.0.iter_mut().zip(drops.0.iter()) {
+                *t += d;
+            }
+        }
+        stats.dropped = total.total();
+        self.counters
+            .points_received
+            .fetch_add(stats.points, Relaxed);
+        self.counters.commit_drops(&total);
+        stats
+    }
+
+    /// Store a translated plan (caller holds an interner guard, so ids are current).
+    fn apply(&self, plan: &mut ResourcePlan, now_s: u32, drops: &mut DropCounts) -> u64 {
+        if plan.resource == NONE || plan.updates.is_empty() {
+            return 0;
+        }
+        let limits = Limits {
+            max_series: self.cfg.max_series,
+            series: &self.series,
+            resources: &self.resources,
+        };
+        let Some(shard) = self.shards.get(shard_of(plan.resource)) else {
+            return 0;
+        };
+        shard.lock().apply(plan, now_s, self.exp_s, &limits, drops)
+    }
+
+    /// Remove series not updated within `metric_expiration` of `now`, then, when enough
+    /// was removed or the intern tables grew enough, free interned entries no live series
+    /// uses. Call it on a timer. Returns the number of series removed.
+    pub fn expire(&self, now: Timestamp) -> usize {
+        let now_s = secs(now);
+        let mut gc = self.gc.lock();
+        let mut removed = 0;
+        let mut removed_res = 0;
+        for shard in self.shards.iter() {
+            let (s, r) = shard.lock().expire(now_s, self.exp_s);
+            removed += s;
+            removed_res += r;
+        }
+        self.series.fetch_sub(removed, Relaxed);
+        self.resources.fetch_sub(removed_res, Relaxed);
+        self.counters
+            .series_expired
+            .fetch_add(removed as u64, Relaxed);
+        gc.removed_since += removed as u64;
+        let interned = {
+            let i = self.interner.read();
+            i.strings.len() + i.sets.len()
+        };
+        let live = self.series.load(Relaxed) as u64;
+        let many_removed =
+            gc.removed_since >= GC_MIN_REMOVED && gc.removed_since.saturating_mul(4) >= live;
+        let grew = interned > gc.interned_after.saturating_mul(2) + 4096;
+        if many_removed || grew {
+            self.compact_locked(&mut gc, false);
+        }
+        removed
+    }
+
+    /// Free interned entries no live series uses, whatever the garbage share. `expire`
+    /// does this by itself when worthwhile; this is for tests and operators.
+    /// Returns whether anything was freed.
+    pub fn compact(&self) -> bool {
+        let mut gc = self.gc.lock();
+        self.compact_locked(&mut gc, true)
+    }
+
+    fn compact_locked(&self, gc: &mut GcState, force: bool) -> bool {
+        let _gate = self.gate.write();
+        let mut interner = self.interner.write();
+        let mut shards: Vec<_> = self.shards.iter().map(|s| s.lock()).collect();
+
+        let mut live_sets = vec![false; interner.sets.len()];
+        let mut live_fams = vec![false; interner.families.len()];
+        let mark = |v: &mut Vec<bool>, id: u32| {
+            if let Some(x) = v.get_mut(id as usize) {
+                *x = true;
+            }
+        };
+        for shard in shards.iter() {
+            for (&r, e) in &shard.resources {
+                mark(&mut live_sets, r);
+                mark(&mut live_sets, e.target_info);
+                for s in &e.series {
+                    mark(&mut live_sets, s.labels);
+                    mark(&mut live_fams, s.family());
+                }
+            }
+        }
+        let dead_sets = live_sets.iter().filter(|l| !**l).count();
+        let dead_fams = live_fams.iter().filter(|l| !**l).count();
+        let live_strings = interner.live_strings(&live_sets);
+        let dead_strings = live_strings.iter().filter(|l| !**l).count();
+        let total = live_sets.len() + live_strings.len();
+        let garbage = dead_sets + dead_strings;
+        gc.removed_since = 0;
+        if garbage + dead_fams == 0 || (!force && garbage.saturating_mul(4) < total) {
+            gc.interned_after = total;
+            return false;
+        }
+
+        let (set_map, fam_map) = interner.compact(&live_sets, &live_fams);
+        let mut maps: Vec<HashMap<u32, _>> = (0..SHARDS).map(|_| HashMap::new()).collect();
+        for shard in shards.iter_mut() {
+            for (r, mut e) in shard.resources.drain() {
+                let nr = remap(&set_map, r);
+                if nr == NONE {
+                    continue;
+                }
+                e.target_info = remap(&set_map, e.target_info);
+                for s in e.series.iter_mut() {
+                    s.labels = remap(&set_map, s.labels);
+                    s.set_family(remap(&fam_map, s.family()));
+                }
+                e.recompute_mask();
+                if let Some(m) = maps.get_mut(shard_of(nr)) {
+                    m.insert(nr, e);
+                }
+            }
+        }
+        for (shard, map) in shards.iter_mut().zip(maps) {
+            let mut counts = vec![0u32; interner.families.len()];
+            for e in map.values() {
+                for s in &e.series {
+                    if let Some(c) = counts.get_mut(s.family() as usize) {
+                        *c += 1;
+                    }
+                }
+            }
+            shard.resources = map;
+            shard.family_counts = counts;
+        }
+        gc.interned_after = interner.strings.len() + interner.sets.len();
+        self.counters.compactions.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Append the scrape page: every live series at `now` plus `extra` (self-metrics of
+    /// Fleet components, already Prometheus-named). Families are sorted by name, each with
+    /// one HELP and TYPE line; an `extra` family with the name of a stored family of the
+    /// same type is merged into it.
+    pub fn render(&self, now: Timestamp, extra: &[MetricFamily], out: &mut String) {
+        let window = render::Window {
+            now_s: secs(now),
+            exp_s: self.exp_s,
+        };
+        let _gate = self.gate.read();
+
+        enum Source {
+            Stored(FamilyId, FamilyKind),
+            TargetInfo,
+            None,
+        }
+        struct Entry<'a> {
+            name: String,
+            help: String,
+            kind: &'static str,
+            source: Source,
+            extra: Option<&'a render::ExtraGroup<'a>>,
+        }
+
+        let mut entries: Vec<Entry<'_>> = {
+            let i = self.interner.read();
+            i.families
+                .iter()
+                .enumerate()
+                .map(|(id, f)| Entry {
+                    name: f.name.to_string(),
+                    help: f.help.to_string(),
+                    kind: f.kind.as_str(),
+                    source: Source::Stored(id as FamilyId, f.kind),
+                    extra: None,
+                })
+                .collect()
+        };
+        let target_info = if self.settings.namespace.is_empty() {
+            "target_info".to_string()
+        } else {
+            format!("{}_target_info", self.settings.namespace)
+        };
+        entries.push(Entry {
+            name: target_info,
+            help: "Target metadata".to_string(),
+            kind: "gauge",
+            source: Source::TargetInfo,
+            extra: None,
+        });
+
+        let groups = render::group_extras(extra, |r, n| self.counters.reject_extra(r, n));
+        let mut index: HashMap<String, usize> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        for g in &groups {
+            match index.get(g.name).and_then(|&i| entries.get_mut(i)) {
+                Some(e) => {
+                    let ok = match e.source {
+                        Source::Stored(_, k) => render::compatible(k, g.kind),
+                        Source::TargetInfo => g.kind == component::MetricType::Gauge,
+                        Source::None => false,
+                    };
+                    if ok {
+                        e.extra = Some(g);
+                    } else {
+                        self.counters.reject_extra(ExtraReject::TypeConflict, 1);
+                    }
+                }
+                None => {
+                    index.insert(g.name.to_string(), entries.len());
+                    entries.push(Entry {
+                        name: g.name.to_string(),
+                        help: g.help.to_string(),
+                        kind: render::type_str(g.kind),
+                        source: Source::None,
+                        extra: Some(g),
+                    });
+                }
+            }
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+
+        for e in &entries {
+            let mark = out.len();
+            write_header(out, &e.name, &e.help, e.kind);
+            let mut n = 0;
+            match e.source {
+                Source::Stored(f, kind) => {
+                    for shard in self.shards.iter() {
+                        let i = self.interner.read();
+                        let shard = shard.lock();
+                        if shard.family_count(f) == 0 {
+                            continue;
+                        }
+                        n += render::write_family(out, (&e.name, kind, f), &i, &shard, window);
+                    }
+                }
+                Source::TargetInfo => {
+                    for shard in self.shards.iter() {
+                        let i = self.interner.read();
+                        let shard = shard.lock();
+                        n += render::write_target_info(out, &e.name, &i, &shard, window);
+                    }
+                }
+                Source::None => {}
+            }
+            if let Some(g) = e.extra {
+                n += render::write_extra(out, g);
+            }
+            if n == 0 {
+                out.truncate(mark);
+            }
+        }
+    }
+
+    /// Append this exporter's self-metrics.
+    pub fn telemetry(&self, out: &mut Vec<MetricFamily>) {
+        let (bytes, families) = {
+            let i = self.interner.read();
+            (i.heap_bytes(), i.families.len())
+        };
+        out.push(
+            MetricFamily::gauge(metrics::SERIES, "Series held by the Prometheus exporter.")
+                .with(&[], self.series.load(Relaxed) as f64),
+        );
+        out.push(
+            MetricFamily::gauge(
+                metrics::RESOURCES,
+                "Resource label sets (nodes) held by the Prometheus exporter.",
+            )
+            .with(&[], self.resources.load(Relaxed) as f64),
+        );
+        out.push(
+            MetricFamily::gauge(
+                metrics::FAMILIES,
+                "Metric families known to the Prometheus exporter.",
+            )
+            .with(&[], families as f64),
+        );
+        out.push(
+            MetricFamily::gauge(
+                metrics::INTERNED_BYTES,
+                "Heap bytes of the Prometheus exporter's intern tables.",
+            )
+            .with(&[], bytes as f64),
+        );
+        out.push(
+            MetricFamily::counter(
+                metrics::POINTS_RECEIVED,
+                "Data points received by the Prometheus exporter.",
+            )
+            .with(&[], self.counters.points_received.load(Relaxed) as f64),
+        );
+        let mut dropped = MetricFamily::counter(
+            metrics::POINTS_DROPPED,
+            "Data points the Prometheus exporter did not store, by reason.",
+        );
+        for r in DropReason::ALL {
+            dropped.push(&[("reason", r.as_str())], self.counters.dropped(r) as f64);
+        }
+        out.push(dropped);
+        out.push(
+            MetricFamily::counter(
+                metrics::SERIES_DROPPED,
+                "Series refused at max_series (limit) or removed after metric_expiration (expired).",
+            )
+            .with(
+                &[("reason", "limit")],
+                self.counters.dropped(DropReason::SeriesLimit) as f64,
+            )
+            .with(
+                &[("reason", "expired")],
+                self.counters.series_expired.load(Relaxed) as f64,
+            ),
+        );
+        out.push(
+            MetricFamily::counter(
+                metrics::COMPACTIONS,
+                "Intern-table rebuilds that freed entries no live series used.",
+            )
+            .with(&[], self.counters.compactions.load(Relaxed) as f64),
+        );
+        let mut rejected = MetricFamily::counter(
+            metrics::SELF_METRICS_REJECTED,
+            "Self-metric families or samples given to render and left out, by reason.",
+        );
+        for (r, c) in ExtraReject::ALL
+            .iter()
+            .zip(self.counters.self_rejected.iter())
+        {
+            rejected.push(&[("reason", r.as_str())], c.load(Relaxed) as f64);
+        }
+        out.push(rejected);
+    }
+}

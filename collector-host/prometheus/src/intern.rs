@@ -1,0 +1,469 @@
+//! Interning: every label name and (escaped) label value is stored once and named by a
+//! `u32` symbol; every label set (a name-sorted list of symbol pairs) is stored once and
+//! named by a `u32` id; every metric family once, named by a `u32` id.
+//!
+//! Strings live in one arena (`String`) addressed by (offset, len), so a symbol costs
+//! 8 bytes of span plus ~5 bytes of hash index plus its text, with no per-string
+//! allocation. Label sets live the same way in one `Vec` of pairs. The indexes are
+//! `hashbrown::HashTable`s of ids that hash through the arena, so no text is stored twice.
+//!
+//! Nothing is removed one by one: [`Interner::compact`] rebuilds the tables keeping only
+//! what the caller marked live and returns the old-to-new id maps.
+
+use hashbrown::hash_map::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
+
+use crate::naming::NameKind;
+use crate::store::DropReason;
+
+/// A string symbol.
+pub type Sym = u32;
+/// A label-set id.
+pub type SetId = u32;
+/// A metric-family id.
+pub type FamilyId = u32;
+/// A label: (name symbol, escaped value symbol).
+pub type Pair = [Sym; 2];
+
+/// Marker for "no id".
+pub const NONE: u32 = u32::MAX;
+
+/// Interned texts.
+#[derive(Debug, Default)]
+pub struct StrTable {
+    arena: String,
+    spans: Vec<(u32, u32)>,
+    index: HashTable<Sym>,
+    hasher: DefaultHashBuilder,
+}
+
+impl StrTable {
+    pub fn get(&self, s: &str) -> Option<Sym> {
+        let h = self.hasher.hash_one(s);
+        self.index.find(h, |&id| self.resolve(id) == s).copied()
+    }
+
+    /// The symbol of `s`, inserting it if new. `None` only if the arena would pass 4 GiB.
+    pub fn insert(&mut self, s: &str) -> Option<Sym> {
+        if let Some(id) = self.get(s) {
+            return Some(id);
+        }
+        let off = u32::try_from(self.arena.len()).ok()?;
+        let len = u32::try_from(s.len()).ok()?;
+        off.checked_add(len)?;
+        let id = Sym::try_from(self.spans.len())
+            .ok()
+            .filter(|&id| id != NONE)?;
+        self.arena.push_str(s);
+        self.spans.push((off, len));
+        let h = self.hasher.hash_one(s);
+        let (arena, spans, hasher) = (&self.arena, &self.spans, &self.hasher);
+        self.index
+            .insert_unique(h, id, |&i| hasher.hash_one(span_str(arena, spans, i)));
+        Some(id)
+    }
+
+    pub fn resolve(&self, id: Sym) -> &str {
+        span_str(&self.arena, &self.spans, id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Heap bytes held (capacities).
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity() + self.spans.capacity() * 8 + self.index.capacity() * 5
+    }
+}
+
+fn span_str<'a>(arena: &'a str, spans: &[(u32, u32)], id: Sym) -> &'a str {
+    spans
+        .get(id as usize)
+        .and_then(|&(off, len)| arena.get(off as usize..(off as usize + len as usize)))
+        .unwrap_or("")
+}
+
+/// Interned label sets.
+#[derive(Debug, Default)]
+pub struct SetTable {
+    pairs: Vec<Pair>,
+    spans: Vec<(u32, u32)>,
+    index: HashTable<SetId>,
+    hasher: DefaultHashBuilder,
+}
+
+impl SetTable {
+    pub fn get(&self, set: &[Pair]) -> Option<SetId> {
+        let h = self.hasher.hash_one(set);
+        self.index.find(h, |&id| self.resolve(id) == set).copied()
+    }
+
+    pub fn insert(&mut self, set: &[Pair]) -> Option<SetId> {
+        if let Some(id) = self.get(set) {
+            return Some(id);
+        }
+        let off = u32::try_from(self.pairs.len()).ok()?;
+        let len = u32::try_from(set.len()).ok()?;
+        off.checked_add(len)?;
+        let id = SetId::try_from(self.spans.len())
+            .ok()
+            .filter(|&id| id != NONE)?;
+        self.pairs.extend_from_slice(set);
+        self.spans.push((off, len));
+        let h = self.hasher.hash_one(set);
+        let (pairs, spans, hasher) = (&self.pairs, &self.spans, &self.hasher);
+        self.index
+            .insert_unique(h, id, |&i| hasher.hash_one(span_pairs(pairs, spans, i)));
+        Some(id)
+    }
+
+    pub fn resolve(&self, id: SetId) -> &[Pair] {
+        span_pairs(&self.pairs, &self.spans, id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.pairs.capacity() * 8 + self.spans.capacity() * 8 + self.index.capacity() * 5
+    }
+}
+
+fn span_pairs<'a>(pairs: &'a [Pair], spans: &[(u32, u32)], id: SetId) -> &'a [Pair] {
+    spans
+        .get(id as usize)
+        .and_then(|&(off, len)| pairs.get(off as usize..(off as usize + len as usize)))
+        .unwrap_or(&[])
+}
+
+/// Prometheus type of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    Gauge,
+    Counter,
+    Histogram,
+    Summary,
+}
+
+impl FamilyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FamilyKind::Gauge => "gauge",
+            FamilyKind::Counter => "counter",
+            FamilyKind::Histogram => "histogram",
+            FamilyKind::Summary => "summary",
+        }
+    }
+}
+
+/// One Prometheus metric family.
+#[derive(Debug, Clone)]
+pub struct Family {
+    pub name: Box<str>,
+    pub help: Box<str>,
+    pub kind: FamilyKind,
+}
+
+/// Cache key of an OTLP metric's translation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct MetricKey {
+    name: Box<str>,
+    unit: Box<str>,
+    kind: NameKind,
+}
+
+#[derive(Hash)]
+struct MetricKeyRef<'a> {
+    name: &'a str,
+    unit: &'a str,
+    kind: NameKind,
+}
+
+impl hashbrown::Equivalent<MetricKey> for MetricKeyRef<'_> {
+    fn equivalent(&self, key: &MetricKey) -> bool {
+        self.kind == key.kind && *self.name == *key.name && *self.unit == *key.unit
+    }
+}
+
+/// Most cached translations of attribute keys and of metric (name, unit, kind) triples.
+/// Beyond it translations are computed each time (slower, never wrong).
+pub const MAX_CACHE_ENTRIES: usize = 16_384;
+
+/// Everything interned, behind one lock in the exporter.
+#[derive(Debug, Default)]
+pub struct Interner {
+    pub strings: StrTable,
+    pub sets: SetTable,
+    pub families: Vec<Family>,
+    family_by_name: HashMap<Box<str>, FamilyId>,
+    /// Attribute key -> label-name symbol (`None`: the key cannot become a label).
+    label_keys: HashMap<Box<str>, Option<Sym>>,
+    /// OTLP (name, unit, kind) -> family, or why its points are dropped.
+    metrics: HashMap<MetricKey, Result<FamilyId, DropReason>>,
+}
+
+impl Interner {
+    pub fn family(&self, id: FamilyId) -> Option<&Family> {
+        self.families.get(id as usize)
+    }
+
+    pub fn family_by_name(&self, name: &str) -> Option<FamilyId> {
+        self.family_by_name.get(name).copied()
+    }
+
+    /// Add a family (caller checked the name is new).
+    pub fn add_family(&mut self, family: Family) -> Option<FamilyId> {
+        let id = FamilyId::try_from(self.families.len())
+            .ok()
+            .filter(|&id| id != NONE)?;
+        self.family_by_name.insert(family.name.clone(), id);
+        self.families.push(family);
+        Some(id)
+    }
+
+    pub fn cached_label_key(&self, key: &str) -> Option<Option<Sym>> {
+        self.label_keys.get(key).copied()
+    }
+
+    pub fn cache_label_key(&mut self, key: &str, sym: Option<Sym>) {
+        if self.label_keys.len() < MAX_CACHE_ENTRIES {
+            self.label_keys.insert(key.into(), sym);
+        }
+    }
+
+    pub fn cached_metric(
+        &self,
+        name: &str,
+        unit: &str,
+        kind: NameKind,
+    ) -> Option<Result<FamilyId, DropReason>> {
+        self.metrics
+            .get(&MetricKeyRef { name, unit, kind })
+            .copied()
+    }
+
+    pub fn cache_metric(
+        &mut self,
+        name: &str,
+        unit: &str,
+        kind: NameKind,
+        v: Result<FamilyId, DropReason>,
+    ) {
+        if self.metrics.len() < MAX_CACHE_ENTRIES {
+            self.metrics.insert(
+                MetricKey {
+                    name: name.into(),
+                    unit: unit.into(),
+                    kind,
+                },
+                v,
+            );
+        }
+    }
+
+    /// Heap bytes held by the tables (approximate for the hash maps).
+    pub fn heap_bytes(&self) -> usize {
+        let fam: usize = self
+            .families
+            .iter()
+            .map(|f| f.name.len() * 2 + f.help.len() + 48)
+            .sum();
+        let keys: usize = self.label_keys.keys().map(|k| k.len() + 24).sum();
+        let metrics: usize = self
+            .metrics
+            .keys()
+            .map(|k| k.name.len() + k.unit.len() + 48)
+            .sum();
+        self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics
+    }
+
+    /// Strings used by the marked label sets or by the label-key cache.
+    pub fn live_strings(&self, live_sets: &[bool]) -> Vec<bool> {
+        let mut live = vec![false; self.strings.len()];
+        for (id, l) in live_sets.iter().enumerate() {
+            if *l {
+                for p in self.sets.resolve(id as SetId) {
+                    for s in p {
+                        if let Some(x) = live.get_mut(*s as usize) {
+                            *x = true;
+                        }
+                    }
+                }
+            }
+        }
+        for sym in self.label_keys.values().flatten() {
+            if let Some(x) = live.get_mut(*sym as usize) {
+                *x = true;
+            }
+        }
+        live
+    }
+
+    /// Rebuild keeping only the marked sets and families (and the strings they use, plus
+    /// cached label-key symbols). Returns (set map, family map): old id -> new id or NONE.
+    pub fn compact(&mut self, live_sets: &[bool], live_families: &[bool]) -> (Vec<u32>, Vec<u32>) {
+        let live_strings = self.live_strings(live_sets);
+
+        let mut strings = StrTable::default();
+        let mut str_map = vec![NONE; self.strings.len()];
+        for (old, live) in live_strings.iter().enumerate() {
+            if *live && let Some(new) = strings.insert(self.strings.resolve(old as Sym)) {
+                str_map[old] = new;
+            }
+        }
+
+        let mut sets = SetTable::default();
+        let mut set_map = vec![NONE; self.sets.len()];
+        let mut buf: Vec<Pair> = Vec::new();
+        for (old, live) in live_sets.iter().enumerate() {
+            if !*live {
+                continue;
+            }
+            buf.clear();
+            buf.extend(
+                self.sets
+                    .resolve(old as SetId)
+                    .iter()
+                    .map(|[n, v]| [remap(&str_map, *n), remap(&str_map, *v)]),
+            );
+            if let Some(new) = sets.insert(&buf) {
+                set_map[old] = new;
+            }
+        }
+
+        let mut fam_map = vec![NONE; self.families.len()];
+        let old_families = std::mem::take(&mut self.families);
+        self.family_by_name.clear();
+        for (old, fam) in old_families.into_iter().enumerate() {
+            if live_families.get(old).copied().unwrap_or(false)
+                && let Some(new) = self.add_family(fam)
+            {
+                fam_map[old] = new;
+            }
+        }
+
+        self.label_keys.retain(|_, v| {
+            if let Some(s) = v {
+                *s = remap(&str_map, *s);
+                *s != NONE
+            } else {
+                true
+            }
+        });
+        // Conflicts are re-derived against the surviving families on next use.
+        self.metrics.retain(|_, v| match v {
+            Ok(f) => {
+                *f = remap(&fam_map, *f);
+                *f != NONE
+            }
+            Err(_) => false,
+        });
+        self.label_keys.shrink_to_fit();
+        self.metrics.shrink_to_fit();
+        self.family_by_name.shrink_to_fit();
+        self.strings = strings;
+        self.sets = sets;
+        (set_map, fam_map)
+    }
+}
+
+/// `map[old]`, or NONE when out of range.
+pub fn remap(map: &[u32], old: u32) -> u32 {
+    map.get(old as usize).copied().unwrap_or(NONE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_intern_once() {
+        let mut t = StrTable::default();
+        let a = t.insert("alpha").unwrap();
+        let b = t.insert("beta").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(t.insert("alpha"), Some(a));
+        assert_eq!(t.get("beta"), Some(b));
+        assert_eq!(t.get("gamma"), None);
+        assert_eq!(t.resolve(a), "alpha");
+        assert_eq!(t.resolve(b), "beta");
+        assert_eq!(t.len(), 2);
+        // Many inserts: the index rehashes through the arena.
+        let ids: Vec<_> = (0..10_000)
+            .map(|i| t.insert(&format!("s{i}")).unwrap())
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(t.resolve(*id), format!("s{i}"));
+            assert_eq!(t.get(&format!("s{i}")), Some(*id));
+        }
+    }
+
+    #[test]
+    fn sets_intern_once() {
+        let mut t = SetTable::default();
+        let a = t.insert(&[[1, 2], [3, 4]]).unwrap();
+        let empty = t.insert(&[]).unwrap();
+        assert_eq!(t.insert(&[[1, 2], [3, 4]]), Some(a));
+        assert_eq!(t.get(&[[1, 2]]), None);
+        assert_eq!(t.resolve(a), &[[1, 2], [3, 4]]);
+        assert_eq!(t.resolve(empty), &[] as &[Pair]);
+        assert_eq!(t.get(&[]), Some(empty));
+    }
+
+    #[test]
+    fn compaction_keeps_marked_and_renumbers() {
+        let mut i = Interner::default();
+        let n1 = i.strings.insert("n").unwrap();
+        let dead = i.strings.insert("dead").unwrap();
+        let v1 = i.strings.insert("v").unwrap();
+        let s_dead = i.sets.insert(&[[n1, dead]]).unwrap();
+        let s_live = i.sets.insert(&[[n1, v1]]).unwrap();
+        let f_dead = i
+            .add_family(Family {
+                name: "a".into(),
+                help: "".into(),
+                kind: FamilyKind::Gauge,
+            })
+            .unwrap();
+        let f_live = i
+            .add_family(Family {
+                name: "b".into(),
+                help: "".into(),
+                kind: FamilyKind::Gauge,
+            })
+            .unwrap();
+        i.cache_metric("a", "", NameKind::Gauge, Ok(f_dead));
+        i.cache_metric("b", "", NameKind::Gauge, Ok(f_live));
+        let mut live_sets = vec![false; 2];
+        live_sets[s_live as usize] = true;
+        let mut live_fams = vec![false; 2];
+        live_fams[f_live as usize] = true;
+        let (sm, fm) = i.compact(&live_sets, &live_fams);
+        assert_eq!(sm[s_dead as usize], NONE);
+        assert_eq!(fm[f_dead as usize], NONE);
+        let new_set = sm[s_live as usize];
+        let pairs = i.sets.resolve(new_set).to_vec();
+        assert_eq!(i.strings.resolve(pairs[0][0]), "n");
+        assert_eq!(i.strings.resolve(pairs[0][1]), "v");
+        assert_eq!(i.strings.get("dead"), None);
+        assert_eq!(i.strings.len(), 2);
+        assert_eq!(i.family_by_name("a"), None);
+        assert_eq!(i.family_by_name("b"), Some(fm[f_live as usize]));
+        assert_eq!(i.cached_metric("a", "", NameKind::Gauge), None);
+        assert_eq!(
+            i.cached_metric("b", "", NameKind::Gauge),
+            Some(Ok(fm[f_live as usize]))
+        );
+    }
+}

@@ -1,0 +1,668 @@
+//! OTLP `ResourceMetrics` to a [`ResourcePlan`]: interned label sets, family ids, values.
+//!
+//! Labels of a series are the resource's label set R (resource attributes when
+//! `resource_to_telemetry_conversion` is on, then `job`/`instance`, then `const_labels`)
+//! merged with the data point's label set D; a name in both takes D's value. D is the data
+//! point's attributes, except when one of its label names also occurs in R: then the full
+//! contrib merge is computed (resource attributes override data-point attributes with the
+//! same key; keys that sanitise to the same label name are joined with `;` in key order;
+//! `job`, `instance` and `const_labels` override) and D keeps the labels whose value
+//! differs from R's. Rendering R merged with D therefore always gives exactly that merge.
+//!
+//! Translation first runs against a shared (read) view of the intern tables and asks for
+//! the write lock only when something is new, so a known node's push takes no write lock.
+
+use component::otlp::{AnyValue, KeyValue, Metric, MetricKind, ResourceMetrics};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, HistogramDataPoint, SummaryDataPoint,
+};
+
+use crate::intern::{Family, FamilyId, FamilyKind, Interner, Pair, SetId, Sym};
+use crate::naming::{NameKind, label_name, metric_name};
+use crate::store::{
+    DropCounts, DropReason, Histogram, MAX_FAMILIES, ResourcePlan, Summary, Update, UpdateValue,
+};
+use crate::text::{escape_label_value, needs_escape};
+use crate::value::{as_plain_str, write_value};
+
+const SERVICE_NAME: &str = component::wire::resource::SERVICE_NAME;
+const SERVICE_INSTANCE_ID: &str = component::wire::resource::SERVICE_INSTANCE_ID;
+const SERVICE_NAMESPACE: &str = "service.namespace";
+/// OTLP data-point flag: no recorded value (a staleness marker).
+const FLAG_NO_RECORDED_VALUE: u32 = 1;
+
+/// The exporter settings translation needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub namespace: String,
+    pub with_suffixes: bool,
+    pub resource_to_telemetry: bool,
+    /// (label name, escaped value), validated names.
+    pub const_labels: Vec<(String, String)>,
+}
+
+/// Why translation stopped or a unit of data was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// Something is not interned yet: start over with the write lock.
+    NeedWrite,
+    /// Drop the current unit (resource, metric or point) for this reason.
+    Drop(DropReason),
+}
+
+impl From<DropReason> for Fail {
+    fn from(r: DropReason) -> Self {
+        Fail::Drop(r)
+    }
+}
+
+/// A view of the intern tables: shared (lookups only) or exclusive (inserts).
+#[derive(Debug)]
+pub enum Lookup<'a> {
+    /// `capped`: the series limit is reached, so anything new is refused rather than
+    /// interned (a new label set can only mean a new series).
+    Read {
+        interner: &'a Interner,
+        capped: bool,
+    },
+    Write(&'a mut Interner),
+}
+
+impl Lookup<'_> {
+    pub fn interner(&self) -> &Interner {
+        match self {
+            Lookup::Read { interner, .. } => interner,
+            Lookup::Write(i) => i,
+        }
+    }
+
+    fn miss(&self) -> Fail {
+        match self {
+            Lookup::Read { capped: true, .. } => Fail::Drop(DropReason::SeriesLimit),
+            _ => Fail::NeedWrite,
+        }
+    }
+
+    fn sym(&mut self, s: &str) -> Result<Sym, Fail> {
+        let miss = self.miss();
+        match self {
+            Lookup::Read { interner, .. } => interner.strings.get(s).ok_or(miss),
+            Lookup::Write(i) => i
+                .strings
+                .insert(s)
+                .ok_or(Fail::Drop(DropReason::InternerFull)),
+        }
+    }
+
+    fn set(&mut self, pairs: &[Pair]) -> Result<SetId, Fail> {
+        let miss = self.miss();
+        match self {
+            Lookup::Read { interner, .. } => interner.sets.get(pairs).ok_or(miss),
+            Lookup::Write(i) => i
+                .sets
+                .insert(pairs)
+                .ok_or(Fail::Drop(DropReason::InternerFull)),
+        }
+    }
+
+    /// Label-name symbol of an attribute key; `Drop(InvalidLabelName)` if it has none.
+    fn label_key(&mut self, key: &str) -> Result<Sym, Fail> {
+        let miss = self.miss();
+        let sym = match self.interner().cached_label_key(key) {
+            Some(c) => c,
+            None => match self {
+                Lookup::Read { .. } => return Err(miss),
+                Lookup::Write(i) => {
+                    let sym = match label_name(key) {
+                        Some(n) if !n.starts_with("__") => i.strings.insert(&n),
+                        _ => None,
+                    };
+                    i.cache_label_key(key, sym);
+                    sym
+                }
+            },
+        };
+        sym.ok_or(Fail::Drop(DropReason::InvalidLabelName))
+    }
+
+    fn family(
+        &mut self,
+        m: &Metric,
+        kind: NameKind,
+        settings: &Settings,
+    ) -> Result<FamilyId, Fail> {
+        if let Some(c) = self.interner().cached_metric(&m.name, &m.unit, kind) {
+            return c.map_err(Fail::Drop);
+        }
+        let miss = self.miss();
+        let Lookup::Write(i) = self else {
+            return Err(miss);
+        };
+        let result = resolve_family(i, m, kind, settings);
+        if result != Err(DropReason::FamilyLimit) {
+            i.cache_metric(&m.name, &m.unit, kind, result);
+        }
+        result.map_err(Fail::Drop)
+    }
+}
+
+fn resolve_family(
+    i: &mut Interner,
+    m: &Metric,
+    kind: NameKind,
+    settings: &Settings,
+) -> Result<FamilyId, DropReason> {
+    let name = metric_name(
+        &m.name,
+        &m.unit,
+        kind,
+        &settings.namespace,
+        settings.with_suffixes,
+    )
+    .map_err(|_| DropReason::InvalidMetricName)?;
+    let fk = match kind {
+        NameKind::Gauge | NameKind::NonMonotonicCounter => FamilyKind::Gauge,
+        NameKind::MonotonicCounter => FamilyKind::Counter,
+        NameKind::Histogram => FamilyKind::Histogram,
+        NameKind::Summary => FamilyKind::Summary,
+    };
+    if let Some(id) = i.family_by_name(&name) {
+        return match i.family(id) {
+            Some(f) if f.kind == fk => Ok(id),
+            _ => Err(DropReason::TypeConflict),
+        };
+    }
+    if i.families.len() >= MAX_FAMILIES {
+        return Err(DropReason::FamilyLimit);
+    }
+    let help = if m.description.trim().is_empty() {
+        if m.unit.is_empty() {
+            format!("OTLP metric {}", m.name)
+        } else {
+            format!("OTLP metric {}, unit {}", m.name, m.unit)
+        }
+    } else {
+        m.description.clone()
+    };
+    i.add_family(Family {
+        name: name.into(),
+        help: help.into(),
+        kind: fk,
+    })
+    .ok_or(DropReason::InternerFull)
+}
+
+/// Reusable buffers for one `consume` call.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    r: Vec<Pair>,
+    d: Vec<Pair>,
+    m: Vec<Pair>,
+    raw: String,
+    esc: String,
+}
+
+/// Symbol of an attribute value's escaped label text.
+fn value_sym(lk: &mut Lookup<'_>, v: Option<&AnyValue>, sc: &mut Scratch) -> Result<Sym, Fail> {
+    if let Some(s) = as_plain_str(v)
+        && !needs_escape(s)
+    {
+        return lk.sym(s);
+    }
+    sc.raw.clear();
+    write_value(v, &mut sc.raw);
+    escaped_sym(lk, sc)
+}
+
+/// Symbol of `sc.raw`, escaped.
+fn escaped_sym(lk: &mut Lookup<'_>, sc: &mut Scratch) -> Result<Sym, Fail> {
+    if !needs_escape(&sc.raw) {
+        return lk.sym(&sc.raw);
+    }
+    sc.esc.clear();
+    escape_label_value(&sc.raw, &mut sc.esc);
+    lk.sym(&sc.esc)
+}
+
+fn sort_by_name(i: &Interner, pairs: &mut [Pair]) {
+    pairs.sort_unstable_by(|a, b| i.strings.resolve(a[0]).cmp(i.strings.resolve(b[0])));
+}
+
+fn has_duplicate_names(pairs: &[Pair]) -> bool {
+    pairs.windows(2).any(|w| w[0][0] == w[1][0])
+}
+
+/// Labels from attribute lists, later lists overriding earlier ones key by key, keys that
+/// sanitise alike joined with `;` in key order. Keys for which `skip` is true are left out.
+/// Result in `out`, sorted by label name.
+fn attr_labels(
+    lk: &mut Lookup<'_>,
+    lists: &[&[KeyValue]],
+    skip: fn(&str) -> bool,
+    sc: &mut Scratch,
+    out: &mut Vec<Pair>,
+) -> Result<(), Fail> {
+    out.clear();
+    if let [single] = lists {
+        for kv in single.iter().filter(|kv| !skip(&kv.key)) {
+            let name = lk.label_key(&kv.key)?;
+            let value = value_sym(lk, kv.value.as_ref(), sc)?;
+            out.push([name, value]);
+        }
+        sort_by_name(lk.interner(), out);
+        if !has_duplicate_names(out) {
+            return Ok(());
+        }
+        out.clear();
+    }
+    // General path: resolve key overrides, then join colliding names in key order.
+    let mut entries: Vec<(&str, Option<&AnyValue>)> = Vec::new();
+    for list in lists {
+        for kv in list.iter().filter(|kv| !skip(&kv.key)) {
+            match entries.iter_mut().find(|(k, _)| *k == kv.key) {
+                Some(e) => e.1 = kv.value.as_ref(),
+                None => entries.push((&kv.key, kv.value.as_ref())),
+            }
+        }
+    }
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let mut named: Vec<(Sym, &str, Option<&AnyValue>)> = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        named.push((lk.label_key(k)?, k, v));
+    }
+    // Stable: equal names keep key order.
+    named.sort_by_key(|(n, _, _)| *n);
+    let mut idx = 0;
+    while let Some(&(name, _, first)) = named.get(idx) {
+        sc.raw.clear();
+        write_value(first, &mut sc.raw);
+        idx += 1;
+        while let Some(&(n, _, v)) = named.get(idx) {
+            if n != name {
+                break;
+            }
+            sc.raw.push(';');
+            write_value(v, &mut sc.raw);
+            idx += 1;
+        }
+        let value = escaped_sym(lk, sc)?;
+        out.push([name, value]);
+    }
+    sort_by_name(lk.interner(), out);
+    Ok(())
+}
+
+fn upsert(pairs: &mut Vec<Pair>, name: Sym, value: Sym) {
+    match pairs.iter_mut().find(|p| p[0] == name) {
+        Some(p) => p[1] = value,
+        None => pairs.push([name, value]),
+    }
+}
+
+/// `job` (`service.namespace/service.name`) and `instance` (`service.instance.id`) from
+/// resource attributes, as raw strings.
+fn job_instance(attrs: &[KeyValue]) -> (Option<String>, Option<String>) {
+    let get = |key: &str| {
+        attrs
+            .iter()
+            .find(|kv| kv.key == key)
+            .map(|kv| kv.value.as_ref())
+    };
+    let text = |v: Option<&AnyValue>| {
+        let mut s = String::new();
+        write_value(v, &mut s);
+        s
+    };
+    let job = get(SERVICE_NAME).map(|name| match get(SERVICE_NAMESPACE) {
+        Some(ns) => format!("{}/{}", text(ns), text(name)),
+        None => text(name),
+    });
+    let instance = get(SERVICE_INSTANCE_ID).map(text);
+    (job, instance)
+}
+
+/// Add `job`/`instance` (and, when `with_const`, the const labels) to `out`, overriding
+/// labels of the same name, and sort.
+fn add_identity(
+    lk: &mut Lookup<'_>,
+    ids: &(Option<String>, Option<String>),
+    settings: Option<&Settings>,
+    sc: &mut Scratch,
+    out: &mut Vec<Pair>,
+) -> Result<(), Fail> {
+    for (label, v) in [("job", &ids.0), ("instance", &ids.1)] {
+        if let Some(v) = v {
+            let name = lk.sym(label)?;
+            sc.raw.clear();
+            sc.raw.push_str(v);
+            let value = escaped_sym(lk, sc)?;
+            upsert(out, name, value);
+        }
+    }
+    if let Some(settings) = settings {
+        for (n, v) in &settings.const_labels {
+            let name = lk.sym(n)?;
+            let value = lk.sym(v)?;
+            upsert(out, name, value);
+        }
+    }
+    sort_by_name(lk.interner(), out);
+    Ok(())
+}
+
+fn is_service_identity(key: &str) -> bool {
+    key == SERVICE_NAME || key == SERVICE_NAMESPACE || key == SERVICE_INSTANCE_ID
+}
+
+fn no_skip(_: &str) -> bool {
+    false
+}
+
+fn time_secs(time_unix_nano: u64, now_s: u32) -> u32 {
+    if time_unix_nano == 0 {
+        now_s
+    } else {
+        u32::try_from(time_unix_nano / 1_000_000_000).unwrap_or(u32::MAX)
+    }
+}
+
+/// Translation met something not yet interned: retry with the write lock. The plan and the
+/// drop tally of the failed attempt must be discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeedWrite;
+
+/// Translate one `ResourceMetrics` into `plan`, tallying refused points in `drops`.
+pub fn translate(
+    lk: &mut Lookup<'_>,
+    settings: &Settings,
+    rm: &ResourceMetrics,
+    now_s: u32,
+    sc: &mut Scratch,
+    plan: &mut ResourcePlan,
+    drops: &mut DropCounts,
+) -> Result<(), NeedWrite> {
+    plan.clear();
+    let res_attrs = component::otlp::resource_attrs(rm);
+    let ids = job_instance(res_attrs);
+
+    let resource = resource_labels(lk, settings, res_attrs, &ids, sc);
+    let resource = match resource {
+        Ok(id) => id,
+        Err(Fail::NeedWrite) => return Err(NeedWrite),
+        Err(Fail::Drop(reason)) => {
+            drops.add(
+                reason,
+                component::otlp::count_points(std::slice::from_ref(rm)),
+            );
+            return Ok(());
+        }
+    };
+    plan.resource = resource;
+
+    if ids.0.is_some() || ids.1.is_some() {
+        let mut ti = std::mem::take(&mut sc.m);
+        let r = attr_labels(lk, &[res_attrs], is_service_identity, sc, &mut ti)
+            .and_then(|()| add_identity(lk, &ids, None, sc, &mut ti))
+            .and_then(|()| lk.set(&ti));
+        sc.m = ti;
+        match r {
+            Ok(id) => plan.target_info = id,
+            Err(Fail::NeedWrite) => return Err(NeedWrite),
+            // target_info is best effort; the series themselves still go in.
+            Err(Fail::Drop(_)) => {}
+        }
+    }
+
+    for sm in &rm.scope_metrics {
+        for m in &sm.metrics {
+            match translate_metric(lk, settings, res_attrs, &ids, m, now_s, sc, plan, drops) {
+                Ok(()) => {}
+                Err(Fail::NeedWrite) => return Err(NeedWrite),
+                Err(Fail::Drop(reason)) => drops.add(reason, metric_points(m)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn resource_labels(
+    lk: &mut Lookup<'_>,
+    settings: &Settings,
+    res_attrs: &[KeyValue],
+    ids: &(Option<String>, Option<String>),
+    sc: &mut Scratch,
+) -> Result<SetId, Fail> {
+    let mut r = std::mem::take(&mut sc.r);
+    let result = (|| {
+        if settings.resource_to_telemetry {
+            attr_labels(lk, &[res_attrs], no_skip, sc, &mut r)?;
+        } else {
+            r.clear();
+        }
+        add_identity(lk, ids, Some(settings), sc, &mut r)?;
+        lk.set(&r)
+    })();
+    sc.r = r;
+    result
+}
+
+fn metric_points(m: &Metric) -> u64 {
+    match &m.data {
+        Some(MetricKind::Gauge(g)) => g.data_points.len() as u64,
+        Some(MetricKind::Sum(s)) => s.data_points.len() as u64,
+        Some(MetricKind::Histogram(h)) => h.data_points.len() as u64,
+        Some(MetricKind::ExponentialHistogram(h)) => h.data_points.len() as u64,
+        Some(MetricKind::Summary(s)) => s.data_points.len() as u64,
+        None => 0,
+    }
+}
+
+const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
+const DELTA: i32 = AggregationTemporality::Delta as i32;
+
+#[allow(clippy::too_many_arguments)]
+fn translate_metric(
+    lk: &mut Lookup<'_>,
+    settings: &Settings,
+    res_attrs: &[KeyValue],
+    ids: &(Option<String>, Option<String>),
+    m: &Metric,
+    now_s: u32,
+    sc: &mut Scratch,
+    plan: &mut ResourcePlan,
+    drops: &mut DropCounts,
+) -> Result<(), Fail> {
+    let (kind, delta) = match &m.data {
+        None => return Ok(()),
+        Some(MetricKind::Gauge(_)) => (NameKind::Gauge, false),
+        Some(MetricKind::Sum(s)) => {
+            let delta = match s.aggregation_temporality {
+                CUMULATIVE => false,
+                DELTA => true,
+                _ => return Err(DropReason::InvalidTemporality.into()),
+            };
+            let kind = if s.is_monotonic {
+                NameKind::MonotonicCounter
+            } else {
+                NameKind::NonMonotonicCounter
+            };
+            (kind, delta)
+        }
+        Some(MetricKind::Histogram(h)) => {
+            let delta = match h.aggregation_temporality {
+                CUMULATIVE => false,
+                DELTA => true,
+                _ => return Err(DropReason::InvalidTemporality.into()),
+            };
+            (NameKind::Histogram, delta)
+        }
+        Some(MetricKind::Summary(_)) => (NameKind::Summary, false),
+        Some(MetricKind::ExponentialHistogram(_)) => {
+            return Err(DropReason::UnsupportedType.into());
+        }
+    };
+    if metric_points(m) == 0 {
+        return Ok(());
+    }
+    let family = lk.family(m, kind, settings)?;
+    let fkind = lk
+        .interner()
+        .family(family)
+        .map(|f| f.kind)
+        .unwrap_or(FamilyKind::Gauge);
+    let reserved = match fkind {
+        FamilyKind::Histogram => Some("le"),
+        FamilyKind::Summary => Some("quantile"),
+        _ => None,
+    };
+
+    // One closure per point kind would borrow `lk` twice; a small macro keeps it flat.
+    macro_rules! point {
+        ($attrs:expr, $time:expr, $flags:expr, $value:expr) => {{
+            let r = point_labels(
+                lk,
+                settings,
+                res_attrs,
+                ids,
+                $attrs,
+                reserved,
+                plan.resource,
+                sc,
+            );
+            match r {
+                Ok(labels) => {
+                    if $flags & FLAG_NO_RECORDED_VALUE != 0 {
+                        drops.add(DropReason::NoValue, 1);
+                    } else {
+                        match $value {
+                            Ok(value) => plan.updates.push(Update {
+                                family,
+                                kind: fkind,
+                                labels,
+                                time_s: time_secs($time, now_s),
+                                value,
+                            }),
+                            Err(reason) => drops.add(reason, 1),
+                        }
+                    }
+                }
+                Err(Fail::NeedWrite) => return Err(Fail::NeedWrite),
+                Err(Fail::Drop(reason)) => drops.add(reason, 1),
+            }
+        }};
+    }
+
+    match &m.data {
+        Some(MetricKind::Gauge(g)) => {
+            for dp in &g.data_points {
+                let v = component::otlp::point_value(dp)
+                    .map(|value| UpdateValue::Number { value, delta })
+                    .ok_or(DropReason::NoValue);
+                point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
+            }
+        }
+        Some(MetricKind::Sum(s)) => {
+            for dp in &s.data_points {
+                let v = component::otlp::point_value(dp)
+                    .map(|value| UpdateValue::Number { value, delta })
+                    .ok_or(DropReason::NoValue);
+                point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
+            }
+        }
+        Some(MetricKind::Histogram(h)) => {
+            for dp in &h.data_points {
+                let v = histogram_value(dp).map(|hist| UpdateValue::Histogram { hist, delta });
+                point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
+            }
+        }
+        Some(MetricKind::Summary(s)) => {
+            for dp in &s.data_points {
+                let v = Ok::<_, DropReason>(UpdateValue::Summary(summary_value(dp)));
+                point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The data-point label set of one point (see the module docs for the merge rule).
+#[allow(clippy::too_many_arguments)]
+fn point_labels(
+    lk: &mut Lookup<'_>,
+    settings: &Settings,
+    res_attrs: &[KeyValue],
+    ids: &(Option<String>, Option<String>),
+    attrs: &[KeyValue],
+    reserved: Option<&str>,
+    resource: SetId,
+    sc: &mut Scratch,
+) -> Result<SetId, Fail> {
+    let mut d = std::mem::take(&mut sc.d);
+    let result = (|| {
+        attr_labels(lk, &[attrs], no_skip, sc, &mut d)?;
+        let i = lk.interner();
+        let r = i.sets.resolve(resource);
+        if let Some(word) = reserved
+            && d.iter()
+                .chain(r.iter())
+                .any(|p| i.strings.resolve(p[0]) == word)
+        {
+            return Err(DropReason::ReservedLabel.into());
+        }
+        let collides = d.iter().any(|p| r.iter().any(|q| q[0] == p[0]));
+        if collides {
+            let mut m = std::mem::take(&mut sc.m);
+            let lists: &[&[KeyValue]] = if settings.resource_to_telemetry {
+                &[attrs, res_attrs]
+            } else {
+                &[attrs]
+            };
+            let merged = attr_labels(lk, lists, no_skip, sc, &mut m)
+                .and_then(|()| add_identity(lk, ids, Some(settings), sc, &mut m));
+            if merged.is_ok() {
+                let r = lk.interner().sets.resolve(resource);
+                d.clear();
+                d.extend(m.iter().filter(|p| !r.contains(p)));
+            }
+            sc.m = m;
+            merged?;
+        }
+        lk.set(&d)
+    })();
+    sc.d = d;
+    result
+}
+
+fn histogram_value(dp: &HistogramDataPoint) -> Result<Histogram, DropReason> {
+    let bounds = &dp.explicit_bounds;
+    let counts = &dp.bucket_counts;
+    if !counts.is_empty() && counts.len() != bounds.len() + 1 {
+        return Err(DropReason::InvalidHistogram);
+    }
+    if bounds.iter().any(|b| !b.is_finite()) || bounds.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(DropReason::InvalidHistogram);
+    }
+    Ok(Histogram {
+        bounds: bounds.clone().into_boxed_slice(),
+        counts: counts.clone().into_boxed_slice(),
+        sum: dp.sum.unwrap_or(0.0),
+        count: dp.count,
+    })
+}
+
+fn summary_value(dp: &SummaryDataPoint) -> Summary {
+    let mut q: Vec<(f64, f64)> = Vec::with_capacity(dp.quantile_values.len());
+    for v in dp.quantile_values.iter().filter(|v| !v.quantile.is_nan()) {
+        match q.iter_mut().find(|(k, _)| *k == v.quantile) {
+            Some(e) => e.1 = v.value,
+            None => q.push((v.quantile, v.value)),
+        }
+    }
+    q.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Summary {
+        quantiles: q.into_boxed_slice(),
+        sum: dp.sum,
+        count: dp.count,
+    }
+}

@@ -1,0 +1,539 @@
+//! consume -> render: types, names, labels, escaping, merging, concurrency.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use common::agent::{AgentPush, health_push};
+use common::*;
+use component::MetricFamily;
+use component::otlp::{kv_i64, kv_str};
+use fleet_prometheus::{DropReason, PrometheusExporterConfig, ResourceToTelemetry};
+
+fn now() -> u64 {
+    T0
+}
+
+#[test]
+fn agent_push_becomes_labelled_gauges_and_counters() {
+    let e = default_exporter();
+    let p = AgentPush::fleet_node(1, true, now() * 1_000_000_000);
+    let stats = e.consume(&[health_push(&p)], ts(now()));
+    assert_eq!(stats.points, 13);
+    assert_eq!(stats.stored, 13);
+    assert_eq!(stats.dropped, 0);
+    let text = render(&e, now(), &[]);
+    let s = parse(&text);
+
+    let score = named(&s, "ingero_node_health_score_ratio");
+    assert_eq!(score.len(), 1);
+    assert_eq!(
+        score[0].labels,
+        labels(&[
+            ("ingero_cgroup_path_hash", &p.cgroup_hash),
+            ("ingero_cluster_id", "cluster-0000"),
+            ("ingero_node_id", "gpu-node-000001"),
+            ("ingero_node_rank", "1"),
+            ("ingero_node_state", "active"),
+            ("ingero_provider", "aws"),
+            ("ingero_workload_type", "training"),
+            ("ingero_world_size", "8"),
+        ])
+    );
+    assert_eq!(score[0].value, p.score);
+    assert!(text.contains("# TYPE ingero_node_health_score_ratio gauge\n"));
+    assert!(text.contains("# TYPE ingero_node_cuda_kernel_launch_total counter\n"));
+    assert!(text.contains("# TYPE ingero_node_cpu_stall_nanos_nanoseconds_total counter\n"));
+    assert!(text.contains("# TYPE ingero_node_cuda_memcpy_bytes_total counter\n"));
+    let launches = named(&s, "ingero_node_cuda_kernel_launch_total");
+    assert_eq!(launches[0].value, p.cgroup_sums[0].kernel_launches as f64);
+    let memcpy = named(&s, "ingero_node_cuda_memcpy_bytes_total");
+    assert_eq!(memcpy[0].labels["ingero_memcpy_direction"], "h2d");
+    let info = named(&s, "ingero_node_info_ratio");
+    assert_eq!(info[0].labels["ingero_gpu_model"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(info[0].labels["ingero_gpu_count"], "8");
+    let reach = named(&s, "ingero_agent_fleet_reachable_ratio");
+    // No data-point attributes: only the resource's labels.
+    assert_eq!(reach[0].labels.len(), 5);
+    assert_eq!(s.len(), 13);
+    // The agent resource has no service.name / service.instance.id: no target_info.
+    assert!(!text.contains("target_info"));
+}
+
+#[test]
+fn each_family_has_one_help_and_type_and_its_samples_are_contiguous() {
+    let e = default_exporter();
+    let pushes: Vec<_> = (0..50)
+        .map(|i| health_push(&AgentPush::fleet_node(i, i % 2 == 0, now() * 1_000_000_000)))
+        .collect();
+    e.consume(&pushes, ts(now()));
+    let text = render(&e, now(), &[]);
+    let mut seen_types = BTreeSet::new();
+    let mut finished = BTreeSet::new();
+    let mut current = String::new();
+    let mut families = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap().to_string();
+            assert!(seen_types.insert(name.clone()), "second TYPE for {name}");
+            finished.insert(std::mem::replace(&mut current, name.clone()));
+            families.push(name);
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap();
+            assert_eq!(name, current, "sample of {name} outside its family block");
+            assert!(!finished.contains(name));
+        }
+    }
+    let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+    assert_eq!(helps, seen_types.len());
+    let mut sorted = families.clone();
+    sorted.sort();
+    assert_eq!(families, sorted, "families are rendered in name order");
+    assert_eq!(parse(&text).len(), 25 * 13 + 25 * 10);
+}
+
+#[test]
+fn monotonic_sums_are_counters_other_sums_gauges() {
+    let e = default_exporter();
+    let batch = rm(
+        vec![kv_str("host", "h")],
+        vec![
+            sum(
+                "requests",
+                "{request}",
+                true,
+                2,
+                vec![point(vec![], now(), 7.0)],
+            ),
+            sum(
+                "queue.depth",
+                "1",
+                false,
+                2,
+                vec![point(vec![], now(), 3.0)],
+            ),
+            gauge("temperature", "Cel", vec![point(vec![], now(), 41.5)]),
+        ],
+    );
+    e.consume(&[batch], ts(now()));
+    let text = render(&e, now(), &[]);
+    assert!(
+        text.contains("# TYPE requests_total counter\nrequests_total{host=\"h\"} 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE queue_depth gauge\nqueue_depth{host=\"h\"} 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE temperature_celsius gauge\ntemperature_celsius{host=\"h\"} 41.5\n")
+    );
+}
+
+#[test]
+fn delta_sums_accumulate_into_a_cumulative_counter() {
+    let e = default_exporter();
+    for (i, v) in [2.0, 3.0, 5.0].into_iter().enumerate() {
+        let t = now() + i as u64 * 10;
+        let b = rm(
+            vec![kv_str("n", "a")],
+            vec![sum("bytes.sent", "By", true, 1, vec![point(vec![], t, v)])],
+        );
+        e.consume(&[b], ts(t));
+    }
+    let s = parse(&render(&e, now() + 20, &[]));
+    assert_eq!(named(&s, "bytes_sent_total")[0].value, 10.0);
+}
+
+#[test]
+fn label_values_are_escaped_and_round_trip() {
+    let e = default_exporter();
+    let nasty = "back\\slash \"quoted\"\nnewline";
+    let b = rm(
+        vec![kv_str("ingero.node.id", nasty)],
+        vec![gauge(
+            "g",
+            "",
+            vec![point(vec![kv_str("path", "C:\\tmp")], now(), 1.0)],
+        )],
+    );
+    e.consume(&[b], ts(now()));
+    let text = render(&e, now(), &[]);
+    assert!(
+        text.contains(r#"ingero_node_id="back\\slash \"quoted\"\nnewline""#),
+        "{text}"
+    );
+    assert!(text.contains(r#"path="C:\\tmp""#), "{text}");
+    let s = parse(&text);
+    assert_eq!(s[0].labels["ingero_node_id"], nasty);
+    assert_eq!(s[0].labels["path"], "C:\\tmp");
+}
+
+#[test]
+fn without_resource_promotion_nodes_collide() {
+    let cfg = PrometheusExporterConfig {
+        resource_to_telemetry_conversion: ResourceToTelemetry { enabled: false },
+        ..Default::default()
+    };
+    let e = exporter(cfg);
+    let pushes: Vec<_> = (0..3)
+        .map(|i| health_push(&AgentPush::fleet_node(i, false, now() * 1_000_000_000)))
+        .collect();
+    e.consume(&pushes, ts(now()));
+    let s = parse(&render(&e, now(), &[]));
+    // Ten series, not thirty: this is why promotion is on by default.
+    assert_eq!(named(&s, "ingero_node_throughput_ratio").len(), 1);
+    assert_eq!(e.resource_count(), 1);
+
+    let e = default_exporter();
+    e.consume(&pushes, ts(now()));
+    let s = parse(&render(&e, now(), &[]));
+    assert_eq!(named(&s, "ingero_node_throughput_ratio").len(), 3);
+    assert_eq!(e.resource_count(), 3);
+}
+
+#[test]
+fn job_instance_and_target_info_come_from_service_attributes() {
+    let e = default_exporter();
+    let b = rm(
+        vec![
+            kv_str("service.name", "trainer"),
+            kv_str("service.namespace", "ml"),
+            kv_str("service.instance.id", "pod-7"),
+            kv_str("k8s.node.name", "n7"),
+        ],
+        vec![gauge(
+            "up",
+            "",
+            vec![point(vec![kv_str("job", "overridden")], now(), 1.0)],
+        )],
+    );
+    e.consume(&[b], ts(now()));
+    let text = render(&e, now(), &[]);
+    let s = parse(&text);
+    let up = named(&s, "up");
+    assert_eq!(
+        up[0].labels,
+        labels(&[
+            ("instance", "pod-7"),
+            ("job", "ml/trainer"),
+            ("k8s_node_name", "n7"),
+            ("service_instance_id", "pod-7"),
+            ("service_name", "trainer"),
+            ("service_namespace", "ml"),
+        ])
+    );
+    let ti = named(&s, "target_info");
+    assert_eq!(ti.len(), 1);
+    assert_eq!(
+        ti[0].labels,
+        labels(&[
+            ("instance", "pod-7"),
+            ("job", "ml/trainer"),
+            ("k8s_node_name", "n7")
+        ])
+    );
+    assert!(text.contains("# HELP target_info Target metadata\n# TYPE target_info gauge\n"));
+}
+
+#[test]
+fn namespace_and_const_labels_apply_to_every_translated_series() {
+    let cfg = PrometheusExporterConfig {
+        namespace: "fleet".into(),
+        const_labels: [("env".to_string(), "prod \"eu\"".to_string())].into(),
+        ..Default::default()
+    };
+    let e = exporter(cfg);
+    let b = rm(
+        vec![kv_str("ingero.node.id", "n1")],
+        vec![gauge(
+            "ingero.node.health_score",
+            "1",
+            vec![point(vec![kv_str("env", "dev")], now(), 0.5)],
+        )],
+    );
+    e.consume(&[b], ts(now()));
+    let extra = [MetricFamily::gauge("ingero_fleet_up", "Self metric.").with(&[], 1.0)];
+    let text = render(&e, now(), &extra);
+    let s = parse(&text);
+    let h = named(&s, "fleet_ingero_node_health_score_ratio");
+    assert_eq!(
+        h[0].labels,
+        labels(&[("env", "prod \"eu\""), ("ingero_node_id", "n1")])
+    );
+    // Self-metrics are rendered as given: no namespace, no const labels.
+    assert_eq!(named(&s, "ingero_fleet_up")[0].labels.len(), 0);
+}
+
+#[test]
+fn colliding_label_names_are_joined_with_semicolons_in_key_order() {
+    let e = default_exporter();
+    let b = rm(
+        vec![
+            kv_str("node", "n1"),
+            kv_str("x.y", "res"),
+            kv_str("same", "from-resource"),
+        ],
+        vec![gauge(
+            "g",
+            "",
+            vec![point(
+                vec![
+                    kv_str("a_b", "2"),
+                    kv_str("a.b", "1"),
+                    kv_str("x_y", "dp"),
+                    kv_str("same", "from-point"),
+                ],
+                now(),
+                1.0,
+            )],
+        )],
+    );
+    e.consume(&[b], ts(now()));
+    let s = parse(&render(&e, now(), &[]));
+    assert_eq!(
+        s[0].labels,
+        labels(&[
+            // "a.b" < "a_b": values joined in that key order.
+            ("a_b", "1;2"),
+            ("node", "n1"),
+            // The resource attribute overrides the point's attribute with the same key.
+            ("same", "from-resource"),
+            ("x_y", "res;dp"),
+        ])
+    );
+}
+
+#[test]
+fn non_string_attribute_values_are_spelled_like_pdata() {
+    let e = default_exporter();
+    let b = rm(
+        vec![kv_i64("ingero.world_size", 8)],
+        vec![gauge(
+            "g",
+            "",
+            vec![point(
+                vec![
+                    component::otlp::kv_f64("threshold", 0.85),
+                    component::otlp::kv_f64("tiny", 1e-7),
+                ],
+                now(),
+                1.0,
+            )],
+        )],
+    );
+    e.consume(&[b], ts(now()));
+    let s = parse(&render(&e, now(), &[]));
+    assert_eq!(
+        s[0].labels,
+        labels(&[
+            ("ingero_world_size", "8"),
+            ("threshold", "0.85"),
+            ("tiny", "1e-7")
+        ])
+    );
+}
+
+#[test]
+fn out_of_order_points_are_dropped_and_counted() {
+    let e = default_exporter();
+    let at = |t: u64, v: f64| {
+        rm(
+            vec![kv_str("n", "a")],
+            vec![gauge("g", "", vec![point(vec![], t, v)])],
+        )
+    };
+    e.consume(&[at(now() + 10, 1.0)], ts(now() + 10));
+    let st = e.consume(&[at(now(), 2.0)], ts(now() + 11));
+    assert_eq!(st.dropped, 1);
+    assert_eq!(e.dropped(DropReason::OutOfOrder), 1);
+    assert_eq!(parse(&render(&e, now() + 11, &[]))[0].value, 1.0);
+}
+
+#[test]
+fn unusable_points_are_dropped_and_counted_by_reason() {
+    let e = default_exporter();
+    let mut no_value = point(vec![], now(), 0.0);
+    no_value.value = None;
+    let mut stale = point(vec![], now(), 1.0);
+    stale.flags = 1;
+    let exp = component::otlp::Metric {
+        name: "latency".into(),
+        data: Some(component::otlp::MetricKind::ExponentialHistogram(
+            opentelemetry_proto::tonic::metrics::v1::ExponentialHistogram {
+                data_points: vec![Default::default(), Default::default()],
+                aggregation_temporality: 2,
+            },
+        )),
+        ..Default::default()
+    };
+    let b = rm(
+        vec![kv_str("n", "a")],
+        vec![
+            gauge("a", "", vec![no_value, stale]),
+            gauge(
+                "b",
+                "",
+                vec![point(vec![kv_str("__name__", "x")], now(), 1.0)],
+            ),
+            gauge("c", "", vec![point(vec![kv_str("", "x")], now(), 1.0)]),
+            gauge("...", "", vec![point(vec![], now(), 1.0)]),
+            sum("d", "", true, 0, vec![point(vec![], now(), 1.0)]),
+            exp,
+            gauge("ok", "", vec![point(vec![], now(), 1.0)]),
+        ],
+    );
+    let st = e.consume(&[b], ts(now()));
+    assert_eq!((st.points, st.stored, st.dropped), (9, 1, 8));
+    assert_eq!(e.dropped(DropReason::NoValue), 2);
+    assert_eq!(e.dropped(DropReason::InvalidLabelName), 2);
+    assert_eq!(e.dropped(DropReason::InvalidMetricName), 1);
+    assert_eq!(e.dropped(DropReason::InvalidTemporality), 1);
+    assert_eq!(e.dropped(DropReason::UnsupportedType), 2);
+    let s = parse(&render(&e, now(), &[]));
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].name, "ok");
+}
+
+#[test]
+fn a_second_type_under_one_name_is_a_conflict() {
+    let e = default_exporter();
+    let g = rm(
+        vec![kv_str("n", "a")],
+        vec![gauge("jobs", "", vec![point(vec![], now(), 1.0)])],
+    );
+    let c = rm(
+        vec![kv_str("n", "a")],
+        vec![sum("jobs", "", false, 2, vec![point(vec![], now(), 2.0)])],
+    );
+    let h = rm(
+        vec![kv_str("n", "b")],
+        vec![component::otlp::Metric {
+            name: "jobs".into(),
+            data: Some(component::otlp::MetricKind::Histogram(
+                opentelemetry_proto::tonic::metrics::v1::Histogram {
+                    data_points: vec![Default::default()],
+                    aggregation_temporality: 2,
+                },
+            )),
+            ..Default::default()
+        }],
+    );
+    e.consume(&[g, c, h], ts(now()));
+    assert_eq!(e.dropped(DropReason::TypeConflict), 1);
+    let s = parse(&render(&e, now(), &[]));
+    // The non-monotonic sum is a gauge too: same family, same series, last value wins.
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].value, 2.0);
+}
+
+#[test]
+fn self_metrics_are_merged_validated_and_counted() {
+    let e = default_exporter();
+    e.consume(
+        &[rm(
+            vec![kv_str("n", "a")],
+            vec![gauge("shared.name", "", vec![point(vec![], now(), 1.0)])],
+        )],
+        ts(now()),
+    );
+    let extra = vec![
+        MetricFamily::gauge("shared_name", "ignored help").with(&[("component", "x")], 2.0),
+        MetricFamily::counter("otelcol_exporter_sent_metric_points_total", "Sent.")
+            .with(&[("exporter", "prometheus")], 5.0),
+        MetricFamily::counter("otelcol_exporter_sent_metric_points_total", "Sent.")
+            .with(&[("exporter", "otlp")], 6.0),
+        MetricFamily::counter("shared_name", "wrong type").with(&[], 1.0),
+        MetricFamily::gauge("bad-name", "x").with(&[], 1.0),
+        MetricFamily::gauge("empty_family", "x"),
+    ];
+    let text = render(&e, now(), &extra);
+    assert_eq!(text.matches("# TYPE shared_name gauge").count(), 1);
+    assert_eq!(
+        text.matches("# TYPE otelcol_exporter_sent_metric_points_total counter")
+            .count(),
+        1
+    );
+    assert!(
+        !text.contains("empty_family"),
+        "families without samples are left out"
+    );
+    let s = parse(&text);
+    assert_eq!(named(&s, "shared_name").len(), 2);
+    assert_eq!(
+        named(&s, "otelcol_exporter_sent_metric_points_total").len(),
+        2
+    );
+    assert!(named(&s, "bad-name").is_empty());
+
+    let mut tel = Vec::new();
+    e.telemetry(&mut tel);
+    let rejected = tel
+        .iter()
+        .find(|f| f.name == "ingero_fleet_prometheus_self_metrics_rejected_total")
+        .unwrap();
+    let by = |r: &str| {
+        rejected
+            .samples
+            .iter()
+            .find(|s| s.labels[0].1 == r)
+            .unwrap()
+            .value
+    };
+    assert_eq!(by("invalid_name"), 1.0);
+    assert_eq!(by("type_conflict"), 1.0);
+}
+
+#[test]
+fn concurrent_consume_and_render() {
+    let e = Arc::new(default_exporter());
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                for round in 0..5u64 {
+                    let t = now() + round;
+                    let batch: Vec<_> = (0..200)
+                        .map(|i| {
+                            health_push(&AgentPush::fleet_node(
+                                w * 1000 + i,
+                                false,
+                                t * 1_000_000_000,
+                            ))
+                        })
+                        .collect();
+                    e.consume(&batch, ts(t));
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let e = Arc::clone(&e);
+        std::thread::spawn(move || {
+            let mut renders = 0;
+            for _ in 0..20 {
+                let text = render(&e, now() + 5, &[]);
+                // Every intermediate page is well formed (parse panics otherwise) and never
+                // holds more than was pushed.
+                let s = parse(&text);
+                assert!(s.len() <= 8000);
+                renders += 1;
+            }
+            renders
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(reader.join().unwrap(), 20);
+    let s = parse(&render(&e, now() + 5, &[]));
+    assert_eq!(s.len(), 800 * 10);
+    assert_eq!(e.series_count(), 8000);
+    let nodes: BTreeSet<_> = s
+        .iter()
+        .map(|x| x.labels["ingero_node_id"].clone())
+        .collect();
+    assert_eq!(nodes.len(), 800);
+}
