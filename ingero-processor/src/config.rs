@@ -449,6 +449,28 @@ mod tests {
     }
 
     #[test]
+    fn non_finite_numbers_are_rejected() {
+        let mut c = IngeroConfig::default();
+        c.threshold.k = f64::NAN;
+        c.threshold.ema_alpha = f64::INFINITY;
+        c.quorum.coverage_fraction = f64::NAN;
+        c.panic.enter_fraction = f64::NAN;
+        c.classifier.decision = f64::INFINITY;
+        let err = c.validate().unwrap_err();
+        let paths: Vec<_> = err.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "threshold.k",
+                "threshold.ema_alpha",
+                "quorum.coverage_fraction",
+                "panic.enter_fraction",
+                "classifier.decision"
+            ]
+        );
+    }
+
+    #[test]
     fn expected_window_must_cover_the_ttl() {
         let mut c = IngeroConfig::default();
         c.quorum.expected_window = Duration::from_secs(49);

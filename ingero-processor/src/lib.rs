@@ -36,11 +36,19 @@ pub mod classifier;
 pub mod cluster;
 pub mod config;
 pub mod metrics;
+pub mod processor;
 pub mod stats;
 pub mod table;
 pub mod threshold;
 
 pub use config::IngeroConfig;
+pub use processor::IngeroProcessor;
 
 /// The component type name (`processors: ingero:` in a collector config).
 pub const TYPE: &str = "ingero";
+
+/// Decode, validate and build a processor from its config subtree (`null` = defaults).
+pub fn create(cfg: &component::ConfigValue) -> Result<IngeroProcessor, component::ConfigErrors> {
+    let cfg: IngeroConfig = component::config::decode(cfg)?;
+    IngeroProcessor::new(cfg)
+}
