@@ -36,9 +36,6 @@ cargo fmt --all -- --check
 log "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-log "cargo build (release binaries used by end-to-end tests)"
-cargo build --workspace --release --locked --bins
-
 log "cargo test"
 cargo test --workspace --locked -- --test-threads=2
 
