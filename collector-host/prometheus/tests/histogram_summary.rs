@@ -12,6 +12,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Histogram, HistogramDataPoint, Summary, SummaryDataPoint, summary_data_point::ValueAtQuantile,
 };
 
+#[allow(clippy::too_many_arguments)]
 fn histogram(
     name: &str,
     unit: &str,
