@@ -1,0 +1,30 @@
+//! ingero-agent: the per-node agent of Ingero Fleet.
+//!
+//! Design notes:
+//! - eBPF uprobes (C, built by `build.rs`, loaded with aya) on libcudart / libcuda / libnccl
+//!   feed ring buffers; [`signals`] turns a window of events into four raw signals.
+//! - [`health`] is pure: score, baselines, node state, detection mode and classification,
+//!   every function taking `now`. Tests drive it with a fake clock.
+//! - [`fleet`] pushes OTLP/HTTP (protobuf or the spec's JSON) to Fleet and reads the
+//!   threshold from the response headers; a GET poller is the fallback.
+//! - [`events_out`] is the NDJSON Unix socket for straggler events and its reference
+//!   consumer (`ingero-agent sink`).
+//! - [`agent`] is the glue that runs one tick and the push loop. A synthetic signal source
+//!   drives exactly the same code without a GPU or root.
+
+pub mod agent;
+pub mod config;
+pub mod events_out;
+pub mod fleet;
+pub mod health;
+pub mod httpserve;
+pub mod nccl;
+pub mod signals;
+pub mod status;
+pub mod timefmt;
+
+/// The agent's name as it appears in logs and the scope of its own payloads.
+pub const AGENT_NAME: &str = "ingero-agent";
+
+#[cfg(test)]
+pub(crate) mod test_util;
