@@ -1,4 +1,169 @@
 //! Configuration of the `ingero_threshold` extension.
+//!
+//! ```yaml
+//! extensions:
+//!   ingero_threshold:
+//!     agent_endpoint: 0.0.0.0:8080    # threshold GET fallback (default 127.0.0.1:8080)
+//!     admin_endpoint: 127.0.0.1:8081  # diagnostics; "" disables the admin listener
+//!     max_clusters: 100000            # clusters one publish may store
+//! ```
 
+use component::config::ComponentConfig;
+use component::{ConfigErrors, ConfigValue};
+use serde::{Deserialize, Serialize};
+
+use crate::listen_addr::ListenAddr;
+
+/// Agent-facing listener for `GET /api/v1/threshold`. Loopback unless configured otherwise
+/// (the seed's example config writes `0.0.0.0:8080`).
+pub const DEFAULT_AGENT_ENDPOINT: &str = "127.0.0.1:8080";
+/// Admin listener for diagnostics; loopback only by default.
+pub const DEFAULT_ADMIN_ENDPOINT: &str = "127.0.0.1:8081";
 /// Most clusters one publish stores; reports beyond it are dropped and counted.
 pub const DEFAULT_MAX_CLUSTERS: usize = 100_000;
+/// Upper bound accepted for `max_clusters`.
+pub const MAX_MAX_CLUSTERS: usize = 10_000_000;
+
+/// The `ingero_threshold` extension's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThresholdExtensionConfig {
+    /// `host:port` of the agent listener (threshold GET fallback).
+    pub agent_endpoint: String,
+    /// `host:port` of the admin listener (diagnostics); the empty string disables it.
+    pub admin_endpoint: String,
+    /// Most clusters one publish may store (1 to 10,000,000). Keep it at or above the
+    /// processor's own cluster cap, or the clusters past it answer as cold start.
+    pub max_clusters: usize,
+}
+
+impl Default for ThresholdExtensionConfig {
+    fn default() -> Self {
+        ThresholdExtensionConfig {
+            agent_endpoint: DEFAULT_AGENT_ENDPOINT.to_string(),
+            admin_endpoint: DEFAULT_ADMIN_ENDPOINT.to_string(),
+            max_clusters: DEFAULT_MAX_CLUSTERS,
+        }
+    }
+}
+
+impl ThresholdExtensionConfig {
+    /// Decode and validate a config subtree (`null` means all defaults).
+    pub fn from_value(value: &ConfigValue) -> Result<Self, ConfigErrors> {
+        component::config::decode(value)
+    }
+
+    /// The agent listener address.
+    pub fn agent_listener(&self) -> Result<ListenAddr, String> {
+        ListenAddr::parse(&self.agent_endpoint)
+    }
+
+    /// The admin listener address, `None` when disabled (`admin_endpoint: ""`).
+    pub fn admin_listener(&self) -> Result<Option<ListenAddr>, String> {
+        if self.admin_endpoint.is_empty() {
+            Ok(None)
+        } else {
+            ListenAddr::parse(&self.admin_endpoint).map(Some)
+        }
+    }
+}
+
+impl ComponentConfig for ThresholdExtensionConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut errs = ConfigErrors::new();
+        let agent = match self.agent_listener() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                errs.push("agent_endpoint", e);
+                None
+            }
+        };
+        match self.admin_listener() {
+            Ok(Some(admin)) => {
+                if let Some(agent) = agent
+                    && admin == agent
+                    && admin.port != 0
+                {
+                    errs.push(
+                        "admin_endpoint",
+                        format!("must differ from agent_endpoint, both are {admin}"),
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => errs.push("admin_endpoint", format!("{e} (or \"\" to disable)")),
+        }
+        if !(1..=MAX_MAX_CLUSTERS).contains(&self.max_clusters) {
+            errs.push(
+                "max_clusters",
+                format!(
+                    "must be from 1 to {MAX_MAX_CLUSTERS}, got {}",
+                    self.max_clusters
+                ),
+            );
+        }
+        errs.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::config::parse_yaml;
+
+    fn errors(yaml: &str) -> Vec<String> {
+        let v = parse_yaml(yaml.as_bytes()).unwrap();
+        match ThresholdExtensionConfig::from_value(&v) {
+            Ok(cfg) => panic!("accepted {cfg:?}"),
+            Err(e) => e.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn defaults_bind_loopback_and_validate() {
+        let cfg = ThresholdExtensionConfig::default();
+        assert_eq!(cfg.validate(), Ok(()));
+        assert!(cfg.agent_listener().unwrap().is_loopback());
+        assert_eq!(cfg.agent_listener().unwrap().port, 8080);
+        let admin = cfg.admin_listener().unwrap().unwrap();
+        assert!(admin.is_loopback());
+        assert_eq!(admin.port, 8081);
+        assert_eq!(
+            ThresholdExtensionConfig::from_value(&ConfigValue::Null).unwrap(),
+            cfg
+        );
+    }
+
+    #[test]
+    fn empty_admin_endpoint_disables_the_admin_listener() {
+        let v = parse_yaml(b"admin_endpoint: \"\"").unwrap();
+        let cfg = ThresholdExtensionConfig::from_value(&v).unwrap();
+        assert_eq!(cfg.admin_listener(), Ok(None));
+    }
+
+    #[test]
+    fn every_bad_key_is_reported() {
+        let errs =
+            errors("agent_endpoint: \"8080\"\nadmin_endpoint: \"::1:8081\"\nmax_clusters: 0\n");
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].starts_with("agent_endpoint: missing :port"),
+            "{errs:?}"
+        );
+        assert!(errs[1].starts_with("admin_endpoint: IPv6 addresses must be in brackets"));
+        assert!(errs[1].ends_with("(or \"\" to disable)"));
+        assert_eq!(errs[2], "max_clusters: must be from 1 to 10000000, got 0");
+    }
+
+    #[test]
+    fn admin_and_agent_must_not_share_a_port() {
+        let errs = errors("agent_endpoint: 127.0.0.1:9000\nadmin_endpoint: 127.0.0.1:9000\n");
+        assert_eq!(
+            errs,
+            ["admin_endpoint: must differ from agent_endpoint, both are 127.0.0.1:9000"]
+        );
+        // Port 0 means "any free port": two listeners on port 0 do not collide.
+        let v = parse_yaml(b"agent_endpoint: 127.0.0.1:0\nadmin_endpoint: 127.0.0.1:0\n").unwrap();
+        assert!(ThresholdExtensionConfig::from_value(&v).is_ok());
+    }
+}

@@ -1,18 +1,49 @@
 //! `ingero_threshold`: the threshold store, the push-response header policy and the
 //! threshold API of Ingero Fleet.
 //!
-//! Work in progress: the store and header policy are in place; routes and config follow.
+//! # Design
+//!
+//! - **Store** ([`ThresholdStore`]). The `ingero` processor finds this extension through the
+//!   host at `start` ([`component::find_threshold_sink`]) and calls
+//!   [`ThresholdSink::publish`](component::ThresholdSink::publish) once per tick with every
+//!   cluster it knows. A publish builds one immutable snapshot (header values and GET bodies
+//!   formatted once) and swaps it in with `arc-swap`; a push-path read is an atomic load and
+//!   one hash lookup and never waits for a publish. Swapped-out snapshots are freed by the
+//!   next publish, never by a push request.
+//! - **Header policy** ([`PushHeaders`]). `X-Ingero-Threshold` and `X-Ingero-Quorum-Met`
+//!   travel together or not at all (gRPC twin: `ingero-threshold` / `ingero-quorum-met`).
+//!   Values come from [`component::ThresholdValue`], which cannot hold `0`, `NaN` or anything
+//!   outside [0.1, 0.99]; the text is the shortest round-trip decimal and is the same text the
+//!   GET body carries. A cluster with nothing computed, or unknown, gets neither header.
+//! - **Cluster ids** ([`validate_cluster_id`], [`cluster_id_from_query`]). One rule everywhere:
+//!   non-empty, at most 256 bytes, no control characters or line breaks; query values are
+//!   percent-decoded strictly (a bad escape, invalid UTF-8 or a repeated parameter is an
+//!   error). An id breaking the rule is never stored, so it can never select headers.
+//! - **Routes** (socket-free, [`ThresholdExtension::route_agent`] /
+//!   [`ThresholdExtension::route_admin`]): `GET /api/v1/threshold?cluster_id=ID` on the agent
+//!   listener, `GET /api/v1/diagnostics[?cluster_id=ID]` on the admin listener. The host binds
+//!   them to `agent_endpoint` / `admin_endpoint`.
+//!
+//! The extension never opens sockets, spawns tasks or reads the clock (see `component`).
 
 pub mod cluster_id;
 pub mod config;
+pub mod extension;
 pub mod listen_addr;
 pub mod metrics;
+pub mod routes;
 pub mod store;
 
 pub use cluster_id::{
     ClusterIdParam, MAX_CLUSTER_ID_LEN, cluster_id_from_query, validate_cluster_id,
 };
-pub use store::{PushHeaders, QUORUM_MET_HEADER, THRESHOLD_HEADER, ThresholdStore};
+pub use config::ThresholdExtensionConfig;
+pub use extension::{ThresholdExtension, create};
+pub use listen_addr::{ListenAddr, ListenHost};
+pub use routes::{DEFAULT_PAGE_LIMIT, DIAGNOSTICS_PATH, MAX_PAGE_LIMIT};
+pub use store::{
+    COLD_START_BODY, PushHeaders, QUORUM_MET_HEADER, THRESHOLD_HEADER, ThresholdStore,
+};
 
 /// The component type name in configs (`extensions: ingero_threshold:`).
 pub const TYPE: &str = "ingero_threshold";

@@ -3,6 +3,10 @@
 //! Every label set is fixed at compile time: no label value ever comes from outside data
 //! (cluster ids appear in the admin JSON, never in metric labels).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use component::MetricFamily;
+
 /// Counter `{endpoint, code}`: requests answered by the agent and admin routes.
 pub const API_REQUESTS_TOTAL: &str = "ingero_threshold_api_requests_total";
 /// Gauge: clusters in the current published state (with or without a threshold).
@@ -18,3 +22,113 @@ pub const PUBLISHES_TOTAL: &str = "ingero_threshold_publishes_total";
 /// Counter `{reason="invalid_cluster_id|duplicate|over_cap"}`: cluster reports a publish
 /// dropped instead of storing.
 pub const PUBLISH_DROPPED_TOTAL: &str = "ingero_threshold_publish_dropped_total";
+
+/// The route a request was answered by (label `endpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Threshold,
+    Diagnostics,
+    /// Any path neither listener serves.
+    Other,
+}
+
+impl Endpoint {
+    fn label(self) -> &'static str {
+        match self {
+            Endpoint::Threshold => "threshold",
+            Endpoint::Diagnostics => "diagnostics",
+            Endpoint::Other => "other",
+        }
+    }
+}
+
+/// Status codes the routes answer with (label `code`).
+const CODES: [u16; 4] = [200, 400, 404, 405];
+const ENDPOINTS: [Endpoint; 3] = [Endpoint::Threshold, Endpoint::Diagnostics, Endpoint::Other];
+
+/// Request counters, one per (endpoint, code).
+#[derive(Debug, Default)]
+pub(crate) struct ApiCounters {
+    counts: [[AtomicU64; CODES.len()]; ENDPOINTS.len()],
+    /// A status outside [`CODES`] (none today; kept so a new status is never silently lost).
+    other_code: AtomicU64,
+}
+
+impl ApiCounters {
+    pub(crate) fn record(&self, endpoint: Endpoint, status: u16) {
+        let e = ENDPOINTS.iter().position(|x| *x == endpoint).unwrap_or(0);
+        let slot = CODES
+            .iter()
+            .position(|c| *c == status)
+            .and_then(|c| self.counts.get(e).and_then(|row| row.get(c)));
+        match slot {
+            Some(counter) => counter.fetch_add(1, Ordering::Relaxed),
+            None => self.other_code.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get(&self, endpoint: Endpoint, status: u16) -> u64 {
+        let e = ENDPOINTS.iter().position(|x| *x == endpoint).unwrap_or(0);
+        CODES
+            .iter()
+            .position(|c| *c == status)
+            .and_then(|c| self.counts.get(e).and_then(|row| row.get(c)))
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn family(&self) -> MetricFamily {
+        let mut f = MetricFamily::counter(
+            API_REQUESTS_TOTAL,
+            "Requests answered by the ingero_threshold routes, by endpoint and status code.",
+        );
+        for (endpoint, row) in ENDPOINTS.iter().zip(&self.counts) {
+            for (code, n) in CODES.iter().zip(row) {
+                let code = code.to_string();
+                f.push(
+                    &[("endpoint", endpoint.label()), ("code", &code)],
+                    n.load(Ordering::Relaxed) as f64,
+                );
+            }
+        }
+        let other = self.other_code.load(Ordering::Relaxed);
+        if other > 0 {
+            f.push(&[("endpoint", "other"), ("code", "other")], other as f64);
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_endpoint_code_pair_counts_separately() {
+        let c = ApiCounters::default();
+        c.record(Endpoint::Threshold, 200);
+        c.record(Endpoint::Threshold, 200);
+        c.record(Endpoint::Diagnostics, 404);
+        c.record(Endpoint::Other, 500);
+        assert_eq!(c.get(Endpoint::Threshold, 200), 2);
+        assert_eq!(c.get(Endpoint::Diagnostics, 404), 1);
+        assert_eq!(c.get(Endpoint::Threshold, 404), 0);
+        let f = c.family();
+        assert_eq!(f.samples.len(), ENDPOINTS.len() * CODES.len() + 1);
+        let find = |e: &str, code: &str| {
+            f.samples
+                .iter()
+                .find(|s| {
+                    s.labels
+                        == vec![
+                            ("endpoint".to_string(), e.to_string()),
+                            ("code".to_string(), code.to_string()),
+                        ]
+                })
+                .map(|s| s.value)
+        };
+        assert_eq!(find("threshold", "200"), Some(2.0));
+        assert_eq!(find("diagnostics", "404"), Some(1.0));
+        assert_eq!(find("other", "other"), Some(1.0));
+    }
+}

@@ -146,7 +146,6 @@ impl Entry {
 
 /// The whole published state at one publish.
 #[derive(Default)]
-#[allow(dead_code)] // `sorted_ids` is read by the routes (next commit).
 pub(crate) struct Snapshot {
     clusters: HashMap<Arc<str>, Entry>,
     /// Cluster ids in byte order, for paginated diagnostics.
@@ -166,7 +165,6 @@ impl fmt::Debug for Snapshot {
     }
 }
 
-#[allow(dead_code)] // Read by the routes (next commit).
 impl Snapshot {
     pub(crate) fn report(&self, cluster_id: &str) -> Option<&ClusterReport> {
         self.clusters.get(cluster_id).map(|e| &e.report)
@@ -326,7 +324,6 @@ impl ThresholdStore {
     }
 
     /// The exact GET body for a (validated) cluster id.
-    #[allow(dead_code)] // Read by the routes (next commit).
     pub(crate) fn threshold_body(&self, cluster_id: &str) -> Vec<u8> {
         match self.current.load().clusters.get(cluster_id) {
             Some(e) => e.body.to_vec(),
@@ -335,7 +332,6 @@ impl ThresholdStore {
     }
 
     /// The current snapshot, owned (admin routes hold it while serialising).
-    #[allow(dead_code)] // Read by the routes (next commit).
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
     }

@@ -1,18 +1,22 @@
 //! Reads racing publishes: every read must see a (threshold, quorum) pair that one publish
 //! wrote for that cluster, both headers or neither, and never go back in time.
 
+#![allow(clippy::unwrap_used)] // Test helpers: a failed unwrap is a failed test.
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use component::Timestamp;
-use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdSink, ThresholdValue};
-use ingero_extension::ThresholdStore;
+use component::api::ApiRequest;
+use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
+use component::wire::http::THRESHOLD_API_PATH;
+use component::{ConfigValue, Extension, Timestamp};
+use ingero_extension::{COLD_START_BODY, ThresholdExtension, create};
 
 const CLUSTERS: u64 = 64;
-const PUBLISHES: u64 = 2_000;
-const CHECKPOINT_EVERY: u64 = 50;
+const PUBLISHES: u64 = 1_000;
+const CHECKPOINT_EVERY: u64 = 25;
 const READERS: usize = 3;
 
 /// The value generation `g` publishes (unique per generation, so a read names its publish).
@@ -76,6 +80,34 @@ fn reports(g: u64, diag: &Arc<ClusterDiagnostics>) -> Vec<ClusterReport> {
         .collect()
 }
 
+/// The (threshold, quorum) a GET body carries, read exactly (serde_json's float parser is
+/// not exact, so the number is parsed from its text); `None` for the cold-start shape.
+fn body_value(body: &[u8]) -> Option<(f64, bool)> {
+    if body == COLD_START_BODY {
+        return None;
+    }
+    let text = std::str::from_utf8(body).unwrap();
+    let rest = text.strip_prefix(r#"{"threshold":"#).unwrap();
+    let (t, rest) = rest.split_once(r#","quorum_met":"#).unwrap();
+    let q = match rest {
+        "true}" => true,
+        "false}" => false,
+        other => panic!("body tail {other:?}"),
+    };
+    Some((t.parse().unwrap(), q))
+}
+
+fn get_body(ext: &ThresholdExtension, id: &str) -> Vec<u8> {
+    let query = format!("cluster_id={id}");
+    let resp = ext.route_agent(&ApiRequest {
+        method: "GET",
+        path: THRESHOLD_API_PATH,
+        query: Some(&query),
+    });
+    assert_eq!(resp.status, 200);
+    resp.body
+}
+
 /// Check one read of cluster `c`; returns the generation it proves, if any.
 fn check(c: u64, value: Option<(f64, bool)>, label: &str) -> Option<u64> {
     let (t, q) = value?;
@@ -90,14 +122,17 @@ fn check(c: u64, value: Option<(f64, bool)>, label: &str) -> Option<u64> {
 
 #[test]
 fn every_read_sees_one_publish_and_time_only_moves_forward() {
-    let store = Arc::new(ThresholdStore::new());
+    let ext = Arc::new(create(&ConfigValue::Null).unwrap());
+    let sink = ext.threshold_sink().unwrap();
+    let store = ext.store();
     let done = Arc::new(AtomicBool::new(false));
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..READERS).map(|_| AtomicU64::new(0)).collect());
     let start = Arc::new(Barrier::new(READERS + 1));
 
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let store = Arc::clone(&store);
+            let ext = Arc::clone(&ext);
+            let store = ext.store();
             let done = Arc::clone(&done);
             let progress = Arc::clone(&progress);
             let start = Arc::clone(&start);
@@ -124,7 +159,10 @@ fn every_read_sees_one_publish_and_time_only_moves_forward() {
                         });
                         headers_seen += u64::from(headers.is_some());
                         let value = store.get(&id).map(|v| (v.threshold(), v.quorum_met()));
-                        for (read, label) in [(headers, "headers"), (value, "get")] {
+                        let body = body_value(&get_body(&ext, &id));
+                        for (read, label) in
+                            [(headers, "headers"), (value, "get"), (body, "GET body")]
+                        {
                             if let Some(g) = check(c, read, label) {
                                 let slot = &mut last_seen[c as usize];
                                 assert!(
@@ -150,7 +188,7 @@ fn every_read_sees_one_publish_and_time_only_moves_forward() {
     start.wait();
     let mut checkpoints = 0u64;
     for g in 1..=PUBLISHES {
-        store.publish(reports(g, &diag), Timestamp::from_secs(g));
+        sink.publish(reports(g, &diag), Timestamp::from_secs(g));
         if g % CHECKPOINT_EVERY == 0 {
             // Let every reader get a full pass in after this publish, so reads and publishes
             // provably interleave (no sleeping, no timing).

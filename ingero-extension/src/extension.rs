@@ -1,0 +1,93 @@
+//! The `ingero_threshold` extension: owns the store, offers it as the processor's
+//! [`ThresholdSink`], and answers the agent and admin routes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use component::api::{ApiRequest, ApiResponse};
+use component::{
+    ConfigErrors, ConfigValue, Extension, Host, MetricFamily, StartError, ThresholdSink,
+};
+
+use crate::config::ThresholdExtensionConfig;
+use crate::routes::Routes;
+use crate::store::ThresholdStore;
+
+const CREATED: u8 = 0;
+const RUNNING: u8 = 1;
+const STOPPED: u8 = 2;
+
+/// The extension instance a host creates from config.
+#[derive(Debug)]
+pub struct ThresholdExtension {
+    config: ThresholdExtensionConfig,
+    store: Arc<ThresholdStore>,
+    routes: Routes,
+    state: AtomicU8,
+}
+
+/// Decode and validate `cfg` (`null` = defaults) and build the extension.
+pub fn create(cfg: &ConfigValue) -> Result<ThresholdExtension, ConfigErrors> {
+    ThresholdExtensionConfig::from_value(cfg).map(ThresholdExtension::new)
+}
+
+impl ThresholdExtension {
+    /// Build from an already validated config.
+    pub fn new(config: ThresholdExtensionConfig) -> Self {
+        let store = Arc::new(ThresholdStore::with_max_clusters(config.max_clusters));
+        ThresholdExtension {
+            routes: Routes::new(Arc::clone(&store)),
+            store,
+            config,
+            state: AtomicU8::new(CREATED),
+        }
+    }
+
+    pub fn config(&self) -> &ThresholdExtensionConfig {
+        &self.config
+    }
+
+    /// The store (push-path lookups: [`ThresholdStore::push_headers_for_query`]).
+    pub fn store(&self) -> Arc<ThresholdStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// True between `start` and `shutdown`.
+    pub fn is_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// A request to the agent listener (`agent_endpoint`).
+    pub fn route_agent(&self, req: &ApiRequest<'_>) -> ApiResponse {
+        self.routes.agent(req)
+    }
+
+    /// A request to the admin listener (`admin_endpoint`).
+    pub fn route_admin(&self, req: &ApiRequest<'_>) -> ApiResponse {
+        self.routes.admin(req)
+    }
+}
+
+impl Extension for ThresholdExtension {
+    /// Nothing to acquire: the host binds the listeners. Idempotent; allowed after shutdown.
+    fn start(&self, _host: &dyn Host) -> Result<(), StartError> {
+        self.state.store(RUNNING, Ordering::Release);
+        Ok(())
+    }
+
+    /// Idempotent. The published state is kept: the processor may still publish, and pushes
+    /// still being drained keep receiving the last threshold.
+    fn shutdown(&self) {
+        self.state.store(STOPPED, Ordering::Release);
+    }
+
+    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
+        let sink: Arc<dyn ThresholdSink> = self.store();
+        Some(sink)
+    }
+
+    fn telemetry(&self, out: &mut Vec<MetricFamily>) {
+        self.store.telemetry(out);
+        out.push(self.routes.counters().family());
+    }
+}
