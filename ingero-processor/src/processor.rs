@@ -766,9 +766,6 @@ impl Processor for IngeroProcessor {
             }
         }
         self.remove_empty_clusters(&empty, &mut side);
-        // Clusters removed from the map by an earlier tick leave no tick state behind.
-        side.clusters
-            .retain(|k, _| clusters.iter().any(|(id, _)| id == k));
         drop(side);
         summaries.sort_by(|a, b| a.cluster_id.cmp(&b.cluster_id));
 

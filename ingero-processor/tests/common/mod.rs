@@ -144,3 +144,23 @@ pub fn host_with_sink() -> (StaticHost, Arc<RecordingSink>) {
     };
     (host, sink)
 }
+
+/// A push with only the health score (fast to build; the simulation sends 100k of them).
+pub fn health_only(cluster: &str, node: &str, score: f64) -> ResourceMetrics {
+    let dp = otlp::point_f64(
+        vec![
+            otlp::kv_str(attr::NODE_STATE, "active"),
+            otlp::kv_str(attr::CGROUP_PATH_HASH, ""),
+        ],
+        0,
+        score,
+    );
+    otlp::resource_metrics(
+        vec![
+            otlp::kv_str(resource::NODE_ID, node),
+            otlp::kv_str(resource::CLUSTER_ID, cluster),
+        ],
+        "ingero.health",
+        vec![otlp::gauge_f64(metric::HEALTH_SCORE, "1", vec![dp])],
+    )
+}
