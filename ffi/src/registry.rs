@@ -1,0 +1,131 @@
+//! The component types this library provides, built from config bytes by the same code the
+//! Rust host uses: [`component::config::parse_yaml`] and each crate's `create`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use component::{ComponentId, ConfigErrors, ConfigValue, Processor};
+use ingero_extension::ThresholdExtension;
+
+use crate::result::{
+    Failure, INGERO_ERR_INVALID_ARGUMENT, INGERO_ERR_INVALID_CONFIG, INGERO_ERR_UNKNOWN_TYPE,
+    INGERO_ERR_WRONG_KIND,
+};
+
+/// Processor types, in the order `components` lists them.
+pub(crate) const PROCESSOR_TYPES: [&str; 3] = [
+    ingero_processor::TYPE,
+    provider_processor::TYPE,
+    nccl_processor::TYPE,
+];
+/// Extension types.
+pub(crate) const EXTENSION_TYPES: [&str; 1] = [ingero_extension::TYPE];
+
+/// A processor built from config, with what the host needs to drive it.
+pub(crate) struct BuiltProcessor {
+    pub inner: Box<dyn Processor>,
+    /// How often the host calls `tick`.
+    pub tick_interval: Duration,
+    /// The crate documents that `process` never changes the batch (the `ingero` and
+    /// `nccl_peer_lag` processors only read it). The C ABI then skips re-encoding and tells
+    /// the caller to keep its own bytes; debug builds verify the claim on every batch.
+    pub passes_through: bool,
+}
+
+impl std::fmt::Debug for BuiltProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltProcessor")
+            .field("tick_interval", &self.tick_interval)
+            .field("passes_through", &self.passes_through)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parse `type[/name]`.
+pub(crate) fn parse_id(id: &str) -> Result<ComponentId, Failure> {
+    ComponentId::parse(id).map_err(|e| Failure::with(INGERO_ERR_INVALID_ARGUMENT, e))
+}
+
+/// Parse config bytes (YAML or JSON; empty or whitespace means all defaults).
+pub(crate) fn parse_config(bytes: &[u8]) -> Result<ConfigValue, Failure> {
+    component::config::parse_yaml(bytes)
+        .map_err(|e| Failure::with(INGERO_ERR_INVALID_CONFIG, e.to_string()))
+}
+
+/// Every config problem, one `path: message` per line (paths relative to the component).
+pub(crate) fn config_failure(errs: ConfigErrors) -> Failure {
+    Failure::with(INGERO_ERR_INVALID_CONFIG, errs.to_string())
+}
+
+fn unknown(kind: &str) -> Failure {
+    Failure::with(
+        INGERO_ERR_UNKNOWN_TYPE,
+        format!(
+            "unknown component type {kind:?}: this library provides the processors {} and the \
+             extension {}",
+            PROCESSOR_TYPES.join(", "),
+            EXTENSION_TYPES.join(", ")
+        ),
+    )
+}
+
+/// Build a processor of `kind` from a config tree.
+pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProcessor, Failure> {
+    match kind {
+        ingero_processor::TYPE => {
+            let p = ingero_processor::create(cfg).map_err(config_failure)?;
+            Ok(BuiltProcessor {
+                tick_interval: p.push_interval(),
+                inner: Box::new(p),
+                passes_through: true,
+            })
+        }
+        provider_processor::TYPE => {
+            let p = provider_processor::create(cfg).map_err(config_failure)?;
+            Ok(BuiltProcessor {
+                tick_interval: p.tick_interval(),
+                inner: Box::new(p),
+                passes_through: false,
+            })
+        }
+        nccl_processor::TYPE => {
+            let p = nccl_processor::create(cfg).map_err(config_failure)?;
+            Ok(BuiltProcessor {
+                tick_interval: p.tick_interval(),
+                inner: Box::new(p),
+                passes_through: true,
+            })
+        }
+        k if EXTENSION_TYPES.contains(&k) => Err(Failure::with(
+            INGERO_ERR_WRONG_KIND,
+            format!("{k} is an extension type, not a processor"),
+        )),
+        k => Err(unknown(k)),
+    }
+}
+
+/// Build an extension of `kind` from a config tree.
+pub(crate) fn build_extension(
+    kind: &str,
+    cfg: &ConfigValue,
+) -> Result<Arc<ThresholdExtension>, Failure> {
+    match kind {
+        ingero_extension::TYPE => ingero_extension::create(cfg)
+            .map(Arc::new)
+            .map_err(config_failure),
+        k if PROCESSOR_TYPES.contains(&k) => Err(Failure::with(
+            INGERO_ERR_WRONG_KIND,
+            format!("{k} is a processor type, not an extension"),
+        )),
+        k => Err(unknown(k)),
+    }
+}
+
+/// Validate a config for a component type of either kind, exactly as creating it would.
+pub(crate) fn validate(kind: &str, cfg: &ConfigValue) -> Result<(), Failure> {
+    if EXTENSION_TYPES.contains(&kind) {
+        build_extension(kind, cfg).map(drop)
+    } else {
+        build_processor(kind, cfg).map(drop)
+    }
+}
