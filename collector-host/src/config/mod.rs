@@ -1,0 +1,479 @@
+//! The host's config: loading ([`source`]), typed host-component configs ([`model`]),
+//! and the [`Plan`]: the validated, instantiated set of components and pipelines.
+//! `validate`, `print-config` and the run path all go through [`Plan::build`], so they
+//! accept and reject exactly the same documents.
+
+pub mod model;
+pub mod source;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use component::config::{ComponentConfig, ConfigErrors, decode};
+use component::{ComponentId, ConfigValue, Processor};
+use fleet_prometheus::PrometheusExporterConfig;
+use ingero_extension::ThresholdExtension;
+
+use crate::registry::{self, Kind};
+use model::{
+    DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig, RawConfig,
+    TelemetryConfig,
+};
+
+/// A configured receiver.
+#[derive(Debug, Clone)]
+pub enum ReceiverPlan {
+    Otlp(OtlpReceiverConfig),
+}
+
+/// A configured processor instance (one per id, shared by the pipelines that list it).
+pub struct ProcessorPlan {
+    pub kind: &'static str,
+    pub processor: Arc<dyn Processor>,
+    pub tick_interval: Duration,
+}
+
+impl std::fmt::Debug for ProcessorPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessorPlan")
+            .field("kind", &self.kind)
+            .field("tick_interval", &self.tick_interval)
+            .finish()
+    }
+}
+
+/// A configured exporter.
+#[derive(Debug, Clone)]
+pub enum ExporterPlan {
+    Prometheus(PrometheusExporterConfig),
+    Debug(DebugExporterConfig),
+    OtlpGrpc(OtlpExporterConfig),
+    OtlpHttp(OtlpExporterConfig),
+}
+
+/// A configured extension.
+#[derive(Clone)]
+pub enum ExtensionPlan {
+    Threshold(Arc<ThresholdExtension>),
+    HealthCheck(HealthCheckConfig),
+}
+
+impl std::fmt::Debug for ExtensionPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExtensionPlan::Threshold(_) => f.write_str("Threshold"),
+            ExtensionPlan::HealthCheck(c) => write!(f, "HealthCheck({c:?})"),
+        }
+    }
+}
+
+/// Signal of a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineSignal {
+    Metrics,
+    Traces,
+    Logs,
+}
+
+#[derive(Debug, Clone)]
+pub struct PipelinePlan {
+    pub name: String,
+    pub signal: PipelineSignal,
+    pub receivers: Vec<ComponentId>,
+    pub processors: Vec<ComponentId>,
+    pub exporters: Vec<ComponentId>,
+}
+
+/// Everything needed to run, validated.
+#[derive(Debug)]
+pub struct Plan {
+    pub receivers: BTreeMap<ComponentId, ReceiverPlan>,
+    pub processors: BTreeMap<ComponentId, ProcessorPlan>,
+    pub exporters: BTreeMap<ComponentId, ExporterPlan>,
+    /// Enabled extensions, in `service.extensions` order.
+    pub extensions: Vec<(ComponentId, ExtensionPlan)>,
+    pub pipelines: Vec<PipelinePlan>,
+    pub telemetry: TelemetryConfig,
+    /// Receiver -> explicit middleware list per protocol (`None` = automatic).
+    pub middlewares: HashMap<(ComponentId, &'static str), Option<Vec<ComponentId>>>,
+}
+
+/// Decode a section entry: id, registry type, component config.
+fn section<T>(
+    errs: &mut ConfigErrors,
+    section: &str,
+    kind: Kind,
+    entries: &BTreeMap<String, ConfigValue>,
+    mut build: impl FnMut(&str, &ConfigValue, &str) -> Result<T, ConfigErrors>,
+) -> BTreeMap<ComponentId, T> {
+    let mut out = BTreeMap::new();
+    for (key, value) in entries {
+        let path = format!("{section}.{key}");
+        let id = match ComponentId::parse(key) {
+            Ok(id) => id,
+            Err(e) => {
+                errs.push(path, e);
+                continue;
+            }
+        };
+        let Some(info) = registry::lookup(kind, id.kind()) else {
+            errs.push(
+                path,
+                format!(
+                    "unknown {} type {:?}; known: {}",
+                    kind.singular(),
+                    id.kind(),
+                    registry::names(kind).join(", ")
+                ),
+            );
+            continue;
+        };
+        match build(info.name, value, &path) {
+            Ok(v) => {
+                out.insert(id, v);
+            }
+            Err(e) => errs.extend_prefixed(e, &path),
+        }
+    }
+    out
+}
+
+fn decode_host<T: ComponentConfig>(v: &ConfigValue) -> Result<T, ConfigErrors> {
+    decode::<T>(v)
+}
+
+impl Plan {
+    /// Validate `root` completely and instantiate its components (pure: no sockets).
+    pub fn build(root: &ConfigValue) -> Result<Plan, ConfigErrors> {
+        let raw: RawConfig = if root.is_null() {
+            RawConfig::default()
+        } else {
+            serde_path_to_error::deserialize(root).map_err(|e| {
+                let path = e.path().to_string();
+                ConfigErrors::from(component::ConfigError::new(
+                    if path == "." { String::new() } else { path },
+                    e.into_inner().to_string(),
+                ))
+            })?
+        };
+        let mut errs = ConfigErrors::new();
+        if !raw.connectors.is_empty() {
+            errs.push("connectors", "connectors are not supported by ingero-fleet");
+        }
+
+        let receivers = section(
+            &mut errs,
+            "receivers",
+            Kind::Receiver,
+            &raw.receivers,
+            |_, v, _| decode_host::<OtlpReceiverConfig>(v).map(ReceiverPlan::Otlp),
+        );
+        let processors = section(
+            &mut errs,
+            "processors",
+            Kind::Processor,
+            &raw.processors,
+            |ty, v, _| registry::create_processor(ty, v),
+        );
+        let exporters = section(
+            &mut errs,
+            "exporters",
+            Kind::Exporter,
+            &raw.exporters,
+            |ty, v, _| match ty {
+                "prometheus" => {
+                    decode_host::<PrometheusExporterConfig>(v).map(ExporterPlan::Prometheus)
+                }
+                "debug" => decode_host::<DebugExporterConfig>(v).map(ExporterPlan::Debug),
+                "otlp" => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpGrpc),
+                _ => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpHttp),
+            },
+        );
+        let defined_ext = section(
+            &mut errs,
+            "extensions",
+            Kind::Extension,
+            &raw.extensions,
+            |ty, v, _| match ty {
+                ingero_extension::TYPE => {
+                    ingero_extension::create(v).map(|e| ExtensionPlan::Threshold(Arc::new(e)))
+                }
+                _ => decode_host::<HealthCheckConfig>(v).map(ExtensionPlan::HealthCheck),
+            },
+        );
+
+        let mut extensions = Vec::new();
+        for (i, key) in raw.service.extensions.iter().enumerate() {
+            let path = format!("service.extensions.{i}");
+            match ComponentId::parse(key) {
+                Ok(id) => match defined_ext.get(&id) {
+                    Some(p) if !extensions.iter().any(|(e, _)| e == &id) => {
+                        extensions.push((id, p.clone()))
+                    }
+                    Some(_) => errs.push(path, format!("extension {key:?} listed twice")),
+                    None if raw.extensions.contains_key(key) => {} // already reported
+                    None => errs.push(
+                        path,
+                        format!("extension {key:?} is not defined under extensions"),
+                    ),
+                },
+                Err(e) => errs.push(path, e),
+            }
+        }
+
+        let mut pipelines = Vec::new();
+        if raw.service.pipelines.is_empty() {
+            errs.push(
+                "service.pipelines",
+                "at least one metrics pipeline is required",
+            );
+        }
+        for (name, p) in &raw.service.pipelines {
+            let path = format!("service.pipelines.{name}");
+            let signal = match name.split('/').next() {
+                Some("metrics") => PipelineSignal::Metrics,
+                Some("traces") => PipelineSignal::Traces,
+                Some("logs") => PipelineSignal::Logs,
+                _ => {
+                    errs.push(
+                        path,
+                        "pipeline id must be metrics[/name], traces[/name] or logs[/name]",
+                    );
+                    continue;
+                }
+            };
+            let mut resolve = |list: &[String],
+                               what: &str,
+                               defined: &dyn Fn(&ComponentId) -> bool,
+                               raw_has: &dyn Fn(&str) -> bool| {
+                let mut ids = Vec::new();
+                for (i, key) in list.iter().enumerate() {
+                    let p = format!("{path}.{what}.{i}");
+                    match ComponentId::parse(key) {
+                        Ok(id) if defined(&id) => {
+                            if ids.contains(&id) {
+                                errs.push(p, format!("{key:?} listed twice"));
+                            } else {
+                                ids.push(id);
+                            }
+                        }
+                        Ok(_) if raw_has(key) => {} // its own error was reported
+                        Ok(_) => errs.push(p, format!("{key:?} is not defined under {what}")),
+                        Err(e) => errs.push(p, e),
+                    }
+                }
+                ids
+            };
+            let r = resolve(
+                &p.receivers,
+                "receivers",
+                &|id| receivers.contains_key(id),
+                &|k| raw.receivers.contains_key(k),
+            );
+            let pr = resolve(
+                &p.processors,
+                "processors",
+                &|id| processors.contains_key(id),
+                &|k| raw.processors.contains_key(k),
+            );
+            let ex = resolve(
+                &p.exporters,
+                "exporters",
+                &|id| exporters.contains_key(id),
+                &|k| raw.exporters.contains_key(k),
+            );
+            if p.receivers.is_empty() {
+                errs.push(
+                    format!("{path}.receivers"),
+                    "must list at least one receiver",
+                );
+            }
+            if p.exporters.is_empty() {
+                errs.push(
+                    format!("{path}.exporters"),
+                    "must list at least one exporter",
+                );
+            }
+            if signal != PipelineSignal::Metrics && !p.processors.is_empty() {
+                errs.push(
+                    format!("{path}.processors"),
+                    "the Ingero processors handle metrics only; traces and logs pipelines pass data through",
+                );
+            }
+            pipelines.push(PipelinePlan {
+                name: name.clone(),
+                signal,
+                receivers: r,
+                processors: pr,
+                exporters: ex,
+            });
+        }
+        if !raw.service.pipelines.is_empty()
+            && !pipelines
+                .iter()
+                .any(|p| p.signal == PipelineSignal::Metrics)
+        {
+            errs.push(
+                "service.pipelines",
+                "at least one metrics pipeline is required",
+            );
+        }
+        // One threshold-publishing processor per process: two would overwrite each other's
+        // thresholds in the store.
+        let ingero_used: Vec<String> = processors
+            .iter()
+            .filter(|(id, p)| {
+                p.kind == ingero_processor::TYPE
+                    && pipelines.iter().any(|pl| pl.processors.contains(id))
+            })
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if ingero_used.len() > 1 {
+            errs.push(
+                "processors",
+                format!(
+                    "at most one ingero processor may run (found {})",
+                    ingero_used.join(", ")
+                ),
+            );
+        }
+
+        // Middlewares must name an enabled ingero_threshold extension.
+        let mut middlewares = HashMap::new();
+        for (id, ReceiverPlan::Otlp(cfg)) in &receivers {
+            let protos: [(&'static str, Option<&Vec<model::MiddlewareRef>>); 2] = [
+                (
+                    "http",
+                    cfg.protocols
+                        .http
+                        .as_ref()
+                        .and_then(|h| h.middlewares.as_ref()),
+                ),
+                (
+                    "grpc",
+                    cfg.protocols
+                        .grpc
+                        .as_ref()
+                        .and_then(|g| g.middlewares.as_ref()),
+                ),
+            ];
+            for (proto, list) in protos {
+                let Some(list) = list else {
+                    middlewares.insert((id.clone(), proto), None);
+                    continue;
+                };
+                let mut ids = Vec::new();
+                for (i, m) in list.iter().enumerate() {
+                    let path = format!("receivers.{id}.protocols.{proto}.middlewares.{i}.id");
+                    match ComponentId::parse(&m.id) {
+                        Ok(mid) => match extensions.iter().find(|(e, _)| e == &mid) {
+                            Some((_, ExtensionPlan::Threshold(_))) => ids.push(mid),
+                            Some(_) => errs.push(path, format!("extension {:?} is not an HTTP/gRPC server middleware", m.id)),
+                            None => errs.push(path, format!("middleware {:?} must be an extension listed in service.extensions", m.id)),
+                        },
+                        Err(e) => errs.push(path, e),
+                    }
+                }
+                middlewares.insert((id.clone(), proto), Some(ids));
+            }
+        }
+
+        let telemetry = raw.service.telemetry.clone();
+        if telemetry.metrics.readers.len() > 1 {
+            errs.push(
+                "service.telemetry.metrics.readers",
+                "at most one pull reader is supported",
+            );
+        }
+
+        check_listener_conflicts(&mut errs, &receivers, &exporters, &extensions, &telemetry);
+        errs.into_result()?;
+        Ok(Plan {
+            receivers,
+            processors,
+            exporters,
+            extensions,
+            pipelines,
+            telemetry,
+            middlewares,
+        })
+    }
+
+    /// The first enabled threshold extension.
+    pub fn threshold_extension(&self) -> Option<(&ComponentId, &Arc<ThresholdExtension>)> {
+        self.extensions.iter().find_map(|(id, e)| match e {
+            ExtensionPlan::Threshold(t) => Some((id, t)),
+            _ => None,
+        })
+    }
+}
+
+/// Two listeners on the same address would fail at bind time; say which keys collide.
+fn check_listener_conflicts(
+    errs: &mut ConfigErrors,
+    receivers: &BTreeMap<ComponentId, ReceiverPlan>,
+    exporters: &BTreeMap<ComponentId, ExporterPlan>,
+    extensions: &[(ComponentId, ExtensionPlan)],
+    telemetry: &TelemetryConfig,
+) {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut add = |path: String, endpoint: &str| {
+        if let Ok((host, port)) = model::parse_endpoint(endpoint) {
+            if port == 0 {
+                return;
+            }
+            let key = format!("{host}:{port}");
+            let wildcard = format!("0.0.0.0:{port}");
+            if let Some((other, _)) = seen.iter().find(|(_, k)| {
+                *k == key
+                    || *k == wildcard
+                    || (host == "0.0.0.0" && k.ends_with(&format!(":{port}")))
+            }) {
+                errs.push(path, format!("{endpoint} is also used by {other}"));
+            } else {
+                seen.push((path, key));
+            }
+        }
+    };
+    for (id, ReceiverPlan::Otlp(c)) in receivers {
+        if let Some(h) = &c.protocols.http {
+            add(
+                format!("receivers.{id}.protocols.http.endpoint"),
+                &h.endpoint,
+            );
+        }
+        if let Some(g) = &c.protocols.grpc {
+            add(
+                format!("receivers.{id}.protocols.grpc.endpoint"),
+                &g.endpoint,
+            );
+        }
+    }
+    for (id, e) in extensions {
+        match e {
+            ExtensionPlan::Threshold(t) => {
+                let c = t.config();
+                add(format!("extensions.{id}.agent_endpoint"), &c.agent_endpoint);
+                if !c.admin_endpoint.is_empty() {
+                    add(format!("extensions.{id}.admin_endpoint"), &c.admin_endpoint);
+                }
+            }
+            ExtensionPlan::HealthCheck(c) => add(format!("extensions.{id}.endpoint"), &c.endpoint),
+        }
+    }
+    for (id, e) in exporters {
+        if let ExporterPlan::Prometheus(c) = e {
+            add(format!("exporters.{id}.endpoint"), &c.endpoint);
+        }
+    }
+    if telemetry.metrics.level != model::MetricsLevel::None
+        && let Some(r) = telemetry.metrics.readers.first()
+    {
+        let p = &r.pull.exporter.prometheus;
+        add(
+            "service.telemetry.metrics.readers.0.pull.exporter.prometheus".into(),
+            &format!("{}:{}", p.host, p.port),
+        );
+    }
+}

@@ -1,0 +1,554 @@
+//! Typed configs of the host's own components (receivers, exporters, extensions other than
+//! the Ingero ones) and of the `service` section, in otelcol's key names.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use component::config::{ComponentConfig, ConfigErrors, check, duration};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Treat a present key with a null value (`grpc:` in YAML) as "enabled with defaults".
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+}
+
+/// A reference to a middleware extension (`middlewares: [{id: ingero_threshold}]`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MiddlewareRef {
+    pub id: String,
+}
+
+pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 20 * 1024 * 1024;
+
+/// `receivers.otlp.protocols.http`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpServerConfig {
+    pub endpoint: String,
+    /// Cap on the request body, compressed and after decompression (bytes).
+    pub max_request_body_size: u64,
+    pub metrics_url_path: String,
+    pub traces_url_path: String,
+    pub logs_url_path: String,
+    /// Explicit middleware list. Absent: the service's `ingero_threshold` extension (if
+    /// any) is attached automatically.
+    pub middlewares: Option<Vec<MiddlewareRef>>,
+    #[serde(with = "duration")]
+    pub read_header_timeout: Duration,
+    /// Time allowed to receive a whole request body.
+    #[serde(with = "duration")]
+    pub read_timeout: Duration,
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Cap on simultaneously open connections (0 = unlimited).
+    pub max_connections: usize,
+}
+
+impl Default for HttpServerConfig {
+    fn default() -> Self {
+        HttpServerConfig {
+            endpoint: "127.0.0.1:4318".into(),
+            max_request_body_size: DEFAULT_MAX_REQUEST_BODY_SIZE,
+            metrics_url_path: component::wire::http::OTLP_METRICS_PATH.into(),
+            traces_url_path: component::wire::http::OTLP_TRACES_PATH.into(),
+            logs_url_path: component::wire::http::OTLP_LOGS_PATH.into(),
+            middlewares: None,
+            read_header_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// `receivers.otlp.protocols.grpc`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcServerConfig {
+    pub endpoint: String,
+    pub max_recv_msg_size_mib: u64,
+    pub max_concurrent_streams: u32,
+    pub middlewares: Option<Vec<MiddlewareRef>>,
+}
+
+impl Default for GrpcServerConfig {
+    fn default() -> Self {
+        GrpcServerConfig {
+            endpoint: "127.0.0.1:4317".into(),
+            max_recv_msg_size_mib: 4,
+            max_concurrent_streams: 1024,
+            middlewares: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpProtocols {
+    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcServerConfig>,
+    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpServerConfig>,
+}
+
+/// `receivers.otlp`
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpReceiverConfig {
+    pub protocols: OtlpProtocols,
+}
+
+impl ComponentConfig for OtlpReceiverConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut e = ConfigErrors::new();
+        if self.protocols.grpc.is_none() && self.protocols.http.is_none() {
+            e.push("protocols", "must enable at least one of grpc, http");
+        }
+        if let Some(h) = &self.protocols.http {
+            check_endpoint(&mut e, "protocols.http.endpoint", &h.endpoint);
+            if h.max_request_body_size == 0 {
+                e.push("protocols.http.max_request_body_size", "must be > 0");
+            }
+            for (k, p) in [
+                ("metrics_url_path", &h.metrics_url_path),
+                ("traces_url_path", &h.traces_url_path),
+                ("logs_url_path", &h.logs_url_path),
+            ] {
+                if !p.starts_with('/') {
+                    e.push(
+                        format!("protocols.http.{k}"),
+                        format!("must start with '/', got {p:?}"),
+                    );
+                }
+            }
+            if h.read_header_timeout.is_zero() {
+                e.push("protocols.http.read_header_timeout", "must be > 0");
+            }
+            if h.read_timeout.is_zero() {
+                e.push("protocols.http.read_timeout", "must be > 0");
+            }
+        }
+        if let Some(g) = &self.protocols.grpc {
+            check_endpoint(&mut e, "protocols.grpc.endpoint", &g.endpoint);
+            if g.max_recv_msg_size_mib == 0 || g.max_recv_msg_size_mib > 1024 {
+                e.push(
+                    "protocols.grpc.max_recv_msg_size_mib",
+                    "must be in [1, 1024]",
+                );
+            }
+        }
+        e.into_result()
+    }
+}
+
+/// `exporters.debug`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DebugExporterConfig {
+    pub verbosity: Verbosity,
+}
+
+impl Default for DebugExporterConfig {
+    fn default() -> Self {
+        DebugExporterConfig {
+            verbosity: Verbosity::Basic,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Verbosity {
+    Basic,
+    Normal,
+    Detailed,
+}
+
+impl ComponentConfig for DebugExporterConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        Ok(())
+    }
+}
+
+/// `sending_queue` of the OTLP exporters.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    pub enabled: bool,
+    /// Batches held before new ones are dropped (and counted).
+    pub queue_size: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            enabled: true,
+            queue_size: 1000,
+        }
+    }
+}
+
+/// `retry_on_failure` of the OTLP exporters.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    pub enabled: bool,
+    #[serde(with = "duration")]
+    pub initial_interval: Duration,
+    #[serde(with = "duration")]
+    pub max_interval: Duration,
+    /// Give up on a batch after this long (0 = never).
+    #[serde(with = "duration")]
+    pub max_elapsed_time: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            enabled: true,
+            initial_interval: Duration::from_secs(5),
+            max_interval: Duration::from_secs(30),
+            max_elapsed_time: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    Gzip,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Proto,
+    Json,
+}
+
+/// `tls` of the OTLP exporters (plaintext only for now: `insecure: true` is required
+/// for `http://`-less gRPC endpoints).
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientTlsConfig {
+    pub insecure: bool,
+}
+
+/// `exporters.otlp` (gRPC) and `exporters.otlphttp`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpExporterConfig {
+    pub endpoint: String,
+    /// otlphttp only: full URL for metrics (default `endpoint` + `/v1/metrics`).
+    pub metrics_endpoint: Option<String>,
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    pub headers: BTreeMap<String, String>,
+    pub compression: Compression,
+    /// otlphttp only.
+    pub encoding: Encoding,
+    pub tls: ClientTlsConfig,
+    pub sending_queue: QueueConfig,
+    pub retry_on_failure: RetryConfig,
+}
+
+impl Default for OtlpExporterConfig {
+    fn default() -> Self {
+        OtlpExporterConfig {
+            endpoint: String::new(),
+            metrics_endpoint: None,
+            timeout: Duration::from_secs(5),
+            headers: BTreeMap::new(),
+            compression: Compression::Gzip,
+            encoding: Encoding::Proto,
+            tls: ClientTlsConfig::default(),
+            sending_queue: QueueConfig::default(),
+            retry_on_failure: RetryConfig::default(),
+        }
+    }
+}
+
+impl ComponentConfig for OtlpExporterConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut e = ConfigErrors::new();
+        if self.endpoint.is_empty() {
+            e.push("endpoint", "is required");
+        }
+        if self.timeout.is_zero() {
+            e.push("timeout", "must be > 0");
+        }
+        if self.sending_queue.enabled && self.sending_queue.queue_size == 0 {
+            e.push(
+                "sending_queue.queue_size",
+                "must be > 0 when the queue is enabled",
+            );
+        }
+        let r = &self.retry_on_failure;
+        if r.enabled && (r.initial_interval.is_zero() || r.max_interval < r.initial_interval) {
+            e.push(
+                "retry_on_failure",
+                "initial_interval must be > 0 and <= max_interval",
+            );
+        }
+        for (k, v) in &self.headers {
+            if k.is_empty()
+                || k.bytes()
+                    .any(|b| b.is_ascii_control() || b == b':' || b == b' ')
+            {
+                e.push(format!("headers.{k}"), "invalid header name");
+            }
+            if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                e.push(
+                    format!("headers.{k}"),
+                    "header value must not contain CR, LF or NUL",
+                );
+            }
+        }
+        e.into_result()
+    }
+}
+
+/// `extensions.health_check`
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthCheckConfig {
+    pub endpoint: String,
+    pub path: String,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        HealthCheckConfig {
+            endpoint: "127.0.0.1:13133".into(),
+            path: "/".into(),
+        }
+    }
+}
+
+impl ComponentConfig for HealthCheckConfig {
+    fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut e = ConfigErrors::new();
+        check_endpoint(&mut e, "endpoint", &self.endpoint);
+        if !self.path.starts_with('/') {
+            e.push("path", "must start with '/'");
+        }
+        e.into_result()
+    }
+}
+
+/// One pipeline under `service.pipelines`.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    pub receivers: Vec<String>,
+    pub processors: Vec<String>,
+    pub exporters: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    #[default]
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogEncoding {
+    #[default]
+    Console,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogsTelemetry {
+    pub level: LogLevel,
+    pub encoding: LogEncoding,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsLevel {
+    None,
+    Basic,
+    #[default]
+    Normal,
+    Detailed,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PromPullExporter {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Default for PromPullExporter {
+    fn default() -> Self {
+        PromPullExporter {
+            host: "127.0.0.1".into(),
+            port: 8888,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PullExporter {
+    pub prometheus: PromPullExporter,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PullReader {
+    pub exporter: PullExporter,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricReader {
+    pub pull: PullReader,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsTelemetry {
+    pub level: MetricsLevel,
+    pub readers: Vec<MetricReader>,
+}
+
+impl Default for MetricsTelemetry {
+    fn default() -> Self {
+        MetricsTelemetry {
+            level: MetricsLevel::Normal,
+            readers: vec![MetricReader::default()],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    pub logs: LogsTelemetry,
+    pub metrics: MetricsTelemetry,
+}
+
+/// `service`
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    pub extensions: Vec<String>,
+    pub pipelines: BTreeMap<String, PipelineConfig>,
+    pub telemetry: TelemetryConfig,
+}
+
+/// The whole document before component configs are decoded by their owners.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub receivers: BTreeMap<String, component::ConfigValue>,
+    pub processors: BTreeMap<String, component::ConfigValue>,
+    pub exporters: BTreeMap<String, component::ConfigValue>,
+    pub extensions: BTreeMap<String, component::ConfigValue>,
+    pub connectors: BTreeMap<String, component::ConfigValue>,
+    pub service: ServiceConfig,
+}
+
+/// `host:port` where host is an IP, a bracketed IPv6 address or a DNS name, and port is
+/// 0-65535.
+pub fn check_endpoint(errs: &mut ConfigErrors, path: &str, endpoint: &str) {
+    if parse_endpoint(endpoint).is_err() {
+        errs.push(
+            path,
+            format!("must be host:port (e.g. 127.0.0.1:4318), got {endpoint:?}"),
+        );
+    }
+}
+
+/// Split `host:port`; `[::1]:4318` and `:4318` (all interfaces) are accepted.
+pub fn parse_endpoint(endpoint: &str) -> Result<(String, u16), String> {
+    let (host, port) = endpoint
+        .rsplit_once(':')
+        .ok_or_else(|| format!("missing port in {endpoint:?}"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("invalid port in {endpoint:?}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    let ok = host.parse::<std::net::IpAddr>().is_ok()
+        || (host.len() <= 253
+            && host.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            }));
+    if !ok {
+        return Err(format!("invalid host in {endpoint:?}"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// Reusable check used by several validators.
+pub fn check_positive(errs: &mut ConfigErrors, path: &str, v: f64) {
+    check::positive_finite(errs, path, v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::config::{decode, parse_yaml};
+
+    #[test]
+    fn null_protocol_means_enabled_with_defaults() {
+        let v = parse_yaml(b"protocols:\n  grpc:\n  http:\n").unwrap();
+        let c: OtlpReceiverConfig = decode(&v).unwrap();
+        assert_eq!(c.protocols.grpc.unwrap().endpoint, "127.0.0.1:4317");
+        let h = c.protocols.http.unwrap();
+        assert_eq!(h.endpoint, "127.0.0.1:4318");
+        assert_eq!(h.max_request_body_size, 20 * 1024 * 1024);
+    }
+
+    #[test]
+    fn receiver_reports_every_error() {
+        let v = parse_yaml(b"protocols:\n  http:\n    endpoint: nope\n    metrics_url_path: v1\n  grpc:\n    endpoint: ':x'\n").unwrap();
+        let e = decode::<OtlpReceiverConfig>(&v).unwrap_err();
+        let paths: Vec<_> = e.iter().map(|e| e.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                "protocols.http.endpoint",
+                "protocols.http.metrics_url_path",
+                "protocols.grpc.endpoint"
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            parse_endpoint("0.0.0.0:4317").unwrap(),
+            ("0.0.0.0".into(), 4317)
+        );
+        assert_eq!(parse_endpoint("[::1]:8080").unwrap(), ("::1".into(), 8080));
+        assert_eq!(
+            parse_endpoint("localhost:0").unwrap(),
+            ("localhost".into(), 0)
+        );
+        assert_eq!(parse_endpoint(":9090").unwrap(), ("0.0.0.0".into(), 9090));
+        for bad in ["4317", "host:99999", "a b:1", "x:-1"] {
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `prometheus` exporter: the pull endpoint. Received data points (translated by
+//! `fleet-prometheus`) plus the self-metrics of the Fleet components.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use component::otlp::count_points;
+use component::{MetricFamily, ResourceMetrics, Timestamp};
+use fleet_prometheus::PrometheusExporter;
+
+use crate::pipeline::Exporter;
+use crate::telemetry::{ExporterCounters, Signal};
+
+/// Where the exporter gets the component self-metrics it appends to every scrape.
+pub type FamilySource = Arc<dyn Fn() -> Vec<MetricFamily> + Send + Sync>;
+
+pub struct PromExporter {
+    pub inner: Arc<PrometheusExporter>,
+    pub counters: Arc<ExporterCounters>,
+}
+
+impl std::fmt::Debug for PromExporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromExporter").finish()
+    }
+}
+
+impl Exporter for PromExporter {
+    fn consume_metrics(&self, data: &[ResourceMetrics]) {
+        self.inner.consume(data, Timestamp::now());
+        self.counters.sent[ExporterCounters::idx(Signal::Metrics)]
+            .fetch_add(count_points(data), Relaxed);
+    }
+}
+
+/// Render one scrape: data points, then component self-metrics.
+pub fn scrape(exporter: &PrometheusExporter, extra: &[MetricFamily]) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    exporter.render(Timestamp::now(), extra, &mut out);
+    out
+}

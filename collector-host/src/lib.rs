@@ -1,0 +1,20 @@
+//! `ingero-fleet`: a Rust-native OpenTelemetry collector running the Ingero components.
+//!
+//! The binary (`src/main.rs`) parses the CLI; this library holds everything else so
+//! integration tests and the load generator can use it:
+//! - [`config`]: loading (YAML/TOML, merge, `--set`, `${env:VAR}`), typed host configs,
+//!   and the validated [`config::Plan`];
+//! - [`receiver`]: OTLP/HTTP and OTLP/gRPC with the threshold middleware;
+//! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
+//! - [`exporter`]: prometheus, debug, otlp, otlphttp;
+//! - [`telemetry`]: otelcol self-metrics; [`server`]: the shared HTTP server loop;
+//! - [`service`]: running a plan with graceful shutdown.
+
+pub mod config;
+pub mod exporter;
+pub mod pipeline;
+pub mod receiver;
+pub mod registry;
+pub mod server;
+pub mod service;
+pub mod telemetry;

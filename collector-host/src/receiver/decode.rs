@@ -1,0 +1,272 @@
+//! OTLP/HTTP body decoding: content type, capped gzip, protobuf or JSON, and the
+//! OTLP-style responses (`google.rpc.Status` on error, `Export*ServiceResponse` with
+//! partial success otherwise) in the request's own encoding.
+
+use std::io::Read;
+
+use prost::Message;
+use serde::de::DeserializeOwned;
+
+/// OTLP/HTTP body encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEncoding {
+    Protobuf,
+    Json,
+}
+
+impl BodyEncoding {
+    /// From a `Content-Type` header value (parameters such as `charset` ignored).
+    pub fn from_content_type(ct: Option<&str>) -> Option<Self> {
+        let ct = ct?.split(';').next()?.trim().to_ascii_lowercase();
+        match ct.as_str() {
+            "application/x-protobuf" | "application/protobuf" => Some(BodyEncoding::Protobuf),
+            "application/json" => Some(BodyEncoding::Json),
+            _ => None,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            BodyEncoding::Protobuf => "application/x-protobuf",
+            BodyEncoding::Json => "application/json",
+        }
+    }
+}
+
+/// Why a body could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("request body exceeds the {limit}-byte limit after decompression")]
+    DecompressedTooLarge { limit: u64 },
+    #[error("invalid gzip body: {0}")]
+    BadGzip(String),
+    #[error("unsupported Content-Encoding {0:?} (supported: gzip, identity)")]
+    UnsupportedEncoding(String),
+    #[error("invalid protobuf body: {0}")]
+    BadProtobuf(String),
+    #[error("invalid JSON body: {0}")]
+    BadJson(String),
+}
+
+impl DecodeError {
+    /// HTTP status for this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            DecodeError::DecompressedTooLarge { .. } => 413,
+            DecodeError::UnsupportedEncoding(_) => 415,
+            _ => 400,
+        }
+    }
+
+    /// Short reason label for the rejected-requests counter.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DecodeError::DecompressedTooLarge { .. } => "decompressed_too_large",
+            DecodeError::BadGzip(_) => "bad_gzip",
+            DecodeError::UnsupportedEncoding(_) => "unsupported_encoding",
+            DecodeError::BadProtobuf(_) => "bad_protobuf",
+            DecodeError::BadJson(_) => "bad_json",
+        }
+    }
+}
+
+/// Undo `Content-Encoding`, refusing to produce more than `limit` bytes.
+pub fn decompress(
+    encoding: Option<&str>,
+    body: bytes::Bytes,
+    limit: u64,
+) -> Result<bytes::Bytes, DecodeError> {
+    let enc = encoding
+        .map(|e| e.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match enc.as_str() {
+        "" | "identity" => Ok(body),
+        "gzip" | "x-gzip" => {
+            let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit as usize));
+            let mut dec =
+                flate2::read::MultiGzDecoder::new(&body[..]).take(limit.saturating_add(1));
+            dec.read_to_end(&mut out)
+                .map_err(|e| DecodeError::BadGzip(e.to_string()))?;
+            if out.len() as u64 > limit {
+                return Err(DecodeError::DecompressedTooLarge { limit });
+            }
+            Ok(out.into())
+        }
+        other => Err(DecodeError::UnsupportedEncoding(other.to_string())),
+    }
+}
+
+/// Decode an OTLP request message in the given encoding.
+pub fn decode<T: Message + Default + DeserializeOwned>(
+    enc: BodyEncoding,
+    body: &[u8],
+) -> Result<T, DecodeError> {
+    match enc {
+        BodyEncoding::Protobuf => {
+            T::decode(body).map_err(|e| DecodeError::BadProtobuf(e.to_string()))
+        }
+        BodyEncoding::Json => {
+            serde_json::from_slice(body).map_err(|e| DecodeError::BadJson(e.to_string()))
+        }
+    }
+}
+
+/// Encode an OTLP response message in the given encoding.
+pub fn encode<T: Message + serde::Serialize>(enc: BodyEncoding, msg: &T) -> Vec<u8> {
+    match enc {
+        BodyEncoding::Protobuf => msg.encode_to_vec(),
+        BodyEncoding::Json => serde_json::to_vec(msg).unwrap_or_else(|_| b"{}".to_vec()),
+    }
+}
+
+/// `google.rpc.Status` as OTLP/HTTP error bodies carry it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+/// gRPC status code used in error bodies for an HTTP status.
+fn grpc_code_for(http: u16) -> i32 {
+    match http {
+        400 | 413 | 415 => 3, // INVALID_ARGUMENT
+        404 => 5,             // NOT_FOUND
+        405 => 12,            // UNIMPLEMENTED
+        429 => 8,             // RESOURCE_EXHAUSTED
+        503 => 14,            // UNAVAILABLE
+        _ => 13,              // INTERNAL
+    }
+}
+
+/// An error body in the request's encoding; JSON when the request's encoding is unknown
+/// (readable by any client, and protobuf clients always declare their content type).
+pub fn error_body(
+    enc: Option<BodyEncoding>,
+    http_status: u16,
+    message: &str,
+) -> (Vec<u8>, &'static str) {
+    let status = RpcStatus {
+        code: grpc_code_for(http_status),
+        message: message.to_string(),
+    };
+    match enc {
+        Some(BodyEncoding::Protobuf) => (
+            status.encode_to_vec(),
+            BodyEncoding::Protobuf.content_type(),
+        ),
+        _ => (
+            serde_json::to_vec(
+                &serde_json::json!({"code": status.code, "message": status.message}),
+            )
+            .unwrap_or_default(),
+            BodyEncoding::Json.content_type(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::otlp::ExportMetricsServiceRequest;
+    use std::io::Write;
+
+    fn gzip(data: &[u8]) -> bytes::Bytes {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap().into()
+    }
+
+    #[test]
+    fn content_types() {
+        assert_eq!(
+            BodyEncoding::from_content_type(Some("application/json; charset=utf-8")),
+            Some(BodyEncoding::Json)
+        );
+        assert_eq!(
+            BodyEncoding::from_content_type(Some("Application/X-Protobuf")),
+            Some(BodyEncoding::Protobuf)
+        );
+        assert_eq!(BodyEncoding::from_content_type(Some("text/plain")), None);
+        assert_eq!(BodyEncoding::from_content_type(None), None);
+    }
+
+    #[test]
+    fn gzip_bomb_is_refused_at_the_cap() {
+        let zeros = vec![0u8; 10 * 1024 * 1024];
+        let bomb = gzip(&zeros);
+        assert!(
+            bomb.len() < 64 * 1024,
+            "bomb compresses well: {}",
+            bomb.len()
+        );
+        let err = decompress(Some("gzip"), bomb.clone(), 1024 * 1024).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::DecompressedTooLarge { limit: 1024 * 1024 }
+        );
+        assert_eq!(err.status(), 413);
+        let ok = decompress(Some("gzip"), bomb, 20 * 1024 * 1024).unwrap();
+        assert_eq!(ok.len(), zeros.len());
+    }
+
+    #[test]
+    fn bad_encodings_are_named() {
+        assert!(matches!(
+            decompress(Some("br"), bytes::Bytes::new(), 10),
+            Err(DecodeError::UnsupportedEncoding(_))
+        ));
+        assert!(matches!(
+            decompress(Some("gzip"), bytes::Bytes::from_static(b"not gzip"), 10),
+            Err(DecodeError::BadGzip(_))
+        ));
+    }
+
+    #[test]
+    fn agent_json_decodes_with_its_quirks() {
+        let body = testkit::AgentPush::new("prod", "gpu-node-01", 0.92)
+            .gpu("NVIDIA H100 80GB HBM3", 8)
+            .to_json();
+        let req: ExportMetricsServiceRequest = decode(BodyEncoding::Json, body.as_bytes()).unwrap();
+        let expected = testkit::json_to_proto(&body);
+        assert_eq!(req.resource_metrics, expected);
+    }
+
+    #[test]
+    fn int64_as_string_and_number_both_decode() {
+        let body = r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"x","sum":{"dataPoints":[
+            {"timeUnixNano":1700000000000000000,"asInt":"42"},{"timeUnixNano":"5","asInt":7}],
+            "aggregationTemporality":2,"isMonotonic":true}}]}]}]}"#;
+        let req: ExportMetricsServiceRequest = decode(BodyEncoding::Json, body.as_bytes()).unwrap();
+        let pts =
+            component::otlp::number_points(&req.resource_metrics[0].scope_metrics[0].metrics[0]);
+        assert_eq!(pts[0].time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(component::otlp::point_value(&pts[0]), Some(42.0));
+        assert_eq!(pts[1].time_unix_nano, 5);
+    }
+
+    #[test]
+    fn truncated_protobuf_is_an_error_not_a_panic() {
+        let bytes = testkit::AgentPush::new("c", "n", 0.5).to_proto_bytes();
+        for cut in [1, bytes.len() / 2, bytes.len() - 1] {
+            let r: Result<ExportMetricsServiceRequest, _> =
+                decode(BodyEncoding::Protobuf, &bytes[..cut]);
+            assert!(r.is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_follow_the_request_encoding() {
+        let (b, ct) = error_body(Some(BodyEncoding::Json), 400, "bad");
+        assert_eq!(ct, "application/json");
+        assert_eq!(
+            String::from_utf8(b).unwrap(),
+            r#"{"code":3,"message":"bad"}"#
+        );
+        let (b, ct) = error_body(Some(BodyEncoding::Protobuf), 413, "big");
+        assert_eq!(ct, "application/x-protobuf");
+        let s = RpcStatus::decode(&b[..]).unwrap();
+        assert_eq!((s.code, s.message.as_str()), (3, "big"));
+    }
+}

@@ -1,0 +1,5 @@
+//! The `otlp` receiver: OTLP/HTTP ([`http`]) and OTLP/gRPC ([`grpc`]).
+
+pub mod decode;
+pub mod grpc;
+pub mod http;

@@ -1,0 +1,174 @@
+//! One HTTP server loop for every listener of the host: HTTP/1.1 and h2c, a cap on open
+//! connections, a header-read timeout, and a graceful drain on shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+pub type Body = Full<Bytes>;
+pub type BoxFut = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+/// A request handler: the request and the peer address in, a complete response out.
+pub type Handler = Arc<dyn Fn(Request<Incoming>, SocketAddr) -> BoxFut + Send + Sync>;
+
+/// Per-listener limits.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Listener name for logs and counters (`otlp/http`, `ingero_threshold/agent`, ...).
+    pub name: String,
+    pub header_read_timeout: Duration,
+    /// 0 = unlimited.
+    pub max_connections: usize,
+}
+
+/// Connection-level counters of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    pub accepted: AtomicU64,
+    pub refused_over_cap: AtomicU64,
+}
+
+/// Resolve and bind `host:port` (port 0 picks a free port).
+pub async fn bind(endpoint: &str) -> std::io::Result<TcpListener> {
+    let (host, port) = crate::config::model::parse_endpoint(endpoint)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+        .await?
+        .collect();
+    let mut last = None;
+    for addr in addrs {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{endpoint}: no address to bind"))))
+}
+
+/// Serve `handler` on `listener` until `shutdown` turns true, then stop accepting and give
+/// open connections `drain` to finish their in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    opts: ServerOptions,
+    handler: Handler,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+    stats: Arc<ListenerStats>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let permits =
+        (opts.max_connections > 0).then(|| Arc::new(Semaphore::new(opts.max_connections)));
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|v| *v) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(listener = %opts.name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let permit = match &permits {
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    stats.refused_over_cap.fetch_add(1, Relaxed);
+                    drop(stream);
+                    continue;
+                }
+            },
+            None => None,
+        };
+        stats.accepted.fetch_add(1, Relaxed);
+        let _ = stream.set_nodelay(true);
+        let h = handler.clone();
+        let svc = service_fn(move |req| {
+            let h = h.clone();
+            async move { Ok::<_, Infallible>(h(req, peer).await) }
+        });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        let name = opts.name.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(listener = %opts.name, "drain timed out; closing remaining connections");
+    }
+}
+
+/// A complete response with a body and content type.
+pub fn response(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Adapt a component route (`component::api`) to a hyper handler. Bodies of requests to
+/// these GET-only routes are ignored.
+pub fn api_handler<F>(route: F) -> Handler
+where
+    F: Fn(&component::api::ApiRequest<'_>) -> component::api::ApiResponse + Send + Sync + 'static,
+{
+    let route = Arc::new(route);
+    Arc::new(move |req: Request<Incoming>, _peer| {
+        let route = route.clone();
+        Box::pin(async move {
+            let api = component::api::ApiRequest {
+                method: req.method().as_str(),
+                path: req.uri().path(),
+                query: req.uri().query(),
+            };
+            let out = route(&api);
+            let mut r = response(out.status, out.content_type, out.body);
+            for (k, v) in out.headers {
+                if let Ok(v) = http::HeaderValue::from_str(&v) {
+                    r.headers_mut().insert(k, v);
+                }
+            }
+            r
+        })
+    })
+}

@@ -1,0 +1,552 @@
+//! Running a [`Plan`]: bind every listener, start extensions then processors, build the
+//! pipelines, tick processors on timers, and shut down gracefully.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use component::{BatchContext, ComponentId, Extension, MetricFamily, StaticHost, Timestamp};
+use fleet_prometheus::PrometheusExporter;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::model::{HealthCheckConfig, MetricsLevel};
+use crate::config::{ExporterPlan, ExtensionPlan, PipelineSignal, Plan, ReceiverPlan};
+use crate::exporter::debug::DebugExporter;
+use crate::exporter::otlp::OtlpExporter;
+use crate::exporter::prometheus::{PromExporter, scrape};
+use crate::pipeline::{Exporter, Fanout, MetricsPipeline, PassPipeline, Stage};
+use crate::receiver::grpc::{self, GrpcReceiver};
+use crate::receiver::http::HttpReceiver;
+use crate::server::{self, Handler, ListenerStats, ServerOptions, response};
+use crate::telemetry::{Telemetry, render_text};
+
+/// Run-time options from the command line.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Time in-flight requests get to finish after a shutdown signal.
+    pub drain: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+async fn bind_at(path: &str, endpoint: &str) -> anyhow::Result<(TcpListener, SocketAddr)> {
+    let l = server::bind(endpoint)
+        .await
+        .with_context(|| format!("{path}: cannot listen on {endpoint}"))?;
+    let addr = l
+        .local_addr()
+        .with_context(|| format!("{path}: no local address"))?;
+    Ok((l, addr))
+}
+
+struct Listeners {
+    shutdown: watch::Receiver<bool>,
+    drain: Duration,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Listeners {
+    async fn http(
+        &mut self,
+        name: &str,
+        path: &str,
+        endpoint: &str,
+        handler: Handler,
+        opts: Option<ServerOptions>,
+    ) -> anyhow::Result<()> {
+        let (l, addr) = bind_at(path, endpoint).await?;
+        tracing::info!(listener = name, addr = %addr, "listening");
+        let opts = opts.unwrap_or(ServerOptions {
+            name: name.to_string(),
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+        });
+        let rx = self.shutdown.clone();
+        let drain = self.drain;
+        self.tasks.push(tokio::spawn(server::serve(
+            l,
+            opts,
+            handler,
+            rx,
+            drain,
+            Arc::new(ListenerStats::default()),
+        )));
+        Ok(())
+    }
+}
+
+fn health_handler(cfg: &HealthCheckConfig, healthy: Arc<AtomicBool>, started: Instant) -> Handler {
+    let path = cfg.path.clone();
+    Arc::new(move |req, _| {
+        let ok = healthy.load(Relaxed);
+        let path_ok = req.uri().path() == path;
+        let up = started.elapsed();
+        Box::pin(async move {
+            if !path_ok {
+                return response(404, "application/json", r#"{"error":"not found"}"#);
+            }
+            if ok {
+                let body = format!(
+                    r#"{{"status":"Server available","uptime":"{}s"}}"#,
+                    up.as_secs()
+                );
+                response(200, "application/json", body)
+            } else {
+                response(
+                    503,
+                    "application/json",
+                    r#"{"status":"Server not available"}"#,
+                )
+            }
+        })
+    })
+}
+
+fn metrics_handler(render: Arc<dyn Fn() -> String + Send + Sync>) -> Handler {
+    Arc::new(move |req, _| {
+        let render = render.clone();
+        Box::pin(async move {
+            if req.uri().path() != "/metrics" {
+                return response(404, "text/plain", "not found; scrape /metrics\n");
+            }
+            if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+                return response(405, "text/plain", "GET only\n");
+            }
+            let body = tokio::task::spawn_blocking(move || render())
+                .await
+                .unwrap_or_default();
+            response(200, "text/plain; version=0.0.4; charset=utf-8", body)
+        })
+    })
+}
+
+/// Run until `stop` resolves, then shut down gracefully.
+pub async fn run(
+    plan: Plan,
+    opts: RunOptions,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let telemetry = Arc::new(Telemetry::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let healthy = Arc::new(AtomicBool::new(false));
+    let mut listeners = Listeners {
+        shutdown: shutdown_rx.clone(),
+        drain: opts.drain,
+        tasks: Vec::new(),
+    };
+
+    // Extensions first: processors find them at start.
+    let mut host_exts: Vec<(ComponentId, Arc<dyn Extension>)> = Vec::new();
+    for (id, e) in &plan.extensions {
+        match e {
+            ExtensionPlan::Threshold(t) => {
+                t.start(&StaticHost::default())
+                    .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
+                host_exts.push((id.clone(), t.clone() as Arc<dyn Extension>));
+                let c = t.config().clone();
+                let ext = t.clone();
+                listeners
+                    .http(
+                        &format!("{id}/agent"),
+                        &format!("extensions.{id}.agent_endpoint"),
+                        &c.agent_endpoint,
+                        server::api_handler(move |r| ext.route_agent(r)),
+                        None,
+                    )
+                    .await?;
+                if !c.admin_endpoint.is_empty() {
+                    let ext = t.clone();
+                    listeners
+                        .http(
+                            &format!("{id}/admin"),
+                            &format!("extensions.{id}.admin_endpoint"),
+                            &c.admin_endpoint,
+                            server::api_handler(move |r| ext.route_admin(r)),
+                            None,
+                        )
+                        .await?;
+                }
+            }
+            ExtensionPlan::HealthCheck(c) => {
+                listeners
+                    .http(
+                        &id.to_string(),
+                        &format!("extensions.{id}.endpoint"),
+                        &c.endpoint,
+                        health_handler(c, healthy.clone(), started),
+                        None,
+                    )
+                    .await?;
+            }
+        }
+    }
+    let host = StaticHost {
+        extensions: host_exts,
+    };
+
+    // Processors used by some pipeline are started (otelcol ignores unused ones).
+    let used: Vec<ComponentId> = plan
+        .processors
+        .keys()
+        .filter(|id| plan.pipelines.iter().any(|p| p.processors.contains(id)))
+        .cloned()
+        .collect();
+    for id in &used {
+        if let Some(p) = plan.processors.get(id) {
+            p.processor
+                .start(&host)
+                .map_err(|e| anyhow!("processors.{id}: {e}"))?;
+        }
+    }
+
+    // Self-metrics of every Fleet component, for both Prometheus endpoints.
+    let component_families: Arc<dyn Fn() -> Vec<MetricFamily> + Send + Sync> = {
+        let procs: Vec<_> = used
+            .iter()
+            .filter_map(|id| plan.processors.get(id))
+            .map(|p| p.processor.clone())
+            .collect();
+        let exts: Vec<Arc<dyn Extension>> =
+            host.extensions.iter().map(|(_, e)| e.clone()).collect();
+        Arc::new(move || {
+            let mut out = Vec::new();
+            for p in &procs {
+                p.telemetry(&mut out);
+            }
+            for e in &exts {
+                e.telemetry(&mut out);
+            }
+            out
+        })
+    };
+
+    // Exporters, one instance per id.
+    let mut exporters: HashMap<ComponentId, Arc<dyn Exporter>> = HashMap::new();
+    let mut prom: Vec<Arc<PrometheusExporter>> = Vec::new();
+    let mut forwarders: Vec<Arc<OtlpExporter>> = Vec::new();
+    for (id, e) in &plan.exporters {
+        if !plan.pipelines.iter().any(|p| p.exporters.contains(id)) {
+            continue;
+        }
+        let counters = telemetry.exporter(&id.to_string());
+        let exp: Arc<dyn Exporter> = match e {
+            ExporterPlan::Prometheus(c) => {
+                let inner = Arc::new(
+                    PrometheusExporter::new(c.clone())
+                        .map_err(|e| anyhow!("exporters.{id}: {e}"))?,
+                );
+                prom.push(inner.clone());
+                let fams = component_families.clone();
+                let scr = inner.clone();
+                listeners
+                    .http(
+                        &id.to_string(),
+                        &format!("exporters.{id}.endpoint"),
+                        &c.endpoint,
+                        metrics_handler(Arc::new(move || scrape(&scr, &fams()))),
+                        None,
+                    )
+                    .await?;
+                Arc::new(PromExporter { inner, counters })
+            }
+            ExporterPlan::Debug(c) => Arc::new(DebugExporter {
+                id: id.to_string(),
+                cfg: c.clone(),
+                counters,
+            }),
+            ExporterPlan::OtlpGrpc(c) | ExporterPlan::OtlpHttp(c) => {
+                let grpc = matches!(e, ExporterPlan::OtlpGrpc(_));
+                let f = Arc::new(
+                    OtlpExporter::start(&id.to_string(), c.clone(), grpc, counters)
+                        .map_err(|e| anyhow!(e))?,
+                );
+                forwarders.push(f.clone());
+                f
+            }
+        };
+        exporters.insert(id.clone(), exp);
+    }
+
+    // Pipelines.
+    let stages: HashMap<ComponentId, Arc<Stage>> = used
+        .iter()
+        .filter_map(|id| {
+            plan.processors.get(id).map(|p| {
+                (
+                    id.clone(),
+                    Arc::new(Stage {
+                        id: id.clone(),
+                        processor: p.processor.clone(),
+                        counters: telemetry.processor(&id.to_string()),
+                    }),
+                )
+            })
+        })
+        .collect();
+    let pick = |ids: &[ComponentId]| -> Vec<Arc<dyn Exporter>> {
+        ids.iter()
+            .filter_map(|i| exporters.get(i).cloned())
+            .collect()
+    };
+    let mut metrics_pipes: Vec<(Vec<ComponentId>, Arc<MetricsPipeline>)> = Vec::new();
+    let mut pass_pipes: Vec<(PipelineSignal, Vec<ComponentId>, Arc<PassPipeline>)> = Vec::new();
+    for p in &plan.pipelines {
+        match p.signal {
+            PipelineSignal::Metrics => metrics_pipes.push((
+                p.receivers.clone(),
+                Arc::new(MetricsPipeline {
+                    name: p.name.clone(),
+                    stages: p
+                        .processors
+                        .iter()
+                        .filter_map(|id| stages.get(id).cloned())
+                        .collect(),
+                    exporters: pick(&p.exporters),
+                    telemetry: telemetry.clone(),
+                }),
+            )),
+            s => pass_pipes.push((
+                s,
+                p.receivers.clone(),
+                Arc::new(PassPipeline {
+                    name: p.name.clone(),
+                    exporters: pick(&p.exporters),
+                }),
+            )),
+        }
+    }
+
+    // Receivers.
+    for (id, ReceiverPlan::Otlp(cfg)) in &plan.receivers {
+        let fanout = Fanout {
+            metrics: metrics_pipes
+                .iter()
+                .filter(|(r, _)| r.contains(id))
+                .map(|(_, p)| p.clone())
+                .collect(),
+            traces: pass_pipes
+                .iter()
+                .filter(|(s, r, _)| *s == PipelineSignal::Traces && r.contains(id))
+                .map(|(_, _, p)| p.clone())
+                .collect(),
+            logs: pass_pipes
+                .iter()
+                .filter(|(s, r, _)| *s == PipelineSignal::Logs && r.contains(id))
+                .map(|(_, _, p)| p.clone())
+                .collect(),
+        };
+        if fanout.metrics.is_empty() && fanout.traces.is_empty() && fanout.logs.is_empty() {
+            continue;
+        }
+        let store_for = |proto: &'static str| match plan
+            .middlewares
+            .get(&(id.clone(), proto))
+            .cloned()
+            .flatten()
+        {
+            None => plan.threshold_extension().map(|(_, t)| t.store()),
+            Some(ids) => ids.iter().find_map(|mid| {
+                plan.extensions.iter().find_map(|(eid, e)| match e {
+                    ExtensionPlan::Threshold(t) if eid == mid => Some(t.store()),
+                    _ => None,
+                })
+            }),
+        };
+        if let Some(h) = &cfg.protocols.http {
+            let rx = Arc::new(HttpReceiver {
+                cfg: h.clone(),
+                fanout: fanout.clone(),
+                thresholds: store_for("http"),
+                counters: telemetry.receiver(&id.to_string(), "http"),
+            });
+            let opts = ServerOptions {
+                name: format!("{id}/http"),
+                header_read_timeout: h.read_header_timeout,
+                max_connections: h.max_connections,
+            };
+            listeners
+                .http(
+                    &format!("{id}/http"),
+                    &format!("receivers.{id}.protocols.http.endpoint"),
+                    &h.endpoint,
+                    rx.handler(),
+                    Some(opts),
+                )
+                .await?;
+        }
+        if let Some(g) = &cfg.protocols.grpc {
+            let (l, addr) = bind_at(
+                &format!("receivers.{id}.protocols.grpc.endpoint"),
+                &g.endpoint,
+            )
+            .await?;
+            tracing::info!(listener = %format!("{id}/grpc"), addr = %addr, "listening");
+            let rx = GrpcReceiver {
+                fanout: fanout.clone(),
+                thresholds: store_for("grpc"),
+                counters: telemetry.receiver(&id.to_string(), "grpc"),
+            };
+            let srx = shutdown_rx.clone();
+            let g = g.clone();
+            let drain = opts.drain;
+            listeners.tasks.push(tokio::spawn(async move {
+                if let Err(e) = grpc::serve(l, g, rx, srx, drain).await {
+                    tracing::error!(error = %e, "gRPC server failed");
+                }
+            }));
+        }
+    }
+
+    // Processor ticks on timers; outputs enter the pipeline after their processor.
+    let mut timers = Vec::new();
+    for id in &used {
+        let Some(p) = plan.processors.get(id) else {
+            continue;
+        };
+        let targets: Vec<(Arc<MetricsPipeline>, usize)> = metrics_pipes
+            .iter()
+            .filter_map(|(_, pl)| pl.stage_index(id).map(|i| (pl.clone(), i + 1)))
+            .collect();
+        let proc_ = p.processor.clone();
+        let every = p.tick_interval;
+        let mut srx = shutdown_rx.clone();
+        let tel = telemetry.clone();
+        let name = id.to_string();
+        timers.push(tokio::spawn(async move {
+            let mut iv = tokio::time::interval(every);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = iv.tick() => {}
+                    _ = srx.wait_for(|v| *v) => break,
+                }
+                let pr = proc_.clone();
+                let now = Timestamp::now();
+                let out = tokio::task::spawn_blocking(move || {
+                    catch_unwind(AssertUnwindSafe(|| pr.tick(now)))
+                })
+                .await;
+                match out {
+                    Ok(Ok(data)) if !data.is_empty() => {
+                        let ctx = BatchContext {
+                            cluster_id: None,
+                            received_at: now,
+                        };
+                        for (pl, start) in &targets {
+                            let _ = pl.consume_from(*start, data.clone(), &ctx);
+                        }
+                    }
+                    Ok(Ok(_)) => {}
+                    _ => {
+                        tel.tick_panics.fetch_add(1, Relaxed);
+                        tracing::error!(processor = %name, "tick panicked; continuing");
+                    }
+                }
+            }
+        }));
+    }
+    for exp in &prom {
+        let exp = exp.clone();
+        let mut srx = shutdown_rx.clone();
+        timers.push(tokio::spawn(async move {
+            let mut iv = tokio::time::interval(Duration::from_secs(15));
+            loop {
+                tokio::select! {
+                    _ = iv.tick() => {
+                        exp.expire(Timestamp::now());
+                    }
+                    _ = srx.wait_for(|v| *v) => break,
+                }
+            }
+        }));
+    }
+
+    // Self-telemetry endpoint.
+    if plan.telemetry.metrics.level != MetricsLevel::None
+        && let Some(r) = plan.telemetry.metrics.readers.first()
+    {
+        let p = &r.pull.exporter.prometheus;
+        let tel = telemetry.clone();
+        let fams = component_families.clone();
+        let proms = prom.clone();
+        let render = Arc::new(move || {
+            let mut all = tel.families();
+            all.extend(fams());
+            for e in &proms {
+                e.telemetry(&mut all);
+            }
+            let mut s = String::new();
+            render_text(&all, &mut s);
+            tel.render_histograms(&mut s);
+            s
+        });
+        listeners
+            .http(
+                "telemetry",
+                "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
+                &format!("{}:{}", p.host, p.port),
+                metrics_handler(render),
+                None,
+            )
+            .await?;
+    }
+
+    healthy.store(true, Relaxed);
+    tracing::info!(
+        pipelines = plan.pipelines.len(),
+        processors = used.len(),
+        startup_ms = started.elapsed().as_millis() as u64,
+        "ingero-fleet is ready"
+    );
+
+    stop.await;
+    tracing::info!(
+        drain_s = opts.drain.as_secs_f64(),
+        "shutting down: no new connections, draining in-flight requests"
+    );
+    healthy.store(false, Relaxed);
+    let _ = shutdown_tx.send(true);
+    let all = futures_join(listeners.tasks);
+    if tokio::time::timeout(opts.drain + Duration::from_secs(1), all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("some listeners did not stop within the drain time");
+    }
+    for t in timers {
+        t.abort();
+    }
+    for id in &used {
+        if let Some(p) = plan.processors.get(id) {
+            p.processor.shutdown();
+        }
+    }
+    for f in &forwarders {
+        f.drain(opts.drain).await;
+    }
+    for (_, e) in &host.extensions {
+        e.shutdown();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
+}
