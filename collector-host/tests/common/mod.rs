@@ -84,6 +84,7 @@ processors:
     ttl_multiplier: 3
   nccl_peer_lag:
   provider_lookup:
+    tick_interval: 1s
 extensions:
   ingero_threshold:
     agent_endpoint: 127.0.0.1:0
