@@ -14,11 +14,14 @@
 
 pub mod agent;
 pub mod config;
+pub mod events;
 pub mod events_out;
 pub mod fleet;
 pub mod health;
 pub mod httpserve;
 pub mod nccl;
+pub mod probes;
+pub mod setup;
 pub mod signals;
 pub mod status;
 pub mod timefmt;

@@ -190,11 +190,12 @@ pub async fn run_terminal_view(
     use std::io::Write;
     loop {
         let text = render(&board.snapshot(), clock.now());
-        let mut out = std::io::stdout().lock();
-        // Home, clear screen, then the block.
-        let _ = write!(out, "\x1b[H\x1b[2J{text}");
-        let _ = out.flush();
-        drop(out);
+        {
+            let mut out = std::io::stdout().lock();
+            // Home, clear screen, then the block.
+            let _ = write!(out, "\x1b[H\x1b[2J{text}");
+            let _ = out.flush();
+        }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => return,

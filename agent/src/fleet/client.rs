@@ -87,7 +87,7 @@ pub struct PushClient {
     transport: Arc<HttpTransport>,
     url: http::Uri,
     encoding: Encoding,
-    retry_delay: Duration,
+    retry_delay_ms: AtomicU64,
     cache: Arc<Mutex<ThresholdCache>>,
     clock: Arc<dyn Clock>,
     consecutive_failures: AtomicU32,
@@ -116,7 +116,7 @@ impl PushClient {
             transport,
             url,
             encoding,
-            retry_delay: RETRY_DELAY,
+            retry_delay_ms: AtomicU64::new(RETRY_DELAY.as_millis() as u64),
             cache,
             clock,
             consecutive_failures: AtomicU32::new(0),
@@ -125,9 +125,11 @@ impl PushClient {
     }
 
     /// Change the retry delay (tests use a short one).
-    pub fn with_retry_delay(mut self, d: Duration) -> Self {
-        self.retry_delay = d;
-        self
+    pub fn set_retry_delay(&self, d: Duration) {
+        self.retry_delay_ms.store(
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn url(&self) -> &http::Uri {
@@ -233,7 +235,8 @@ impl PushClient {
                     retried = true;
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
                     let jitter = rand::rng().random_range(0.8..1.2);
-                    tokio::time::sleep(self.retry_delay.mul_f64(jitter)).await;
+                    let delay = Duration::from_millis(self.retry_delay_ms.load(Ordering::Relaxed));
+                    tokio::time::sleep(delay.mul_f64(jitter)).await;
                 }
                 other => break other,
             }

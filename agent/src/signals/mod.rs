@@ -1,7 +1,10 @@
 //! Signal sources: what one tick observed, from eBPF events (real) or a script (synthetic).
 
 pub mod cgroup;
+pub mod nvml;
+pub mod procfs;
 pub mod synthetic;
+pub mod window;
 
 use component::Timestamp;
 

@@ -1,0 +1,542 @@
+//! eBPF probes: load the embedded objects, find CUDA/NCCL libraries in running processes,
+//! attach when they appear and detach when no process maps them any more, and drain the
+//! ring buffers on a timer into the signal window and the NCCL outbox.
+//!
+//! Everything runs on one thread that owns the aya objects; the rest of the agent sees
+//! only the shared window, the outbox and a status snapshot.
+
+pub mod caps;
+pub mod clock;
+pub mod correlate;
+pub mod discovery;
+pub mod loader;
+pub mod symbols;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use parking_lot::Mutex;
+
+use self::correlate::BarrierCorrelator;
+use self::discovery::FileId;
+use self::loader::{BpfObject, Link, LoadError, ProbeSpec};
+use self::symbols::SymbolTable;
+use crate::config::AgentConfig;
+use crate::events::{CudaEvent, NcclEvent, cuda_op};
+use crate::fleet::payload::GpuInfo;
+use crate::nccl::{NcclOutbox, NcclPoint, NcclSender};
+use crate::signals::nvml::Nvml;
+use crate::signals::window::{EbpfSource, SharedWindow};
+
+/// How often the ring buffers are drained.
+pub const DEFAULT_DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+/// A library whose attachment failed is retried after this long.
+pub const ATTACH_RETRY: Duration = Duration::from_secs(60);
+
+/// A decoded event, as handed to an optional tap (tests, debugging).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeEvent {
+    Cuda(CudaEvent),
+    Nccl(NcclEvent),
+}
+
+/// What to probe and how.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    pub cuda: bool,
+    pub nccl: bool,
+    pub discovery_interval: Duration,
+    pub drain_interval: Duration,
+    pub extra_roots: Vec<PathBuf>,
+    pub proc_root: PathBuf,
+    /// Receives every decoded event (bounded; events are dropped when it is full).
+    pub tap: Option<std::sync::mpsc::SyncSender<ProbeEvent>>,
+}
+
+impl ProbeOptions {
+    pub fn from_config(cfg: &AgentConfig) -> Self {
+        ProbeOptions {
+            cuda: cfg.probes.cuda,
+            nccl: cfg.probes.nccl,
+            discovery_interval: cfg.probes.discovery_interval,
+            drain_interval: DEFAULT_DRAIN_INTERVAL,
+            extra_roots: cfg.probes.extra_library_roots.clone(),
+            proc_root: PathBuf::from("/proc"),
+            tap: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{0}")]
+    Privileges(String),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("start the probe thread: {0}")]
+    Thread(std::io::Error),
+    #[error("nothing to probe: both CUDA and NCCL probes are disabled")]
+    NothingEnabled,
+}
+
+/// One library the probes are attached to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachedLibrary {
+    pub path: String,
+    pub pids: Vec<u32>,
+    pub symbols: Vec<&'static str>,
+}
+
+/// Counters and attachments, for the status view and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeStatus {
+    pub attached: Vec<AttachedLibrary>,
+    pub cuda_events: u64,
+    pub nccl_events: u64,
+    pub decode_errors: u64,
+    /// `[ringbuf_full, entry_missing, user_read]` summed over CUDA and NCCL objects.
+    pub kernel_drops: [u64; 3],
+    pub tap_drops: u64,
+    pub attach_errors: u64,
+    pub scans: u64,
+    pub running: bool,
+}
+
+impl ProbeStatus {
+    /// One line for the status view.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} libraries, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
+            self.attached.len(),
+            self.cuda_events,
+            self.nccl_events,
+            self.kernel_drops.iter().sum::<u64>(),
+            self.decode_errors
+        )
+    }
+}
+
+/// Control of the probe thread.
+#[derive(Debug)]
+pub struct ProbeHandle {
+    stop: Arc<AtomicBool>,
+    rescan: Arc<AtomicBool>,
+    status: Arc<Mutex<ProbeStatus>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProbeHandle {
+    pub fn status(&self) -> ProbeStatus {
+        self.status.lock().clone()
+    }
+
+    pub fn status_cell(&self) -> Arc<Mutex<ProbeStatus>> {
+        self.status.clone()
+    }
+
+    /// Scan `/proc` at the next drain instead of waiting for the discovery interval.
+    pub fn rescan(&self) {
+        self.rescan.store(true, Ordering::Relaxed);
+    }
+
+    /// Stop the thread; every probe is detached when its objects drop.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ProbeHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// What [`start`] hands the agent.
+#[derive(Debug)]
+pub struct Started {
+    pub source: EbpfSource,
+    pub nccl: Option<NcclOutbox>,
+    pub gpu: Option<GpuInfo>,
+    pub handle: ProbeHandle,
+}
+
+/// Check privileges, load the objects and start the probe thread, from the agent config.
+pub fn start(
+    cfg: &AgentConfig,
+    _shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<Started, ProbeError> {
+    caps::check_self().map_err(ProbeError::Privileges)?;
+    let nvml = Nvml::load();
+    let gpu = nvml.as_ref().and_then(Nvml::gpu_info);
+    let gpus = if cfg.health.num_gpus > 0 {
+        cfg.health.num_gpus
+    } else {
+        gpu.as_ref()
+            .map_or(1, |g| u32::try_from(g.count).unwrap_or(1))
+    };
+    let shared = Arc::new(SharedWindow::default());
+    let (outbox, sender) = if cfg.probes.nccl {
+        let (o, s) = NcclOutbox::new(cfg.probes.nccl_max_points);
+        (Some(o), Some(s))
+    } else {
+        (None, None)
+    };
+    let handle = spawn(ProbeOptions::from_config(cfg), shared.clone(), sender)?;
+    Ok(Started {
+        source: EbpfSource::new(shared, cfg.health.signal_window, gpus, nvml),
+        nccl: outbox,
+        gpu,
+        handle,
+    })
+}
+
+/// Raise RLIMIT_MEMLOCK: kernels before 5.11 charge BPF maps against it.
+fn raise_memlock() {
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `lim` is a valid rlimit; failure only means the old limit stays.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+    if rc != 0 {
+        tracing::debug!("could not raise RLIMIT_MEMLOCK");
+    }
+}
+
+/// Links (with the index of their object) and the symbols they cover.
+type AttachResult = (Vec<(usize, Link)>, Vec<&'static str>);
+
+struct Attached {
+    path: String,
+    pids: BTreeSet<u32>,
+    links: Vec<(usize, Link)>,
+    symbols: Vec<&'static str>,
+}
+
+struct Objects {
+    /// (object, its probe sets).
+    list: Vec<(BpfObject, Vec<&'static [ProbeSpec]>)>,
+    cuda_ring: Option<RingBuf<MapData>>,
+    nccl_ring: Option<RingBuf<MapData>>,
+    drops: Vec<PerCpuArray<MapData, u64>>,
+}
+
+fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
+    let mut o = Objects {
+        list: Vec::new(),
+        cuda_ring: None,
+        nccl_ring: None,
+        drops: Vec::new(),
+    };
+    if opts.cuda {
+        let sets: Vec<&'static [ProbeSpec]> = vec![loader::CUDA_RUNTIME, loader::CUDA_DRIVER];
+        let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets)?;
+        o.cuda_ring = Some(obj.ring("cuda_events")?);
+        o.drops.push(obj.drops("cuda_drops")?);
+        o.list.push((obj, sets));
+    }
+    if opts.nccl {
+        let sets: Vec<&'static [ProbeSpec]> = vec![loader::NCCL];
+        let mut obj = BpfObject::for_specs("nccl", loader::NCCL_OBJECT, &sets)?;
+        o.nccl_ring = Some(obj.ring("nccl_events")?);
+        o.drops.push(obj.drops("nccl_drops")?);
+        o.list.push((obj, sets));
+    }
+    Ok(o)
+}
+
+/// Load the objects (errors surface here) and start the thread.
+pub fn spawn(
+    opts: ProbeOptions,
+    shared: Arc<SharedWindow>,
+    nccl: Option<NcclSender>,
+) -> Result<ProbeHandle, ProbeError> {
+    if !opts.cuda && !opts.nccl {
+        return Err(ProbeError::NothingEnabled);
+    }
+    raise_memlock();
+    let objects = load_objects(&opts)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rescan = Arc::new(AtomicBool::new(true));
+    let status = Arc::new(Mutex::new(ProbeStatus {
+        running: true,
+        ..Default::default()
+    }));
+    shared.alive.store(true, Ordering::Relaxed);
+    let mut worker = Worker {
+        opts,
+        objects,
+        shared,
+        nccl,
+        stop: stop.clone(),
+        rescan: rescan.clone(),
+        status: status.clone(),
+        attached: BTreeMap::new(),
+        failed: HashMap::new(),
+        correlator: BarrierCorrelator::default(),
+        offset: clock::sample_offset(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("ingero-probes".into())
+        .spawn(move || worker.run())
+        .map_err(ProbeError::Thread)?;
+    Ok(ProbeHandle {
+        stop,
+        rescan,
+        status,
+        thread: Some(thread),
+    })
+}
+
+struct Worker {
+    opts: ProbeOptions,
+    objects: Objects,
+    shared: Arc<SharedWindow>,
+    nccl: Option<NcclSender>,
+    stop: Arc<AtomicBool>,
+    rescan: Arc<AtomicBool>,
+    status: Arc<Mutex<ProbeStatus>>,
+    attached: BTreeMap<FileId, Attached>,
+    failed: HashMap<FileId, Instant>,
+    correlator: BarrierCorrelator,
+    offset: i128,
+}
+
+impl Worker {
+    fn run(&mut self) {
+        let mut last_scan: Option<Instant> = None;
+        let mut last_offset = Instant::now();
+        let mut cuda_buf: Vec<CudaEvent> = Vec::with_capacity(4096);
+        let mut released = Vec::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let due = last_scan.is_none_or(|t| t.elapsed() >= self.opts.discovery_interval);
+            if due || self.rescan.swap(false, Ordering::Relaxed) {
+                self.discover();
+                last_scan = Some(Instant::now());
+            }
+            if last_offset.elapsed() >= Duration::from_secs(10) {
+                self.offset = clock::sample_offset();
+                last_offset = Instant::now();
+            }
+            self.drain(&mut cuda_buf, &mut released);
+            std::thread::sleep(self.opts.drain_interval);
+        }
+        // Final drain so nothing already in the rings is lost on a clean stop.
+        self.drain(&mut cuda_buf, &mut released);
+        self.shared.alive.store(false, Ordering::Relaxed);
+        self.status.lock().running = false;
+        for (_, lib) in std::mem::take(&mut self.attached) {
+            self.detach_links(lib.links, false);
+        }
+    }
+
+    fn drain(
+        &mut self,
+        cuda_buf: &mut Vec<CudaEvent>,
+        released: &mut Vec<(NcclEvent, Option<u64>)>,
+    ) {
+        let (mut n_cuda, mut n_nccl, mut bad, mut tap_drops) = (0u64, 0u64, 0u64, 0u64);
+        let tap = self.opts.tap.clone();
+        let mut to_tap = |e: ProbeEvent| {
+            if let Some(t) = &tap
+                && t.try_send(e).is_err()
+            {
+                tap_drops += 1;
+            }
+        };
+        if let Some(ring) = self.objects.cuda_ring.as_mut() {
+            cuda_buf.clear();
+            while let Some(item) = ring.next() {
+                match CudaEvent::from_bytes(&item) {
+                    Some(e) => cuda_buf.push(e),
+                    None => bad += 1,
+                }
+            }
+            n_cuda = cuda_buf.len() as u64;
+            if !cuda_buf.is_empty() {
+                let mut acc = self.shared.acc.lock();
+                for e in cuda_buf.iter() {
+                    acc.on_cuda(e);
+                }
+            }
+            for e in cuda_buf.iter() {
+                if e.op == cuda_op::STREAM_SYNC {
+                    self.correlator
+                        .on_sync(e.pid, e.stream, e.timestamp_ns, e.duration_ns);
+                }
+                to_tap(ProbeEvent::Cuda(*e));
+            }
+        }
+        released.clear();
+        if let Some(ring) = self.objects.nccl_ring.as_mut() {
+            while let Some(item) = ring.next() {
+                match NcclEvent::from_bytes(&item) {
+                    Some(e) => {
+                        n_nccl += 1;
+                        to_tap(ProbeEvent::Nccl(e));
+                        self.correlator.on_nccl(e, released);
+                    }
+                    None => bad += 1,
+                }
+            }
+        }
+        self.correlator.release(clock::monotonic_ns(), released);
+        if let Some(tx) = &self.nccl {
+            for (e, barrier) in released.iter() {
+                tx.send(NcclPoint {
+                    time: clock::to_wall(e.timestamp_ns, self.offset),
+                    op: e.op,
+                    comm_id_hash: e.comm_id_hash,
+                    rank: e.rank,
+                    nranks: e.nranks,
+                    datatype: e.datatype,
+                    reduce_op: e.reduce_op,
+                    peer_rank: e.peer_rank,
+                    count: e.count,
+                    duration_ns: e.duration_ns,
+                    op_seq: e.op_seq,
+                    barrier_wait_ns: *barrier,
+                });
+            }
+        }
+        let mut drops = [0u64; 3];
+        for d in &self.objects.drops {
+            for (i, v) in loader::read_drops(d).iter().enumerate() {
+                drops[i] += v;
+            }
+        }
+        let mut s = self.status.lock();
+        s.cuda_events += n_cuda;
+        s.nccl_events += n_nccl;
+        s.decode_errors += bad;
+        s.tap_drops += tap_drops;
+        s.kernel_drops = drops;
+    }
+
+    fn discover(&mut self) {
+        let scan = discovery::scan_proc(&self.opts.proc_root);
+        // Detach libraries no process maps any more.
+        let gone: Vec<FileId> = self
+            .attached
+            .keys()
+            .filter(|id| !scan.libs.contains_key(id))
+            .copied()
+            .collect();
+        for id in gone {
+            if let Some(lib) = self.attached.remove(&id) {
+                tracing::info!(path = %lib.path, "library no longer mapped; probes detached");
+                self.detach(lib);
+            }
+        }
+        let mut errors = 0;
+        for (id, (pid, path, pids)) in &scan.libs {
+            if let Some(a) = self.attached.get_mut(id) {
+                a.pids.clone_from(pids);
+                continue;
+            }
+            if self
+                .failed
+                .get(id)
+                .is_some_and(|t| t.elapsed() < ATTACH_RETRY)
+            {
+                continue;
+            }
+            if !discovery::allowed(path, &self.opts.extra_roots) {
+                tracing::debug!(path = %path, "library outside the allowed roots; not probed");
+                self.failed.insert(*id, Instant::now());
+                continue;
+            }
+            let target = discovery::host_path(&self.opts.proc_root, *pid, path);
+            match self.attach(&target) {
+                Ok((links, symbols)) if !links.is_empty() => {
+                    tracing::info!(path = %path, pid, probes = links.len(), "probes attached");
+                    self.attached.insert(
+                        *id,
+                        Attached {
+                            path: path.clone(),
+                            pids: pids.clone(),
+                            links,
+                            symbols,
+                        },
+                    );
+                }
+                Ok(_) => {
+                    tracing::debug!(path = %path, "no probed symbol in library");
+                    self.failed.insert(*id, Instant::now());
+                }
+                Err(e) => {
+                    errors += 1;
+                    tracing::warn!(path = %path, error = %e, "attaching probes failed");
+                    self.failed.insert(*id, Instant::now());
+                }
+            }
+        }
+        self.failed.retain(|id, _| scan.libs.contains_key(id));
+        let mut s = self.status.lock();
+        s.scans += 1;
+        s.attach_errors += errors;
+        s.attached = self
+            .attached
+            .values()
+            .map(|a| AttachedLibrary {
+                path: a.path.clone(),
+                pids: a.pids.iter().copied().collect(),
+                symbols: a.symbols.clone(),
+            })
+            .collect();
+    }
+
+    /// Attach every probe set of every object whose symbols the library has.
+    fn attach(&mut self, target: &Path) -> Result<AttachResult, String> {
+        let symbols = SymbolTable::read(target).map_err(|e| e.to_string())?;
+        let mut links = Vec::new();
+        let mut names = Vec::new();
+        for (i, (obj, sets)) in self.objects.list.iter_mut().enumerate() {
+            for set in sets.iter() {
+                match obj.attach_specs(set, &symbols, target) {
+                    Ok((l, n)) => {
+                        links.extend(l.into_iter().map(|l| (i, l)));
+                        names.extend(n);
+                    }
+                    Err(e) => {
+                        let partial = std::mem::take(&mut links);
+                        self.detach_links(partial, false);
+                        return Err(e.to_string());
+                    }
+                }
+            }
+        }
+        Ok((links, names))
+    }
+
+    fn detach_links(&mut self, links: Vec<(usize, Link)>, background: bool) {
+        let mut per: BTreeMap<usize, Vec<Link>> = BTreeMap::new();
+        for (i, l) in links {
+            per.entry(i).or_default().push(l);
+        }
+        for (i, ls) in per {
+            if let Some((obj, _)) = self.objects.list.get_mut(i) {
+                if background {
+                    obj.detach_in_background(ls);
+                } else {
+                    obj.detach(ls);
+                }
+            }
+        }
+    }
+
+    fn detach(&mut self, lib: Attached) {
+        self.detach_links(lib.links, true);
+    }
+}

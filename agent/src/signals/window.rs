@@ -1,0 +1,312 @@
+//! From CUDA events to the four raw signals (spec 3.1), over a rolling window.
+//!
+//! The probe thread folds every event into a per-process [`TickAccumulator`]; each tick the
+//! [`EbpfSource`] takes it, turns it into one bucket and keeps the buckets of the window:
+//!
+//! - throughput = kernel launches in the window / window seconds;
+//! - compute = time host threads spent inside CUDA calls in the window / (window x GPUs),
+//!   clamped to [0, 1] (the synchronizing calls carry the time the host waits for the GPU);
+//! - memory = free fraction of GPU memory (NVML), else of host memory;
+//! - cpu = idle fraction of host CPU since the previous tick.
+//!
+//! A process whose runtime API (libcudart) is traced is counted from runtime events only,
+//! because the runtime calls into the driver and would be counted twice; a process that
+//! only uses the driver API is counted from driver events.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use component::Timestamp;
+use parking_lot::Mutex;
+
+use super::cgroup::{CgroupDelta, Direction};
+use super::nvml::Nvml;
+use super::procfs::{CgroupHashCache, CpuReader, StallTracker, host_memory_headroom};
+use super::{CollectError, Sample, SignalSource};
+use crate::events::{CudaEvent, cuda_op, source};
+use crate::health::SignalSet;
+
+/// Most processes tracked per tick; events of others are dropped and counted.
+pub const MAX_PIDS_PER_TICK: usize = 4096;
+
+/// One process's CUDA activity in one tick.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PidActivity {
+    pub cgroup_id: u64,
+    pub runtime_launches: u64,
+    pub driver_launches: u64,
+    pub runtime_busy_ns: u64,
+    pub driver_busy_ns: u64,
+    pub runtime_events: u64,
+    pub memcpy_bytes: [u64; 5],
+}
+
+impl PidActivity {
+    fn launches(&self) -> u64 {
+        if self.runtime_events > 0 {
+            self.runtime_launches
+        } else {
+            self.driver_launches
+        }
+    }
+
+    fn busy_ns(&self) -> u64 {
+        if self.runtime_events > 0 {
+            self.runtime_busy_ns
+        } else {
+            self.driver_busy_ns
+        }
+    }
+}
+
+/// What the probe thread accumulates between ticks.
+#[derive(Debug, Clone, Default)]
+pub struct TickAccumulator {
+    pub per_pid: HashMap<u32, PidActivity>,
+    pub dropped: u64,
+}
+
+impl TickAccumulator {
+    pub fn on_cuda(&mut self, e: &CudaEvent) {
+        if !self.per_pid.contains_key(&e.pid) && self.per_pid.len() >= MAX_PIDS_PER_TICK {
+            self.dropped += 1;
+            return;
+        }
+        let a = self.per_pid.entry(e.pid).or_default();
+        a.cgroup_id = e.cgroup_id;
+        let runtime = e.source == source::CUDA_RUNTIME;
+        if runtime {
+            a.runtime_events += 1;
+            a.runtime_busy_ns = a.runtime_busy_ns.saturating_add(e.duration_ns);
+        } else {
+            a.driver_busy_ns = a.driver_busy_ns.saturating_add(e.duration_ns);
+        }
+        match e.op {
+            cuda_op::LAUNCH_KERNEL if runtime => a.runtime_launches += 1,
+            cuda_op::LAUNCH_KERNEL => a.driver_launches += 1,
+            // The driver's own copies are seen through the runtime already.
+            cuda_op::MEMCPY | cuda_op::MEMCPY_ASYNC if runtime || a.runtime_events == 0 => {
+                let d = Direction::from_cuda_kind(e.args[1]) as usize;
+                a.memcpy_bytes[d] = a.memcpy_bytes[d].saturating_add(e.args[0]);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Shared between the probe thread (writer) and the source (reader).
+#[derive(Debug, Default)]
+pub struct SharedWindow {
+    pub acc: Mutex<TickAccumulator>,
+    /// False once the probe thread stopped reading events.
+    pub alive: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    at: Timestamp,
+    launches: u64,
+    busy_ns: u64,
+}
+
+/// Window arithmetic, pure.
+#[derive(Debug, Clone)]
+pub struct Window {
+    len: Duration,
+    started: Option<Timestamp>,
+    buckets: VecDeque<Bucket>,
+}
+
+impl Window {
+    pub fn new(len: Duration) -> Self {
+        Window {
+            len,
+            started: None,
+            buckets: VecDeque::new(),
+        }
+    }
+
+    /// Add one tick's totals at `now`; returns (launches in window, launches/s, busy
+    /// fraction per GPU).
+    pub fn push(
+        &mut self,
+        now: Timestamp,
+        launches: u64,
+        busy_ns: u64,
+        gpus: u32,
+    ) -> (u64, f64, f64) {
+        let started = *self.started.get_or_insert(now);
+        self.buckets.push_back(Bucket {
+            at: now,
+            launches,
+            busy_ns,
+        });
+        let cutoff = now.saturating_sub(self.len);
+        while self
+            .buckets
+            .front()
+            .is_some_and(|b| b.at <= cutoff && self.buckets.len() > 1)
+        {
+            self.buckets.pop_front();
+        }
+        // The first tick covers the time since the agent started watching; until the
+        // window has filled, divide by the time covered so far (at least 1 s).
+        let covered = now.since(started).max(Duration::from_secs(1)).min(self.len);
+        let n: u64 = self.buckets.iter().map(|b| b.launches).sum();
+        let busy: u64 = self.buckets.iter().map(|b| b.busy_ns).sum();
+        let secs = covered.as_secs_f64();
+        let compute = busy as f64 / (secs * 1e9 * f64::from(gpus.max(1)));
+        (n, n as f64 / secs, compute.clamp(0.0, 1.0))
+    }
+}
+
+/// The real signal source.
+#[derive(Debug)]
+pub struct EbpfSource {
+    shared: Arc<SharedWindow>,
+    window: Window,
+    gpus: u32,
+    nvml: Option<Nvml>,
+    cpu: CpuReader,
+    stall: StallTracker,
+    cgroups: CgroupHashCache,
+}
+
+impl EbpfSource {
+    /// `gpus`: the divisor of the compute signal (config value, else NVML's count, else 1).
+    pub fn new(shared: Arc<SharedWindow>, window: Duration, gpus: u32, nvml: Option<Nvml>) -> Self {
+        let mut cpu = CpuReader::new();
+        let _ = cpu.read();
+        EbpfSource {
+            shared,
+            window: Window::new(window),
+            gpus: gpus.max(1),
+            nvml,
+            cpu,
+            stall: StallTracker::default(),
+            cgroups: CgroupHashCache::default(),
+        }
+    }
+}
+
+impl SignalSource for EbpfSource {
+    fn collect(&mut self, now: Timestamp) -> Result<Sample, CollectError> {
+        if !self.shared.alive.load(Ordering::Relaxed) {
+            return Err(CollectError("the eBPF event reader stopped".into()));
+        }
+        let acc = std::mem::take(&mut *self.shared.acc.lock());
+        let launches: u64 = acc.per_pid.values().map(PidActivity::launches).sum();
+        let busy: u64 = acc.per_pid.values().map(PidActivity::busy_ns).sum();
+        let (in_window, rate, compute) = self.window.push(now, launches, busy, self.gpus);
+        let memory = self
+            .nvml
+            .as_ref()
+            .and_then(Nvml::memory_headroom)
+            .or_else(host_memory_headroom)
+            .ok_or_else(|| CollectError("no memory reading (NVML and /proc/meminfo)".into()))?;
+        let cpu = self
+            .cpu
+            .read()
+            .ok_or_else(|| CollectError("cannot read /proc/stat".into()))?;
+
+        let mut per: HashMap<String, CgroupDelta> = HashMap::new();
+        for (pid, a) in &acc.per_pid {
+            let hash = self.cgroups.hash(*pid, a.cgroup_id);
+            let d = per.entry(hash.clone()).or_insert_with(|| CgroupDelta {
+                cgroup_path_hash: hash,
+                ..Default::default()
+            });
+            d.kernel_launches += a.launches();
+            d.cpu_stall_nanos += self.stall.delta(*pid);
+            for (i, b) in a.memcpy_bytes.iter().enumerate() {
+                d.memcpy_bytes[i] += b;
+            }
+        }
+        Ok(Sample {
+            raw: SignalSet::new(rate, compute, memory, cpu),
+            kernel_launches: i64::try_from(in_window).unwrap_or(i64::MAX),
+            per_cgroup: per.into_values().collect(),
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "ebpf"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(pid: u32, source: u8, op: u8, dur: u64) -> CudaEvent {
+        CudaEvent {
+            pid,
+            source,
+            op,
+            duration_ns: dur,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn runtime_events_win_over_driver_events_per_process() {
+        let mut acc = TickAccumulator::default();
+        // pid 1 uses the runtime (which calls the driver underneath): counted once.
+        acc.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::LAUNCH_KERNEL, 10));
+        acc.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 8));
+        acc.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::STREAM_SYNC, 1000));
+        // pid 2 is driver-only.
+        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 5));
+        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 5));
+        let a1 = acc.per_pid[&1];
+        let a2 = acc.per_pid[&2];
+        assert_eq!((a1.launches(), a1.busy_ns()), (1, 1010));
+        assert_eq!((a2.launches(), a2.busy_ns()), (2, 10));
+    }
+
+    #[test]
+    fn memcpy_bytes_by_direction() {
+        let mut acc = TickAccumulator::default();
+        let mut e = ev(1, source::CUDA_RUNTIME, cuda_op::MEMCPY, 1);
+        e.args = [4096, 1, 0, 0];
+        acc.on_cuda(&e);
+        e.args = [10, 9, 0, 0];
+        acc.on_cuda(&e);
+        assert_eq!(acc.per_pid[&1].memcpy_bytes, [0, 4096, 0, 0, 10]);
+    }
+
+    #[test]
+    fn window_rates_cover_the_elapsed_time_until_full() {
+        let mut w = Window::new(Duration::from_secs(60));
+        let t0 = Timestamp::from_secs(1000);
+        // First tick: nothing known about the past, 1 s floor.
+        assert_eq!(w.push(t0, 100, 0, 1), (100, 100.0, 0.0));
+        let t = |s| t0.saturating_add(Duration::from_secs(s));
+        // 10 s in: 100 + 900 launches over 10 s; 5 s busy on 1 GPU.
+        let (n, rate, compute) = w.push(t(10), 900, 5_000_000_000, 1);
+        assert_eq!((n, rate), (1000, 100.0));
+        assert!((compute - 0.5).abs() < 1e-12);
+        // Two GPUs halve the compute signal.
+        let mut w2 = Window::new(Duration::from_secs(60));
+        w2.push(t0, 0, 0, 2);
+        assert!((w2.push(t(10), 0, 5_000_000_000, 2).2 - 0.25).abs() < 1e-12);
+        // After the window, old buckets fall out.
+        let (n, rate, _) = w.push(t(70), 600, 0, 1);
+        // The bucket at 10 s covers (0 s, 10 s], outside (10 s, 70 s]: only the last remains.
+        assert_eq!((n, rate), (600, 10.0));
+        let (n, _, _) = w.push(t(200), 0, 0, 1);
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn per_tick_process_cap_counts_drops() {
+        let mut acc = TickAccumulator::default();
+        for pid in 0..(MAX_PIDS_PER_TICK as u32 + 3) {
+            acc.on_cuda(&ev(pid, source::CUDA_RUNTIME, cuda_op::LAUNCH_KERNEL, 1));
+        }
+        assert_eq!(acc.per_pid.len(), MAX_PIDS_PER_TICK);
+        assert_eq!(acc.dropped, 3);
+    }
+}

@@ -1,0 +1,385 @@
+//! The `ingero-agent` binary as users run it: synthetic mode against the Fleet stand-in,
+//! the remediation socket, graceful shutdown with baseline persistence and restore, the
+//! `sink` subcommand, and the messages for bad flags and missing privileges.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/fleet_server.rs"]
+mod fleet_server;
+#[path = "support/native.rs"]
+mod native;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use component::Timestamp;
+use component::wire::{attr, metric};
+use fleet_server::TestFleet;
+use native::{TempDir, is_root, wait_until};
+use tokio::io::AsyncBufReadExt;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingero-agent");
+
+fn agent(args: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ingero-agent")
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "agent did not exit on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+async fn connect(path: &Path) -> tokio::net::UnixStream {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = tokio::net::UnixStream::connect(path).await {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "socket {} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synthetic_agent_pushes_flags_itself_and_writes_the_socket() {
+    let server = TestFleet::start().await;
+    server.threshold("0.88", "true");
+    let dir = TempDir::new("bin");
+    let sock = dir.path().join("remediate.sock");
+    let persist = dir.path().join("state/baseline.json");
+    let url = server.url();
+    let mut child = agent(&[
+        "--synthetic",
+        "--synthetic-script",
+        "0s:1.0,3s:0.5",
+        "--warmup-samples",
+        "2",
+        "--fleet-endpoint",
+        &url,
+        "--fleet-cluster-id",
+        "bin",
+        "--fleet-node-id",
+        "node-b",
+        "--fleet-push-interval",
+        "1s",
+        "--fleet-timeout",
+        "500ms",
+        "--fleet-provider",
+        "none",
+        "--fleet-world-size",
+        "2",
+        "--fleet-node-rank",
+        "0",
+        "--encoding",
+        "json",
+        "--remediate",
+        "--remediate-socket",
+        sock.to_str().unwrap(),
+        "--fleet-persist-path",
+        persist.to_str().unwrap(),
+    ]);
+    let stream = connect(&sock).await;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert!(mode == 0o770 || mode == 0o700, "socket mode {mode:o}");
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("a straggler_state line within 20 s")
+        .unwrap()
+        .unwrap();
+    let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(msg["type"], "straggler_state");
+    assert_eq!(msg["node_id"], "node-b");
+    assert_eq!(msg["cluster_id"], "bin");
+    assert_eq!(msg["threshold"], 0.88);
+    assert_eq!(msg["detection_mode"], "fleet");
+    assert_eq!(msg["rank"], 0, "rank 0 is sent when world_size > 0");
+    assert_eq!(msg["world_size"], 2);
+    assert!(msg["score"].as_f64().unwrap() < 0.88);
+    assert!(msg["timestamp"].as_str().unwrap().ends_with('Z'));
+    let id = msg["event_id"].as_str().unwrap().to_string();
+    assert_eq!(line.find("\"type\""), Some(1), "type comes first");
+
+    // The same event id on the OTLP straggler point.
+    let found = wait_until(Duration::from_secs(5), || {
+        server.received().iter().any(|r| {
+            r.metric(metric::STRAGGLER_EVENT)
+                .is_some_and(|p| p.value == 1.0 && p.attrs[attr::EVENT_ID].str() == id)
+        })
+    });
+    assert!(found, "OTLP straggler event with id {id}");
+    let rx = server.received();
+    assert!(
+        rx.iter()
+            .all(|r| r.query == "cluster_id=bin" && r.content_type == "application/json")
+    );
+
+    let status = terminate(&mut child);
+    let log = stderr_of(&mut child);
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("straggler_state transition"), "{log}");
+    assert!(!sock.exists(), "socket removed on shutdown");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&persist).expect("baseline persisted")).unwrap();
+    assert_eq!(saved["schema_version"], 1);
+    assert!(saved["sample_count"].as_u64().unwrap() >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_persisted_baseline_starts_the_agent_active() {
+    use ingero_agent::health::SignalSet;
+    use ingero_agent::health::baseline::BaselineSnapshot;
+    let server = TestFleet::start().await;
+    let dir = TempDir::new("restore");
+    let persist = dir.path().join("baseline.json");
+    let snap = BaselineSnapshot {
+        sample_count: 100,
+        fast_alpha: 0.1,
+        floor_alpha: 0.001,
+        fast_ema: SignalSet::new(1000.0, 0.9, 0.9, 0.9),
+        hard_floor: SignalSet::new(1000.0, 0.9, 0.9, 0.9),
+    };
+    ingero_agent::health::persist::save(&persist, &snap, Timestamp::now()).unwrap();
+    let url = server.url();
+    let mut child = agent(&[
+        "--synthetic",
+        "--fleet-endpoint",
+        &url,
+        "--fleet-cluster-id",
+        "bin",
+        "--fleet-push-interval",
+        "1s",
+        "--fleet-timeout",
+        "500ms",
+        "--fleet-provider",
+        "none",
+        "--fleet-persist-path",
+        persist.to_str().unwrap(),
+    ]);
+    let pushed = wait_until(Duration::from_secs(10), || !server.received().is_empty());
+    terminate(&mut child);
+    let log = stderr_of(&mut child);
+    assert!(pushed, "{log}");
+    let first = &server.received()[0];
+    let score = first.metric(metric::HEALTH_SCORE).unwrap();
+    assert_eq!(
+        score.attrs[attr::NODE_STATE].str(),
+        "active",
+        "no warm-up after a restore"
+    );
+    assert!(log.contains("restored persisted baseline"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_turns_socket_events_into_prometheus_metrics() {
+    use ingero_agent::events_out::uds::UdsServer;
+    let dir = TempDir::new("sink");
+    let sock = dir.path().join("r.sock");
+    let uds = UdsServer::bind(&sock, None).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "sink",
+            "--socket-path",
+            sock.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--reconnect-delay",
+            "100ms",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The bound address is in the start-up log line (read on a thread: never block the test).
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(i) = l.find("listen=") {
+                let _ = tx.send(
+                    l[i + 7..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("sink logs its listen address");
+    let start = Instant::now();
+    while !uds.has_client().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "sink never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for line in [
+        r#"{"type":"straggler_state","node_id":"n1","cluster_id":"c1","score":0.5}"#,
+        r#"{"type":"straggler_state","node_id":"n2","cluster_id":"c1","score":0.6}"#,
+        r#"{"type":"straggler_resolved","node_id":"n1","cluster_id":"c1"}"#,
+        "not json",
+    ] {
+        assert!(uds.send_line(format!("{line}\n").as_bytes()).await);
+    }
+    let get = |path: &'static str| {
+        let addr = addr.clone();
+        async move {
+            let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let (mut s, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            let req = http::Request::get(path)
+                .header("host", "x")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            let resp = s.send_request(req).await.unwrap();
+            let status = resp.status().as_u16();
+            use http_body_util::BodyExt;
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let mut metrics = String::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        metrics = get("/metrics").await.1;
+        if metrics.contains("ingero_sink_parse_errors_total 1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for want in [
+        "ingero_sink_events_total{type=\"straggler_state\"} 2",
+        "ingero_sink_events_total{type=\"straggler_resolved\"} 1",
+        "ingero_sink_parse_errors_total 1",
+        "ingero_sink_connected 1",
+        "ingero_sink_active_stragglers{cluster_id=\"c1\",node_id=\"n2\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} not in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("node_id=\"n1\""),
+        "resolved stragglers are removed"
+    );
+    assert_eq!(get("/healthz").await, (200, "ok".to_string()));
+    assert_eq!(get("/readyz").await.0, 200);
+    uds.shutdown().await;
+    let disconnected = {
+        let start = Instant::now();
+        loop {
+            if get("/metrics").await.1.contains("ingero_sink_connected 0") {
+                break true;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert!(disconnected);
+    assert_eq!(
+        get("/readyz").await.0,
+        200,
+        "an event arrived within the readiness window"
+    );
+    terminate(&mut child);
+}
+
+#[test]
+fn invalid_flags_report_every_problem_and_exit_2() {
+    let out = Command::new(BIN)
+        .args([
+            "--synthetic",
+            "--fleet-endpoint",
+            "ftp://x",
+            "--fleet-push-interval",
+            "500ms",
+            "--fleet-classifier-hysteresis",
+            "0.7",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "fleet.endpoint",
+        "fleet.cluster_id",
+        "fleet.push_interval",
+        "health.classifier_hysteresis",
+    ] {
+        assert!(err.contains(want), "{want} missing from:\n{err}");
+    }
+}
+
+#[test]
+fn without_privileges_the_ebpf_mode_says_what_is_missing() {
+    if !is_root() {
+        // Already unprivileged: run directly.
+        let out = Command::new(BIN).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("CAP_BPF"));
+        return;
+    }
+    // As root, drop to nobody with no capabilities.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            BIN,
+        ])
+        .output();
+    let Ok(out) = out else {
+        eprintln!("SKIP: setpriv not available");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("CAP_BPF and CAP_PERFMON") && err.contains("--synthetic"),
+        "{err}"
+    );
+}

@@ -1,0 +1,128 @@
+/* The test workload: calls the (fake) CUDA and NCCL APIs a known number of times with
+ * known arguments. Protocol on stdin/stdout: prints "ready", waits for a line, runs,
+ * prints "done", then waits for EOF on stdin before exiting.
+ *
+ *   workload cuda
+ *   workload nccl <rank> <nranks> <id-seed>
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { unsigned x, y, z; } dim3;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef struct ncclComm *ncclComm_t;
+
+int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+int cudaMalloc(void **, size_t);
+int cudaFree(void *);
+int cudaMemcpy(void *, const void *, size_t, int);
+int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
+int cudaStreamSynchronize(void *);
+int cudaDeviceSynchronize(void);
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+int cuMemAlloc_v2(unsigned long long *, size_t);
+int cuMemcpyHtoD_v2(unsigned long long, const void *, size_t);
+int cuStreamSynchronize(void *);
+int ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int);
+int ncclCommInitAll(ncclComm_t *, int, const int *);
+int ncclCommDestroy(ncclComm_t);
+int ncclAllReduce(const void *, void *, size_t, int, int, ncclComm_t, void *);
+int ncclReduceScatter(const void *, void *, size_t, int, int, ncclComm_t, void *);
+int ncclAllGather(const void *, void *, size_t, int, ncclComm_t, void *);
+int ncclBcast(void *, size_t, int, int, ncclComm_t, void *);
+int ncclSend(const void *, size_t, int, int, ncclComm_t, void *);
+int ncclRecv(void *, size_t, int, int, ncclComm_t, void *);
+
+#define STREAM ((void *)0xabc0)
+#define NCCL_STREAM ((void *)0x5a)
+
+static void handshake(void)
+{
+	char line[64];
+	printf("ready\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof line, stdin))
+		exit(3);
+}
+
+static void finish(void)
+{
+	char line[64];
+	printf("done\n");
+	fflush(stdout);
+	while (fgets(line, sizeof line, stdin))
+		;
+}
+
+static void run_cuda(void)
+{
+	static char host[8192];
+	void *p[3];
+	unsigned long long dp;
+	dim3 grid = { 4, 2, 1 }, block = { 128, 1, 1 };
+	for (int i = 0; i < 50; i++)
+		cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
+	for (int i = 0; i < 3; i++)
+		cudaMalloc(&p[i], 1 << 20);
+	for (int i = 0; i < 3; i++)
+		cudaFree(p[i]);
+	for (int i = 0; i < 5; i++)
+		cudaMemcpy(host, host, 4096, 1);
+	for (int i = 0; i < 4; i++)
+		cudaMemcpyAsync(host, host, 8192, 2, STREAM);
+	for (int i = 0; i < 6; i++)
+		cudaStreamSynchronize(STREAM);
+	for (int i = 0; i < 2; i++)
+		cudaDeviceSynchronize();
+	for (int i = 0; i < 7; i++)
+		cuLaunchKernel((void *)0x5678, 8, 1, 1, 64, 2, 1, 0, (void *)0xd0, NULL, NULL);
+	for (int i = 0; i < 2; i++)
+		cuMemAlloc_v2(&dp, 4096);
+	for (int i = 0; i < 3; i++)
+		cuMemcpyHtoD_v2(dp, host, 256);
+}
+
+static void run_nccl(int rank, int nranks, int seed)
+{
+	static char buf[4096];
+	ncclUniqueId id;
+	ncclComm_t comm, all[2];
+	for (int i = 0; i < 128; i++)
+		id.internal[i] = (char)(seed * 31 + i * 7);
+	ncclCommInitRank(&comm, nranks, id, rank);
+	for (int i = 0; i < 5; i++) {
+		ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
+		cudaStreamSynchronize(NCCL_STREAM);
+	}
+	for (int i = 0; i < 2; i++)
+		ncclAllGather(buf, buf, 256, 7, comm, NCCL_STREAM);
+	ncclReduceScatter(buf, buf, 128, 6, 1, comm, NCCL_STREAM);
+	ncclBcast(buf, 64, 0, 0, comm, NCCL_STREAM);
+	for (int i = 0; i < 2; i++) {
+		if (rank == 0)
+			ncclSend(buf, 32, 7, 1, comm, NCCL_STREAM);
+		else
+			ncclRecv(buf, 32, 7, 0, comm, NCCL_STREAM);
+	}
+	if (rank == 0) {
+		ncclCommInitAll(all, 2, NULL);
+		ncclAllReduce(buf, buf, 16, 7, 0, all[1], NCCL_STREAM);
+	}
+	ncclCommDestroy(comm);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	handshake();
+	if (strcmp(argv[1], "cuda") == 0)
+		run_cuda();
+	else if (strcmp(argv[1], "nccl") == 0 && argc == 5)
+		run_nccl(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+	else
+		return 2;
+	finish();
+	return 0;
+}

@@ -1,0 +1,379 @@
+//! Root-only end-to-end tests of the eBPF probes: small C libraries exporting the CUDA and
+//! NCCL symbols, a workload that calls them a known number of times with known arguments
+//! and durations, and assertions that the agent saw exactly that. Without root they skip
+//! with a message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/native.rs"]
+mod native;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::time::Duration;
+
+use component::Timestamp;
+use ingero_agent::events::{CudaEvent, NcclEvent, cuda_op, fold_unique_id, source};
+use ingero_agent::nccl::{NcclOutbox, op};
+use ingero_agent::probes::{self, ProbeEvent, ProbeHandle, ProbeOptions};
+use ingero_agent::signals::SignalSource;
+use ingero_agent::signals::window::{EbpfSource, SharedWindow};
+use native::{Fakes, TempDir, Workload, build_fakes, is_root, wait_until};
+
+const MS: u64 = 1_000_000;
+/// Generous ceiling on a probed call's duration on a loaded machine.
+const SLACK: u64 = 500 * MS;
+
+fn skip_unless_root(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("SKIP {test}: eBPF uprobes need root (CI runs these tests as root)");
+    true
+}
+
+struct Probed {
+    handle: ProbeHandle,
+    tap: Receiver<ProbeEvent>,
+    shared: Arc<SharedWindow>,
+    outbox: NcclOutbox,
+}
+
+fn start_probes(dir: &TempDir, cuda: bool, nccl: bool) -> Probed {
+    let (tx, rx) = sync_channel(100_000);
+    let opts = ProbeOptions {
+        cuda,
+        nccl,
+        discovery_interval: Duration::from_millis(200),
+        drain_interval: Duration::from_millis(20),
+        extra_roots: vec![dir.path().to_path_buf()],
+        proc_root: PathBuf::from("/proc"),
+        tap: Some(tx),
+    };
+    let shared = Arc::new(SharedWindow::default());
+    let (outbox, sender) = NcclOutbox::new(4096);
+    let handle = probes::spawn(opts, shared.clone(), Some(sender)).expect("load and start probes");
+    Probed {
+        handle,
+        tap: rx,
+        shared,
+        outbox,
+    }
+}
+
+fn wait_attached(p: &Probed, fakes: &Fakes, want: &[&PathBuf]) {
+    let ok = wait_until(Duration::from_secs(15), || {
+        let st = p.handle.status();
+        want.iter()
+            .all(|w| st.attached.iter().any(|a| a.path == w.to_str().unwrap()))
+    });
+    assert!(
+        ok,
+        "libraries not attached: {:?} (fakes {fakes:?})",
+        p.handle.status()
+    );
+}
+
+/// Collect tap events until `done` says enough (or 15 s pass).
+fn collect(p: &Probed, mut done: impl FnMut(&[ProbeEvent]) -> bool) -> Vec<ProbeEvent> {
+    let mut got = Vec::new();
+    wait_until(Duration::from_secs(15), || {
+        while let Ok(e) = p.tap.try_recv() {
+            got.push(e);
+        }
+        done(&got)
+    });
+    got
+}
+
+fn cuda_of(events: &[ProbeEvent], pid: u32) -> Vec<CudaEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProbeEvent::Cuda(c) if c.pid == pid => Some(*c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn nccl_of(events: &[ProbeEvent], pid: u32) -> Vec<NcclEvent> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProbeEvent::Nccl(c) if c.pid == pid => Some(*c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn in_bounds(d: u64, min_ms: u64) {
+    assert!(
+        d >= min_ms * MS && d < min_ms * MS + SLACK,
+        "duration {d} ns not in [{min_ms} ms, +{SLACK} ns)"
+    );
+}
+
+#[test]
+fn cuda_probes_see_every_call_with_its_arguments() {
+    if skip_unless_root("cuda_probes_see_every_call_with_its_arguments") {
+        return;
+    }
+    let dir = TempDir::new("cuda");
+    let fakes = build_fakes(dir.path());
+    let mut w = Workload::spawn(&fakes.workload, &["cuda"]);
+    let p = start_probes(&dir, true, false);
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    w.go();
+    let pid = w.pid();
+    // 50+3+3+5+4+6+2 runtime calls, 7+2+3 driver calls.
+    let events = collect(&p, |e| cuda_of(e, pid).len() >= 85);
+    let ev = cuda_of(&events, pid);
+    let mut counts: BTreeMap<(u8, u8), usize> = BTreeMap::new();
+    for e in &ev {
+        *counts.entry((e.source, e.op)).or_default() += 1;
+    }
+    let rt = source::CUDA_RUNTIME;
+    let drv = source::CUDA_DRIVER;
+    assert_eq!(
+        counts,
+        BTreeMap::from([
+            ((rt, cuda_op::LAUNCH_KERNEL), 50),
+            ((rt, cuda_op::MALLOC), 3),
+            ((rt, cuda_op::FREE), 3),
+            ((rt, cuda_op::MEMCPY), 5),
+            ((rt, cuda_op::MEMCPY_ASYNC), 4),
+            ((rt, cuda_op::STREAM_SYNC), 6),
+            ((rt, cuda_op::DEVICE_SYNC), 2),
+            ((drv, cuda_op::LAUNCH_KERNEL), 7),
+            ((drv, cuda_op::MALLOC), 2),
+            ((drv, cuda_op::MEMCPY), 3),
+        ]),
+        "exactly the calls the workload made"
+    );
+    for e in &ev {
+        assert_eq!(e.ret, 0);
+        assert_eq!(e.comm_str(), "workload");
+        match (e.source, e.op) {
+            (s, cuda_op::LAUNCH_KERNEL) if s == rt => {
+                assert_eq!(e.args[0], 0x1234);
+                assert_eq!(e.launch_dims(), ([4, 2, 1], [128, 1, 1]));
+                assert_eq!(e.stream, 0xabc0, "the 6th argument, from the stack");
+            }
+            (s, cuda_op::LAUNCH_KERNEL) if s == drv => {
+                assert_eq!(e.args[0], 0x5678);
+                assert_eq!(e.launch_dims(), ([8, 1, 1], [64, 2, 1]));
+                assert_eq!(e.stream, 0xd0, "the 9th argument, from the stack");
+            }
+            (s, cuda_op::MALLOC) if s == rt => {
+                assert_eq!(e.args[0], 1 << 20);
+                assert_eq!(
+                    e.args[1],
+                    0x7f00_0000_0000 + (1 << 20),
+                    "pointer written by the call"
+                );
+            }
+            (_, cuda_op::MALLOC) => assert_eq!(e.args, [4096, 0x6000_0000_0000 + 4096, 0, 0]),
+            (_, cuda_op::FREE) => assert_eq!(e.args[0], 0x7f00_0000_0000 + (1 << 20)),
+            (s, cuda_op::MEMCPY) if s == rt => {
+                assert_eq!(&e.args[..2], &[4096, 1]);
+                in_bounds(e.duration_ns, 1);
+            }
+            (_, cuda_op::MEMCPY) => {
+                assert_eq!(&e.args[..2], &[256, 1], "cuMemcpyHtoD: host to device");
+                assert!(e.duration_ns >= MS / 2 && e.duration_ns < MS / 2 + SLACK);
+            }
+            (_, cuda_op::MEMCPY_ASYNC) => {
+                assert_eq!(&e.args[..2], &[8192, 2]);
+                assert_eq!(e.stream, 0xabc0);
+            }
+            (_, cuda_op::STREAM_SYNC) => {
+                assert_eq!(e.stream, 0xabc0);
+                in_bounds(e.duration_ns, 2);
+            }
+            (_, cuda_op::DEVICE_SYNC) => in_bounds(e.duration_ns, 3),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    // The signal source counts runtime launches only for a process that uses the runtime.
+    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
+    let sample = src.collect(Timestamp::now()).unwrap();
+    assert_eq!(sample.kernel_launches, 50);
+    let cg: u64 = sample.per_cgroup.iter().map(|c| c.kernel_launches).sum();
+    assert_eq!(cg, 50);
+    let h2d: u64 = sample.per_cgroup.iter().map(|c| c.memcpy_bytes[1]).sum();
+    assert_eq!(
+        h2d,
+        5 * 4096,
+        "runtime copies; the driver copies of a runtime process are not double counted"
+    );
+    assert!(sample.raw.compute > 0.0);
+
+    w.finish();
+    p.handle.rescan();
+    let detached = wait_until(Duration::from_secs(10), || {
+        p.handle.status().attached.is_empty()
+    });
+    assert!(
+        detached,
+        "probes detached once no process maps the libraries: {:?}",
+        p.handle.status()
+    );
+    let st = p.handle.status();
+    assert_eq!(st.kernel_drops, [0, 0, 0]);
+    assert_eq!(st.decode_errors, 0);
+    p.handle.stop();
+}
+
+#[test]
+fn nccl_probes_capture_ranks_hashes_and_sequence_numbers() {
+    if skip_unless_root("nccl_probes_capture_ranks_hashes_and_sequence_numbers") {
+        return;
+    }
+    let dir = TempDir::new("nccl");
+    let fakes = build_fakes(dir.path());
+    let seed = 5;
+    let mut r0 = Workload::spawn(&fakes.workload, &["nccl", "0", "2", "5"]);
+    let mut r1 = Workload::spawn(&fakes.workload, &["nccl", "1", "2", "5"]);
+    let p = start_probes(&dir, true, true);
+    wait_attached(&p, &fakes, &[&fakes.nccl, &fakes.cudart]);
+    r0.go();
+    r1.go();
+    let (pid0, pid1) = (r0.pid(), r1.pid());
+    // rank 0: init + 5 + 2 + 1 + 1 + 2 sends + initAll + 1 + destroy = 15; rank 1: 13.
+    let events = collect(&p, |e| {
+        nccl_of(e, pid0).len() >= 15 && nccl_of(e, pid1).len() >= 13
+    });
+    let mut id = [0u8; 128];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = (seed * 31 + i as i32 * 7) as u8;
+    }
+    let hash = fold_unique_id(&id);
+    for (rank, pid) in [(0u32, pid0), (1, pid1)] {
+        let ev = nccl_of(&events, pid);
+        let ops: Vec<u8> = ev.iter().map(|e| e.op).collect();
+        let p2p = if rank == 0 { op::SEND } else { op::RECV };
+        let mut want = vec![
+            op::COMM_INIT_RANK,
+            op::ALL_REDUCE,
+            op::ALL_REDUCE,
+            op::ALL_REDUCE,
+            op::ALL_REDUCE,
+            op::ALL_REDUCE,
+        ];
+        want.extend([
+            op::ALL_GATHER,
+            op::ALL_GATHER,
+            op::REDUCE_SCATTER,
+            op::BCAST,
+            p2p,
+            p2p,
+        ]);
+        if rank == 0 {
+            want.extend([op::COMM_INIT_ALL, op::ALL_REDUCE]);
+        }
+        want.push(op::COMM_DESTROY);
+        assert_eq!(ops, want, "rank {rank}: every call, in order");
+        let init = ev[0];
+        assert_eq!(
+            (init.comm_id_hash, init.rank, init.nranks),
+            (hash, rank, 2),
+            "the unique id was read from the stack"
+        );
+        in_bounds(init.duration_ns, 1);
+        // The communicator's collectives, numbered 1..9 in call order.
+        let comm_ops: Vec<&NcclEvent> = ev[1..10].iter().collect();
+        for (i, e) in comm_ops.iter().enumerate() {
+            assert_eq!((e.comm_id_hash, e.rank, e.nranks), (hash, rank, 2));
+            assert_eq!(e.op_seq, i as u64 + 1);
+            assert_eq!(
+                e.stream_handle, 0x5a,
+                "the stream (7th argument for all-reduce)"
+            );
+            assert_eq!(e.return_code, 0);
+        }
+        let ar = comm_ops[0];
+        assert_eq!((ar.count, ar.datatype, ar.reduce_op), (1024, 7, 0));
+        in_bounds(ar.duration_ns, 2);
+        assert_eq!(
+            (comm_ops[5].count, comm_ops[5].datatype),
+            (256, 7),
+            "all-gather"
+        );
+        assert_eq!(
+            (
+                comm_ops[7].count,
+                comm_ops[7].datatype,
+                comm_ops[7].reduce_op
+            ),
+            (128, 6, 1),
+            "reduce-scatter"
+        );
+        assert_eq!((comm_ops[8].count, comm_ops[8].datatype), (64, 0), "bcast");
+        for (k, e) in ev[10..12].iter().enumerate() {
+            assert_eq!(e.peer_rank, 1 - rank);
+            assert_eq!(
+                e.op_seq,
+                k as u64 + 1,
+                "per-peer numbering of point-to-point"
+            );
+            assert_eq!((e.count, e.comm_id_hash), (32, hash));
+        }
+        if rank == 0 {
+            let on_all = ev[13];
+            assert_eq!(
+                (
+                    on_all.rank,
+                    on_all.nranks,
+                    on_all.comm_id_hash,
+                    on_all.op_seq
+                ),
+                (1, 2, 0, 1),
+                "comms[1] of ncclCommInitAll"
+            );
+            assert_eq!(on_all.count, 16);
+        }
+    }
+
+    // Exported points: wall-clock times, op_seq on every collective of the communicator,
+    // and the barrier wait of the stream synchronize after each all-reduce.
+    let mut points = Vec::new();
+    wait_until(Duration::from_secs(5), || {
+        points.extend(p.outbox.drain());
+        points
+            .iter()
+            .filter(|pt| pt.barrier_wait_ns.is_some())
+            .count()
+            >= 10
+            && points.len() >= 24
+    });
+    let now = Timestamp::now();
+    assert!(points.iter().all(|pt| pt.exported()));
+    assert_eq!(
+        points.len(),
+        24,
+        "13 + 11 collectives, init/destroy excluded, ncclCommInitAll included"
+    );
+    for pt in &points {
+        assert!(
+            now.since(pt.time) < Duration::from_secs(120)
+                && pt.time.since(now) < Duration::from_secs(5),
+            "wall clock, not uptime: {:?}",
+            pt.time
+        );
+    }
+    let barriers: Vec<u64> = points.iter().filter_map(|pt| pt.barrier_wait_ns).collect();
+    assert_eq!(
+        barriers.len(),
+        10,
+        "one synchronize after each of the 5 all-reduces per rank"
+    );
+    for b in barriers {
+        in_bounds(b, 2);
+    }
+    r0.finish();
+    r1.finish();
+    p.handle.stop();
+}

@@ -1,0 +1,183 @@
+//! Building and running the fake CUDA/NCCL libraries and the C workload.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "ingero-agent-it-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(str::to_string)
+        })
+        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"))
+}
+
+fn c_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Paths of the built fakes.
+#[derive(Debug)]
+pub struct Fakes {
+    pub cudart: PathBuf,
+    pub cuda: PathBuf,
+    pub nccl: PathBuf,
+    pub workload: PathBuf,
+}
+
+/// Compile the fake libraries (real SONAMEs) and the workload into `dir`.
+pub fn build_fakes(dir: &Path) -> Fakes {
+    let c = c_dir();
+    let lib = |src: &str, name: &str| {
+        let out = dir.join(name);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            &format!("-Wl,-soname,{name}"),
+            "-o",
+            out.to_str().unwrap(),
+            c.join(src).to_str().unwrap(),
+        ]);
+        out
+    };
+    let cudart = lib("fake_cudart.c", "libcudart.so.12");
+    let cuda = lib("fake_cuda.c", "libcuda.so.1");
+    let nccl = lib("fake_nccl.c", "libnccl.so.2");
+    let workload = dir.join("workload");
+    cc(&[
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-o",
+        workload.to_str().unwrap(),
+        c.join("workload.c").to_str().unwrap(),
+        cudart.to_str().unwrap(),
+        cuda.to_str().unwrap(),
+        nccl.to_str().unwrap(),
+        &format!("-Wl,-rpath,{}", dir.display()),
+    ]);
+    Fakes {
+        cudart,
+        cuda,
+        nccl,
+        workload,
+    }
+}
+
+/// A running workload process.
+pub struct Workload {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Workload {
+    pub fn spawn(bin: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut w = Workload {
+            child,
+            stdin,
+            stdout,
+        };
+        w.expect_line("ready");
+        w
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn expect_line(&mut self, want: &str) {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), want, "workload said {line:?}");
+    }
+
+    /// Let it run its calls and wait until it has made them all.
+    pub fn go(&mut self) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+        self.expect_line("done");
+    }
+
+    /// Let it exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `f` until it returns true or `limit` passes.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
