@@ -457,7 +457,7 @@ impl Agent {
             let delay = self.next_delay(extra);
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = shutdown.changed() => break,
+                _ = crate::httpserve::stopped(&mut shutdown) => break,
             }
             if *shutdown.borrow() {
                 break;

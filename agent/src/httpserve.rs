@@ -13,6 +13,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Resolves once `rx` holds `true` (at once if it already does, unlike `changed()`), or when
+/// the sender is gone.
+pub async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
 /// `handler(path) -> (status, content type, body)`.
 pub async fn serve<H>(
     listener: tokio::net::TcpListener,
@@ -25,7 +31,7 @@ pub async fn serve<H>(
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = shutdown.changed() => return,
+            _ = stopped(&mut shutdown) => return,
         };
         let Ok((stream, _)) = accepted else { continue };
         let handler = handler.clone();
@@ -57,7 +63,7 @@ pub async fn serve<H>(
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = conn_shutdown.changed() => {
+                _ = stopped(&mut conn_shutdown) => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }

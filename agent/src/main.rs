@@ -305,7 +305,7 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
                 board.update(|s| s.probes = line);
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.changed() => return,
+                    _ = ingero_agent::httpserve::stopped(&mut stop) => return,
                 }
             }
         });

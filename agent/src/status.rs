@@ -198,7 +198,7 @@ pub async fn run_terminal_view(
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => return,
+            _ = crate::httpserve::stopped(&mut shutdown) => return,
         }
     }
 }

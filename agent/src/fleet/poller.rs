@@ -132,7 +132,7 @@ impl ThresholdPoller {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = shutdown.changed() => return,
+                _ = crate::httpserve::stopped(&mut shutdown) => return,
             }
             if *shutdown.borrow() {
                 return;
