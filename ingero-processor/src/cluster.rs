@@ -9,7 +9,6 @@
 //! are accounted for and not expected to contribute. `coverage = active / expected` (1 when
 //! nothing is expected); `coverage_low = coverage < coverage_fraction`.
 
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
@@ -71,6 +70,8 @@ pub struct ClusterTick {
     pub coverage: f64,
     pub coverage_low: bool,
     pub straggler_count: u64,
+    /// Indices (into the samples) of the nodes flagged as stragglers.
+    pub stragglers: Vec<usize>,
     pub transitions: Vec<NodeTransition>,
 }
 
@@ -92,6 +93,8 @@ pub struct ClusterTickState {
     pub samples: Vec<NodeSample>,
     /// Cohort names by id, filled with `samples`.
     pub cohort_names: Vec<Option<Arc<str>>>,
+    /// Upper bound of `NodeSample::slot` (the table's slot count), filled with `samples`.
+    pub slot_capacity: usize,
     scores: Vec<f64>,
     grouped: Vec<f64>,
     counts: Vec<usize>,
@@ -105,6 +108,16 @@ impl ClusterTickState {
         &self.cluster_wide
     }
 
+    /// The threshold nodes of cohort `cohort` were classified against in the last
+    /// [`Self::compute`] (their own cohort's, or the cluster-wide one as fallback).
+    pub fn threshold_for(&self, cohort: u32) -> Option<f64> {
+        self.effective
+            .get(cohort as usize)
+            .copied()
+            .flatten()
+            .map(|(t, _)| t)
+    }
+
     /// Compute the tick over `self.samples`, marking each sample's `straggler` and
     /// `threshold`. `declared_expected` is the operator's node count for this cluster.
     pub fn compute(
@@ -115,11 +128,15 @@ impl ClusterTickState {
     ) -> ClusterTick {
         self.ticks += 1;
 
-        // Counts and coverage.
+        // Counts, coverage and the cluster-wide scores in one pass.
         let (mut active, mut idle, mut calibrating, mut silent) = (0u64, 0u64, 0u64, 0u64);
+        self.scores.clear();
         for s in &self.samples {
             match (s.live, s.state) {
-                (true, NodeState::Active) => active += 1,
+                (true, NodeState::Active) => {
+                    active += 1;
+                    self.scores.push(s.score);
+                }
                 (true, NodeState::Idle) => idle += 1,
                 (true, NodeState::Calibrating) => calibrating += 1,
                 (false, NodeState::Idle) => {}
@@ -136,13 +153,6 @@ impl ClusterTickState {
         let quorum_allowed = !(p.require_coverage && coverage_low);
 
         // Cluster-wide statistic over every active node.
-        self.scores.clear();
-        self.scores.extend(
-            self.samples
-                .iter()
-                .filter(|s| s.live && s.state == NodeState::Active)
-                .map(|s| s.score),
-        );
         let cluster_wide =
             self.cluster_wide
                 .update(&p.threshold, &mut self.scores, quorum_allowed, now);
@@ -163,20 +173,14 @@ impl ClusterTickState {
         }
 
         // Classification.
-        let max_slot = self
-            .samples
-            .iter()
-            .map(|s| s.slot)
-            .max()
-            .map_or(0, |m| m as usize + 1);
-        if self.classifiers.len() < max_slot {
+        if self.classifiers.len() < self.slot_capacity {
             self.classifiers
-                .resize(max_slot, (u32::MAX, ShortfallCusum::default()));
+                .resize(self.slot_capacity, (u32::MAX, ShortfallCusum::default()));
         }
         self.cohort_stragglers.clear();
         self.cohort_stragglers.resize(self.effective.len(), 0);
         let mut transitions = Vec::new();
-        let mut straggler_count = 0u64;
+        let mut stragglers = Vec::new();
         for (i, s) in self.samples.iter_mut().enumerate() {
             let Some(entry) = self.classifiers.get_mut(s.slot as usize) else {
                 continue;
@@ -190,15 +194,12 @@ impl ClusterTickState {
                 None
             };
             let t = match eff {
-                Some((threshold, sigma)) => {
-                    s.threshold = threshold;
-                    entry.1.observe(&p.cusum, s.score, threshold, sigma)
-                }
+                Some((threshold, sigma)) => entry.1.observe(&p.cusum, s.score, threshold, sigma),
                 None => entry.1.reset(),
             };
             s.straggler = entry.1.is_straggler();
             if s.straggler {
-                straggler_count += 1;
+                stragglers.push(i);
                 if let Some(c) = self.cohort_stragglers.get_mut(s.cohort as usize) {
                     *c += 1;
                 }
@@ -210,6 +211,7 @@ impl ClusterTickState {
                 });
             }
         }
+        let straggler_count = stragglers.len() as u64;
         for c in &mut cohorts {
             c.straggler_count = self
                 .cohort_names
@@ -229,6 +231,7 @@ impl ClusterTickState {
             coverage,
             coverage_low,
             straggler_count,
+            stragglers,
             transitions,
         }
     }
@@ -317,41 +320,38 @@ impl ClusterTickState {
 /// Indices of up to `max` live samples to list in diagnostics: stragglers first, then
 /// active nodes, each by ascending score. O(n log max).
 pub fn diagnostic_selection(samples: &[NodeSample], max: usize) -> Vec<usize> {
-    #[derive(PartialEq, Eq)]
-    struct Key(u8, u64, usize);
-    impl Ord for Key {
-        fn cmp(&self, o: &Self) -> Ordering {
-            (self.0, self.1, self.2).cmp(&(o.0, o.1, o.2))
-        }
-    }
-    impl PartialOrd for Key {
-        fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-            Some(self.cmp(o))
-        }
-    }
     if max == 0 {
         return Vec::new();
     }
-    let mut heap: BinaryHeap<Key> = BinaryHeap::with_capacity(max + 1);
-    for (i, s) in samples.iter().enumerate() {
-        if !s.live {
-            continue;
-        }
-        let rank = match (s.straggler, s.state) {
+    // Key: rank in the top two bits, then the score's bit pattern (scores are in [0, 1],
+    // where the IEEE pattern orders like the value and stays below 2^62), then the index.
+    let key = |s: &NodeSample| -> u64 {
+        let rank: u64 = match (s.straggler, s.state) {
             (true, _) => 0,
             (false, NodeState::Active) => 1,
             _ => 2,
         };
-        // Scores are in [0, 1], where the IEEE bit pattern orders like the value.
-        let key = Key(rank, s.score.to_bits(), i);
+        (rank << 62) | (s.score.to_bits() & ((1 << 62) - 1))
+    };
+    let mut heap: BinaryHeap<(u64, usize)> = BinaryHeap::with_capacity(max + 1);
+    let mut worst = u64::MAX;
+    for (i, s) in samples.iter().enumerate() {
+        if !s.live {
+            continue;
+        }
+        let k = key(s);
         if heap.len() < max {
-            heap.push(key);
-        } else if heap.peek().is_some_and(|top| key < *top) {
+            heap.push((k, i));
+            if heap.len() == max {
+                worst = heap.peek().map_or(u64::MAX, |t| t.0);
+            }
+        } else if k < worst {
             heap.pop();
-            heap.push(key);
+            heap.push((k, i));
+            worst = heap.peek().map_or(u64::MAX, |t| t.0);
         }
     }
-    heap.into_sorted_vec().into_iter().map(|k| k.2).collect()
+    heap.into_sorted_vec().into_iter().map(|(_, i)| i).collect()
 }
 
 #[cfg(test)]
@@ -364,12 +364,10 @@ mod tests {
             slot,
             generation: 1,
             score,
-            last_seen: 0,
-            state,
             cohort,
+            state,
             live,
             straggler: false,
-            threshold: f64::NAN,
         }
     }
 
@@ -381,6 +379,11 @@ mod tests {
 
     fn state_with(samples: Vec<NodeSample>, names: &[&str]) -> ClusterTickState {
         ClusterTickState {
+            slot_capacity: samples
+                .iter()
+                .map(|s| s.slot as usize + 1)
+                .max()
+                .unwrap_or(0),
             samples,
             cohort_names: names.iter().map(|n| Some(Arc::from(*n))).collect(),
             ..Default::default()
@@ -453,7 +456,8 @@ mod tests {
         let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
         assert_eq!(t.straggler_count, 1);
         assert!(st.samples[3].straggler);
-        assert_eq!(st.samples[3].threshold, t.cluster_wide.threshold.unwrap());
+        assert_eq!(st.threshold_for(0), t.cluster_wide.threshold);
+        assert_eq!(t.stragglers, vec![3]);
         assert_eq!(
             t.transitions,
             vec![NodeTransition {
@@ -485,7 +489,7 @@ mod tests {
         let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
         assert_eq!(t.cluster_wide.threshold, None);
         assert_eq!(t.straggler_count, 0);
-        assert!(st.samples[0].threshold.is_nan());
+        assert_eq!(st.threshold_for(0), None);
     }
 
     #[test]
@@ -510,7 +514,8 @@ mod tests {
             .unwrap();
         assert!(fast.update.quorum_met && !fast.uses_fallback);
         assert!(!pod.update.quorum_met && pod.uses_fallback);
-        assert_eq!(st.samples[6].threshold, t.cluster_wide.threshold.unwrap());
+        assert_eq!(st.threshold_for(2), t.cluster_wide.threshold);
+        assert_ne!(st.threshold_for(1), t.cluster_wide.threshold);
         assert!(st.samples[6].straggler);
         assert_eq!(pod.straggler_count, 1);
         assert_eq!(fast.straggler_count, 0);

@@ -419,6 +419,7 @@ impl IngeroProcessor {
         {
             let mut table = entry.table.lock();
             let st = &mut side.state;
+            st.slot_capacity = table.slot_capacity();
             table.snapshot(
                 now.as_nanos(),
                 self.ttl_nanos,
@@ -443,33 +444,34 @@ impl IngeroProcessor {
             samples,
             to_usize(self.cfg.diagnostics.max_nodes_per_cluster),
         );
-        let mut needed: Vec<usize> = samples
+        let mut needed: Vec<usize> = tick
+            .stragglers
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.straggler)
-            .map(|(i, _)| i)
+            .copied()
             .chain(diag.iter().copied())
             .chain(tick.transitions.iter().map(|t| t.sample))
             .collect();
         needed.sort_unstable();
         needed.dedup();
-        let ids: Vec<Option<Arc<str>>> = {
+        let infos: Vec<Option<(Arc<str>, u64)>> = {
             let table = entry.table.lock();
             needed
                 .iter()
                 .map(|&i| {
                     samples
                         .get(i)
-                        .and_then(|s| table.node_id(s.slot, s.generation))
+                        .and_then(|s| table.node_info(s.slot, s.generation))
                 })
                 .collect()
         };
-        let id_of = |i: usize| -> Option<Arc<str>> {
+        let info_of = |i: usize| -> Option<&(Arc<str>, u64)> {
             needed
                 .binary_search(&i)
                 .ok()
-                .and_then(|p| ids.get(p).cloned().flatten())
+                .and_then(|p| infos.get(p))
+                .and_then(Option::as_ref)
         };
+        let id_of = |i: usize| info_of(i).map(|(id, _)| id.clone());
         let cohort_of = |c: u32| -> Arc<str> {
             side.state
                 .cohort_names
@@ -478,18 +480,19 @@ impl IngeroProcessor {
                 .flatten()
                 .unwrap_or_else(|| Arc::from(""))
         };
+        let threshold_of = |c: u32| side.state.threshold_for(c).unwrap_or(f64::NAN);
 
         // Straggler metrics for downstream processors and exporters.
-        for (i, s) in samples.iter().enumerate() {
-            if !s.straggler {
+        for &i in &tick.stragglers {
+            let Some(s) = samples.get(i) else { continue };
+            let Some((node_id, _)) = info_of(i) else {
                 continue;
-            }
-            let Some(node_id) = id_of(i) else { continue };
+            };
             out_metrics.push(straggler_metric(
                 cluster_id,
-                &node_id,
+                node_id,
                 s.score,
-                s.threshold,
+                threshold_of(s.cohort),
                 now,
             ));
         }
@@ -515,7 +518,7 @@ impl IngeroProcessor {
                     node_id = node,
                     cgroup_path_hash = %cohort,
                     score = s.score,
-                    threshold = s.threshold,
+                    threshold = threshold_of(s.cohort),
                     "straggler detected"
                 ),
                 Transition::Cleared => tracing::info!(
@@ -551,12 +554,13 @@ impl IngeroProcessor {
             .iter()
             .filter_map(|&i| {
                 let s = samples.get(i)?;
+                let (node_id, last_seen) = info_of(i)?;
                 Some(NodeDiagnostics {
-                    node_id: id_of(i)?,
+                    node_id: node_id.clone(),
                     cohort: cohort_of(s.cohort),
                     state: s.state.as_str(),
                     score: s.score,
-                    last_seen_unix_nano: s.last_seen,
+                    last_seen_unix_nano: *last_seen,
                     straggler: s.straggler,
                 })
             })

@@ -116,21 +116,18 @@ struct NodeRecord {
     cohort: u32,
 }
 
-/// A compact copy of one node for the tick. `straggler` and `threshold` are filled in
-/// by the tick computation.
+/// A compact copy of one node for the tick (24 bytes: the tick makes several passes over
+/// these). `straggler` is filled in by the tick computation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NodeSample {
     pub slot: u32,
     pub generation: u32,
     pub score: f64,
-    pub last_seen: u64,
-    pub state: NodeState,
     pub cohort: u32,
+    pub state: NodeState,
     /// Within the TTL (takes part in the statistic when active).
     pub live: bool,
     pub straggler: bool,
-    /// The threshold this node was classified against (NaN when not classified).
-    pub threshold: f64,
 }
 
 /// Interned cohort keys with reference counts; id 0 is the cluster-wide cohort.
@@ -416,12 +413,10 @@ impl NodeTable {
                 slot: slot32,
                 generation: rec.generation,
                 score: rec.score,
-                last_seen: rec.last_seen,
-                state: rec.state,
                 cohort: rec.cohort,
+                state: rec.state,
                 live,
                 straggler: false,
-                threshold: f64::NAN,
             });
         }
         self.evictable_hint = evictable;
@@ -432,10 +427,15 @@ impl NodeTable {
 
     /// The id of the node in `slot`, if it is still the same node (`generation`).
     pub fn node_id(&self, slot: u32, generation: u32) -> Option<Arc<str>> {
+        self.node_info(slot, generation).map(|(id, _)| id)
+    }
+
+    /// The id and last-seen time (ns) of the node in `slot`, if it is still the same node.
+    pub fn node_info(&self, slot: u32, generation: u32) -> Option<(Arc<str>, u64)> {
         self.slots
             .get(slot as usize)
             .filter(|r| r.generation == generation)
-            .and_then(|r| r.id.clone())
+            .and_then(|r| r.id.clone().map(|id| (id, r.last_seen)))
     }
 
     /// Number of slots (an upper bound on `NodeSample::slot`).

@@ -39,12 +39,10 @@ fn sample(slot: u32, score: f64) -> NodeSample {
         slot,
         generation: 1,
         score,
-        last_seen: 0,
-        state: NodeState::Active,
         cohort: 0,
+        state: NodeState::Active,
         live: true,
         straggler: false,
-        threshold: f64::NAN,
     }
 }
 
@@ -76,6 +74,7 @@ proptest! {
             let mut st = ClusterTickState::default();
             st.samples = order.iter().enumerate().map(|(i, s)| sample(i as u32, *s)).collect();
             st.cohort_names = vec![Some("".into())];
+            st.slot_capacity = order.len();
             st.compute(&cp, 0, NOW);
             let mut f: Vec<u64> = st.samples.iter().filter(|s| s.straggler).map(|s| s.score.to_bits()).collect();
             f.sort_unstable();
@@ -252,6 +251,31 @@ proptest! {
         let score = 0.9 - (4.5 + extra) * sigma * (1.0 + 1e-9);
         prop_assert!(c.observe(&p, score, 0.9, sigma).is_some());
         prop_assert!(c.is_straggler());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Long inputs (clustered with outliers, as fleets are) agree with the oracle too.
+    #[test]
+    fn long_inputs_match_statrs(
+        center in 0.0f64..=1.0,
+        width in 0.0f64..0.2,
+        u in prop::collection::vec(0.0f64..=1.0, 4096..9000),
+        outlier_every in 2usize..50,
+    ) {
+        let v: Vec<f64> = u
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i % outlier_every == 0 { *x } else { (center + width * (x - 0.5)).clamp(0.0, 1.0) })
+            .collect();
+        let med = Data::new(v.clone()).median();
+        let dev: Vec<f64> = v.iter().map(|x| (x - med).abs()).collect();
+        let mad = Data::new(dev).median();
+        let s = RobustStats::compute(&mut v.clone()).unwrap();
+        prop_assert!((s.median - med).abs() < 1e-12, "{} vs {}", s.median, med);
+        prop_assert!((s.mad - mad).abs() < 1e-12, "{} vs {}", s.mad, mad);
     }
 }
 
