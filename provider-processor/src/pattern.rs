@@ -38,11 +38,16 @@ impl Glob {
         self.literal.as_deref()
     }
 
-    /// Iterative match with single-star backtracking: O(len(text) * len(pattern)) worst case.
+    /// Whether `text` matches: string equality for a literal, otherwise an iterative match
+    /// with single-star backtracking, O(len(text) * len(pattern)) worst case.
     pub fn matches(&self, text: &str) -> bool {
         if let Some(l) = &self.literal {
             return l == text;
         }
+        self.matches_backtracking(text)
+    }
+
+    fn matches_backtracking(&self, text: &str) -> bool {
         let p = &self.pattern;
         // `ti` and the star's text position are byte offsets into `text`, always on a
         // char boundary.

@@ -108,14 +108,14 @@ impl Rule {
         }
     }
 
-    fn matches(&self, attrs: &[KeyValue], ips: &mut LazyIps<'_>) -> bool {
+    fn matches(&self, attrs: &[KeyValue], cx: &mut MatchContext<'_>) -> bool {
         if let Some(g) = &self.node_id
-            && !otlp::get_str(attrs, wire::resource::NODE_ID).is_some_and(|v| g.matches(v))
+            && !cx.node.is_some_and(|v| g.matches(v))
         {
             return false;
         }
         if let Some(g) = &self.cluster_id
-            && !otlp::get_str(attrs, wire::resource::CLUSTER_ID).is_some_and(|v| g.matches(v))
+            && !cx.cluster.is_some_and(|v| g.matches(v))
         {
             return false;
         }
@@ -126,7 +126,7 @@ impl Rule {
             }
         }
         if !self.ip_ranges.is_empty() {
-            let found = ips.get(attrs);
+            let found = cx.ips.get(attrs);
             if !found
                 .iter()
                 .any(|ip| self.ip_ranges.iter().any(|net| net.contains(*ip)))
@@ -136,6 +136,13 @@ impl Rule {
         }
         true
     }
+}
+
+/// What every rule looks at, read from the resource once.
+struct MatchContext<'a> {
+    node: Option<&'a str>,
+    cluster: Option<&'a str>,
+    ips: LazyIps<'a>,
 }
 
 /// The IP addresses of a resource, collected on first use.
@@ -318,19 +325,22 @@ impl RuleSet {
         if self.rules.is_empty() {
             return None;
         }
-        let literal = otlp::get_str(attrs, wire::resource::NODE_ID)
-            .and_then(|n| self.literal_node.get(n))
-            .copied();
-        let mut ips = LazyIps {
-            keys: &self.ip_attributes,
-            ips: None,
+        let node = otlp::get_str(attrs, wire::resource::NODE_ID);
+        let literal = node.and_then(|n| self.literal_node.get(n)).copied();
+        let mut cx = MatchContext {
+            node,
+            cluster: otlp::get_str(attrs, wire::resource::CLUSTER_ID),
+            ips: LazyIps {
+                keys: &self.ip_attributes,
+                ips: None,
+            },
         };
         for &i in &self.general {
             if literal.is_some_and(|l| l < i) {
                 break;
             }
             if let Some(rule) = self.rules.get(i)
-                && rule.matches(attrs, &mut ips)
+                && rule.matches(attrs, &mut cx)
             {
                 return Some(rule);
             }
