@@ -176,6 +176,34 @@ fn rank_41_eighty_ms_behind_on_64_h100() {
     assert!(close(barrier_total(&snap, "prod", "ec2", H100).0, 1.7206));
 }
 
+/// Steady state of the same job: 100 all-reduces every 10 s (10 per second), rank 41 80 ms
+/// behind on each. Every second the other 63 GPUs wait 10 * 0.080 = 0.8 s: 50.4 GPUs idle
+/// on average, 50.4 * 12.29 = 619.416 USD/h, once the 60 s window is full.
+#[test]
+fn steady_state_rate_is_idle_fraction_times_other_ranks_times_rate() {
+    let mut l = CostLedger::new(settings());
+    let r = rates();
+    let mut now = 1000;
+    for interval in 0..10u64 {
+        for i in 0..8 {
+            l.observe_node(node("prod", &format!("n{i}"), "ec2", H100, 8, 64), t(now));
+        }
+        for op in 0..100u64 {
+            let time = 1_000_000_000_000 + interval * 1_000_000_000 + op * 1_000_000;
+            l.observe_lag(lag("prod", None, time, 41, 64, 80.0));
+            l.observe_lag(lag("prod", None, time, 0, 64, 0.0));
+        }
+        now += 10;
+        l.tick(t(now), &r);
+    }
+    let rate = barrier_rate(&l.snapshot(), "prod", "ec2", H100).unwrap();
+    assert!(close(rate, 619.416), "{rate}");
+    // Nine intervals closed so far (the last waits one tick): 9 * 504 GPU-s.
+    let (money, gpu_s) = barrier_total(&l.snapshot(), "prod", "ec2", H100);
+    assert!(close(gpu_s, 9.0 * 504.0), "{gpu_s}");
+    assert!(close(money, 9.0 * 1.7206), "{money}");
+}
+
 /// Waiting ranks named by their points are priced at their node; the rest split by the
 /// cluster's GPU mix.
 ///
