@@ -72,90 +72,6 @@ impl LedgerSettings {
     }
 }
 
-/// What a node push said about the node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeObservation {
-    pub cluster: Arc<str>,
-    pub node: Arc<str>,
-    pub provider: Arc<str>,
-    /// `(ingero.gpu_model, ingero.gpu_count)` from `ingero.node.info`, when present.
-    pub gpu: Option<(Arc<str>, u32)>,
-    /// `ingero.node.world_size` (metric, else resource attribute), when present.
-    pub world_size: Option<u32>,
-}
-
-/// One straggler point of the threshold processor's output.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StragglerPoint {
-    pub node: Arc<str>,
-    /// Provider of the point's resource (used only if the node never pushed).
-    pub provider: Arc<str>,
-    pub straggler: bool,
-}
-
-/// One `nccl.collective.peer_lag_ms` point.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LagPoint {
-    pub cluster: Arc<str>,
-    pub node: Option<Arc<str>>,
-    /// Provider of the point's resource.
-    pub provider: Arc<str>,
-    pub comm: Arc<str>,
-    pub op: Arc<str>,
-    pub time_unix_nano: u64,
-    /// `nccl.op_seq`, when the producer knows it.
-    pub op_seq: Option<i64>,
-    /// Among the points of one batch with the same (cluster, comm, op, time, op_seq,
-    /// rank), this is the `occurrence`-th (0-based); see the module notes on grouping.
-    pub occurrence: u32,
-    pub rank: u32,
-    pub nranks: u32,
-    pub lag_ms: f64,
-}
-
-/// What happened to a node observation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeChange {
-    /// First push of this node, or its provider / GPU model changed.
-    NewInfo,
-    Same,
-    /// Refused: a cap was reached (counted).
-    Dropped,
-}
-
-/// Why something was not kept; each has a counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DropReason {
-    ClusterCap,
-    NodeCap,
-    StragglerCap,
-    PendingCap,
-    RanksCap,
-    SeriesCap,
-}
-
-impl DropReason {
-    pub const ALL: [DropReason; 6] = [
-        DropReason::ClusterCap,
-        DropReason::NodeCap,
-        DropReason::StragglerCap,
-        DropReason::PendingCap,
-        DropReason::RanksCap,
-        DropReason::SeriesCap,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::ClusterCap => "cluster_cap",
-            DropReason::NodeCap => "node_cap",
-            DropReason::StragglerCap => "straggler_cap",
-            DropReason::PendingCap => "pending_collective_cap",
-            DropReason::RanksCap => "ranks_per_collective_cap",
-            DropReason::SeriesCap => "cost_series_cap",
-        }
-    }
-}
-
 /// A price: who sells the GPU and which GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PriceKey {
@@ -260,48 +176,6 @@ pub struct SeriesTotals {
     /// Idle GPU-seconds (barrier series only).
     pub gpu_seconds: f64,
     last_increase: Timestamp,
-}
-
-/// Barrier idle spend of one (cluster, provider, GPU model).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BarrierRow {
-    pub cluster: Arc<str>,
-    pub price: PriceKey,
-    pub currency: Arc<str>,
-    /// Average GPUs idle at barriers over the window.
-    pub idle_gpus: f64,
-    /// Rate per GPU-hour used.
-    pub hourly_rate: f64,
-    /// Currency units per hour: `idle_gpus * hourly_rate`.
-    pub rate_per_hour: f64,
-}
-
-/// Spend attributable to one current straggler.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StragglerRow {
-    pub cluster: Arc<str>,
-    pub node: Arc<str>,
-    pub price: PriceKey,
-    pub currency: Arc<str>,
-    pub affected_gpus: u32,
-    pub hourly_rate: f64,
-    /// Currency units per hour: `affected_gpus * hourly_rate`.
-    pub rate_per_hour: f64,
-}
-
-/// Everything the telemetry shows, as of the last tick.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CostSnapshot {
-    pub computed_at: Timestamp,
-    pub barrier: Vec<BarrierRow>,
-    pub stragglers: Vec<StragglerRow>,
-    pub totals: Vec<(SeriesKey, SeriesTotals)>,
-    /// (price, currency, rate per GPU-hour) for every live node's GPU.
-    pub gpu_rates: Vec<(PriceKey, Arc<str>, f64)>,
-    /// (cluster, provider, live nodes).
-    pub provider_nodes: Vec<(Arc<str>, Arc<str>, u64)>,
-    /// (cluster, current stragglers).
-    pub straggler_counts: Vec<(Arc<str>, u64)>,
 }
 
 /// The ledger. Not synchronised: the processor wraps it in a mutex.
@@ -658,102 +532,6 @@ impl CostLedger {
             }
         }
     }
-
-    fn build_snapshot(
-        &self,
-        now: Timestamp,
-        rates: &RateTable,
-        straggler_rows: Vec<(StragglerRow, Duration)>,
-    ) -> CostSnapshot {
-        let currency = rates.currency();
-        let window_secs = self.settings.window.as_secs_f64();
-        // Barrier rates for every retained barrier series, zero when the window is empty.
-        let mut idle: BTreeMap<(Arc<str>, PriceKey), f64> = BTreeMap::new();
-        for key in self.series.keys() {
-            if let SeriesKey::Barrier {
-                cluster,
-                price,
-                currency: cur,
-            } = key
-                && cur == currency
-            {
-                idle.entry((Arc::clone(cluster), price.clone()))
-                    .or_default();
-            }
-        }
-        for (cluster, c) in &self.clusters {
-            for sl in &c.slices {
-                for (price, gpu_s) in &sl.gpu_seconds {
-                    *idle
-                        .entry((Arc::clone(cluster), price.clone()))
-                        .or_default() += gpu_s;
-                }
-            }
-        }
-        let barrier = idle
-            .into_iter()
-            .map(|((cluster, price), gpu_s)| {
-                let idle_gpus = if window_secs > 0.0 {
-                    gpu_s / window_secs
-                } else {
-                    0.0
-                };
-                let hourly = rates.lookup(&price.provider, &price.gpu_model).hourly;
-                BarrierRow {
-                    cluster,
-                    price,
-                    currency: Arc::clone(currency),
-                    idle_gpus,
-                    hourly_rate: hourly,
-                    rate_per_hour: idle_gpus * hourly,
-                }
-            })
-            .collect();
-
-        let mut stragglers: Vec<StragglerRow> =
-            straggler_rows.into_iter().map(|(row, _)| row).collect();
-        stragglers.sort_by(|a, b| (&a.cluster, &a.node).cmp(&(&b.cluster, &b.node)));
-
-        let mut totals: Vec<(SeriesKey, SeriesTotals)> =
-            self.series.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        totals.sort_by(|a, b| a.0.cmp(&b.0));
-
-        let mut gpu_rates: BTreeMap<PriceKey, f64> = BTreeMap::new();
-        let mut provider_nodes: BTreeMap<(Arc<str>, Arc<str>), u64> = BTreeMap::new();
-        let mut straggler_counts = Vec::new();
-        for (cluster, c) in &self.clusters {
-            for n in c.nodes.values() {
-                *provider_nodes
-                    .entry((Arc::clone(cluster), Arc::clone(&n.provider)))
-                    .or_default() += 1;
-                if let Some((model, _)) = &n.gpu {
-                    let price = PriceKey {
-                        provider: Arc::clone(&n.provider),
-                        gpu_model: Arc::clone(model),
-                    };
-                    let hourly = rates.lookup(&price.provider, &price.gpu_model).hourly;
-                    gpu_rates.insert(price, hourly);
-                }
-            }
-            straggler_counts.push((Arc::clone(cluster), c.stragglers.len() as u64));
-        }
-        straggler_counts.sort();
-        CostSnapshot {
-            computed_at: now,
-            barrier,
-            stragglers,
-            totals,
-            gpu_rates: gpu_rates
-                .into_iter()
-                .map(|(p, r)| (p, Arc::clone(currency), r))
-                .collect(),
-            provider_nodes: provider_nodes
-                .into_iter()
-                .map(|((c, p), n)| (c, p, n))
-                .collect(),
-            straggler_counts,
-        }
-    }
 }
 
 fn count_drop(dropped: &mut BTreeMap<DropReason, u64>, reason: DropReason, n: u64) {
@@ -779,73 +557,12 @@ fn ensure_cluster<'a>(
     clusters.get_mut(cluster)
 }
 
-/// Add one collective instance's idle GPU-seconds to `slice`.
-fn cost_instance(
-    inst: &Instance,
-    nodes: &HashMap<Arc<str>, NodeCost>,
-    mix: &[(PriceKey, f64)],
-    mix_total: f64,
-    slice: &mut HashMap<PriceKey, f64>,
-) {
-    // Slowest rank: largest lag, lowest rank on ties (deterministic).
-    let mut slowest: Option<(u32, f64)> = None;
-    for (rank, (lag, _)) in &inst.ranks {
-        if !lag.is_finite() {
-            continue;
-        }
-        let better = match slowest {
-            None => true,
-            Some((r, l)) => *lag > l || (*lag == l && *rank < r),
-        };
-        if better {
-            slowest = Some((*rank, *lag));
-        }
-    }
-    let Some((slow_rank, max_lag_ms)) = slowest else {
-        return;
-    };
-    let lag_s = max_lag_ms.max(0.0) / 1000.0;
-    let n = (inst.nranks as usize).max(inst.ranks.len());
-    if lag_s <= 0.0 || n < 2 {
-        return;
-    }
-    let waiting = n - 1;
-    let mut attributed = 0usize;
-    for (rank, (_, node)) in &inst.ranks {
-        if *rank == slow_rank {
-            continue;
-        }
-        let known = node
-            .as_ref()
-            .and_then(|id| nodes.get(id))
-            .and_then(|n| n.gpu.as_ref().map(|(m, _)| (&n.provider, m)));
-        if let Some((provider, model)) = known {
-            *slice
-                .entry(PriceKey {
-                    provider: Arc::clone(provider),
-                    gpu_model: Arc::clone(model),
-                })
-                .or_default() += lag_s;
-            attributed += 1;
-        }
-    }
-    let rest = waiting.saturating_sub(attributed) as f64;
-    if rest <= 0.0 {
-        return;
-    }
-    if mix_total > 0.0 {
-        for (price, weight) in mix {
-            *slice.entry(price.clone()).or_default() += lag_s * rest * weight / mix_total;
-        }
-    } else {
-        *slice
-            .entry(PriceKey {
-                provider: Arc::clone(&inst.provider),
-                gpu_model: Arc::from(UNKNOWN_MODEL),
-            })
-            .or_default() += lag_s * rest;
-    }
-}
+mod input;
+mod instance;
+mod snapshot;
+pub use input::{DropReason, LagPoint, NodeChange, NodeObservation, StragglerPoint};
+use instance::cost_instance;
+pub use snapshot::{BarrierRow, CostSnapshot, StragglerRow};
 
 #[cfg(test)]
 mod tests;

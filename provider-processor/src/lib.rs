@@ -32,16 +32,20 @@
 
 pub mod config;
 pub mod cost;
+mod exposition;
+pub mod extract;
 pub mod metrics;
 pub mod pattern;
 pub mod processor;
 pub mod provider;
 pub mod rates;
+pub mod resolve;
 pub mod rules;
 pub mod watch;
 
 pub use config::ProviderConfig;
-pub use processor::{ProviderLookupProcessor, ProviderSource, ReloadError, Resolution};
+pub use processor::{ProviderLookupProcessor, ReloadError};
+pub use resolve::{ProviderSource, Resolution};
 
 /// The component type name in collector configs.
 pub const TYPE: &str = "provider_lookup";

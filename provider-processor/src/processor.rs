@@ -1,7 +1,7 @@
 //! Glue: OTLP batches in -> provider tag on every resource, observations into the cost
 //! ledger; `tick` checks the files and accrues cost; `telemetry` shows it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,78 +9,25 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use component::config::{ConfigError, ConfigErrors};
 use component::otlp::{self, KeyValue, ResourceMetrics};
-use component::wire::{attr, metric, resource};
+use component::wire::resource;
 use component::{
     BatchContext, Host, MetricFamily, ProcessOutcome, Processor, StartError, Timestamp,
 };
 use parking_lot::Mutex;
-use serde::Serialize;
 
 use crate::config::ProviderConfig;
-use crate::cost::{
-    CostLedger, CostSnapshot, LagPoint, LedgerSettings, NodeChange, NodeObservation, SeriesKey,
-    StragglerPoint,
-};
+use crate::cost::{CostLedger, CostSnapshot, LedgerSettings, NodeChange};
+use crate::exposition;
+use crate::extract::{self, Extracted};
 use crate::metrics::{self as m, reason};
 use crate::provider::{self, ProviderAliases};
-use crate::rates::{MAX_MODEL_LEN, MAX_RATES_FILE_BYTES, RateTable};
+use crate::rates::{MAX_RATES_FILE_BYTES, RateTable};
+use crate::resolve::{self, Resolution, SOURCES};
 use crate::rules::{MAX_RULES_FILE_BYTES, RuleSet};
 use crate::watch::{Fingerprint, Poll, ReadError, WatchedFile};
 
-/// Most GPUs one node may report.
-pub const MAX_GPUS_PER_NODE: i64 = 1024;
-/// Largest world size / communicator size / rank accepted.
-pub const MAX_WORLD_SIZE: i64 = 1_000_000;
-/// Largest |peer lag| accepted, in ms (one hour).
-pub const MAX_LAG_MS: f64 = 3_600_000.0;
-/// Longest communicator hash or op type accepted, in bytes.
-pub const MAX_LAG_KEY_LEN: usize = 64;
 /// How many errors of a bad file go into one log line.
 const LOGGED_ERRORS: usize = 20;
-
-/// Where a resource's provider came from, in precedence order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderSource {
-    /// An operator rule (its 0-based index in the rules file).
-    Rule(usize),
-    /// The agent's `ingero.provider` on this resource, or remembered from the same
-    /// node's latest health push.
-    Agent,
-    /// `cloud.provider`, `cloud.platform` or `host.type`.
-    SemanticConvention,
-    /// `default_provider`.
-    Default,
-}
-
-impl ProviderSource {
-    pub fn label(self) -> &'static str {
-        match self {
-            ProviderSource::Rule(_) => "rule",
-            ProviderSource::Agent => "agent",
-            ProviderSource::SemanticConvention => "semconv",
-            ProviderSource::Default => "default",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            ProviderSource::Rule(_) => 0,
-            ProviderSource::Agent => 1,
-            ProviderSource::SemanticConvention => 2,
-            ProviderSource::Default => 3,
-        }
-    }
-}
-
-const SOURCES: [&str; 4] = ["rule", "agent", "semconv", "default"];
-
-/// A resource's provider and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolution {
-    pub provider: Arc<str>,
-    pub source: ProviderSource,
-}
 
 /// A failed reload. The previous version stays in use.
 #[derive(Debug, thiserror::Error)]
@@ -108,25 +55,6 @@ struct ReloadCounters {
 struct UnknownModels {
     counts: BTreeMap<(Arc<str>, Arc<str>), u64>,
     overflow: u64,
-}
-
-/// Everything one batch contributed, gathered before taking the ledger lock.
-#[derive(Debug, Default)]
-struct Extracted {
-    nodes: Vec<(NodeObservation, Option<Arc<str>>)>,
-    stragglers: HashMap<Arc<str>, Vec<StragglerPoint>>,
-    lags: Vec<LagPoint>,
-    /// Points seen per (cluster, comm, op, time, op_seq, rank) in this batch.
-    lag_occurrences: HashMap<LagSlot, u32>,
-    dropped: BTreeMap<&'static str, u64>,
-}
-
-type LagSlot = (Arc<str>, Arc<str>, Arc<str>, u64, Option<i64>, u32);
-
-impl Extracted {
-    fn drop(&mut self, why: &'static str, n: u64) {
-        *self.dropped.entry(why).or_default() += n;
-    }
 }
 
 /// The `provider_lookup` processor.
@@ -464,63 +392,14 @@ impl ProviderLookupProcessor {
     pub fn resolve(&self, attrs: &[KeyValue]) -> Resolution {
         let mut invalid = 0;
         let rules = self.rules.load();
-        self.resolve_with(&rules, attrs, None, &mut invalid)
-    }
-
-    fn resolve_with(
-        &self,
-        rules: &RuleSet,
-        attrs: &[KeyValue],
-        remembered: Option<Arc<str>>,
-        invalid: &mut u64,
-    ) -> Resolution {
-        if let Some(rule) = rules.first_match(attrs) {
-            return Resolution {
-                provider: Arc::clone(&rule.provider),
-                source: ProviderSource::Rule(rule.index),
-            };
-        }
-        let mut norm = |raw: &str| match self.aliases.normalise(raw) {
-            Ok(p) => Some(p),
-            Err(_) => {
-                *invalid += 1;
-                None
-            }
-        };
-        if let Some(p) = otlp::get_str(attrs, resource::PROVIDER).and_then(&mut norm) {
-            return Resolution {
-                provider: p,
-                source: ProviderSource::Agent,
-            };
-        }
-        if let Some(p) = remembered {
-            return Resolution {
-                provider: p,
-                source: ProviderSource::Agent,
-            };
-        }
-        let semconv = otlp::get_str(attrs, resource::CLOUD_PROVIDER)
-            .and_then(&mut norm)
-            .or_else(|| {
-                otlp::get_str(attrs, resource::CLOUD_PLATFORM)
-                    .and_then(provider::provider_from_cloud_platform)
-                    .and_then(&mut norm)
-            })
-            .or_else(|| {
-                otlp::get_str(attrs, resource::HOST_TYPE)
-                    .and_then(provider::provider_from_host_type)
-                    .and_then(&mut norm)
-            });
-        match semconv {
-            Some(p) => Resolution {
-                provider: p,
-                source: ProviderSource::SemanticConvention,
-            },
-            None => Resolution {
-                provider: Arc::clone(&self.default_provider),
-                source: ProviderSource::Default,
-            },
-        }
+        resolve::resolve(
+            &rules,
+            &self.aliases,
+            &self.default_provider,
+            attrs,
+            None,
+            &mut invalid,
+        )
     }
 
     fn observed_at(&self, ctx: &BatchContext) -> Timestamp {
@@ -528,127 +407,6 @@ impl ProviderLookupProcessor {
             ctx.received_at
         } else {
             Timestamp(self.last_tick.load(Ordering::Relaxed))
-        }
-    }
-
-    /// Read what this processor needs from one resource.
-    fn extract(
-        &self,
-        rm: &ResourceMetrics,
-        res: &Resolution,
-        agent_value: Option<Arc<str>>,
-        ctx: &BatchContext,
-        out: &mut Extracted,
-    ) {
-        let attrs = otlp::resource_attrs(rm);
-        let cluster: Option<Arc<str>> = otlp::get_str(attrs, resource::CLUSTER_ID)
-            .filter(|s| !s.is_empty())
-            .map(Arc::from)
-            .or_else(|| ctx.cluster_id.clone());
-        let node: Option<Arc<str>> = otlp::get_str(attrs, resource::NODE_ID)
-            .filter(|s| !s.is_empty())
-            .map(Arc::from);
-        let mut health_push = false;
-        let mut gpu = None;
-        let mut world = None;
-        for sm in &rm.scope_metrics {
-            for met in &sm.metrics {
-                match met.name.as_str() {
-                    metric::NODE_INFO => {
-                        health_push = true;
-                        for dp in otlp::number_points(met) {
-                            let model = otlp::get_str(&dp.attributes, attr::GPU_MODEL)
-                                .filter(|s| !s.trim().is_empty() && s.len() <= MAX_MODEL_LEN);
-                            let count = otlp::get_i64(&dp.attributes, attr::GPU_COUNT)
-                                .filter(|c| (1..=MAX_GPUS_PER_NODE).contains(c))
-                                .and_then(|c| u32::try_from(c).ok());
-                            match (model, count) {
-                                (Some(mo), Some(c)) => gpu = Some((Arc::from(mo), c)),
-                                _ => out.drop(reason::INVALID_NODE_INFO, 1),
-                            }
-                        }
-                    }
-                    metric::NODE_WORLD_SIZE => {
-                        health_push = true;
-                        for dp in otlp::number_points(met) {
-                            match otlp::point_value(dp).filter(|v| {
-                                v.fract() == 0.0 && (0.0..=MAX_WORLD_SIZE as f64).contains(v)
-                            }) {
-                                Some(v) => world = Some(v as u32),
-                                None => out.drop(reason::INVALID_WORLD_SIZE, 1),
-                            }
-                        }
-                    }
-                    m::INPUT_FLEET_NODE_STRAGGLER => {
-                        let points = otlp::number_points(met);
-                        let (Some(c), Some(n)) = (&cluster, &node) else {
-                            let why = if cluster.is_none() {
-                                reason::NO_CLUSTER
-                            } else {
-                                reason::NO_NODE
-                            };
-                            out.drop(why, points.len() as u64);
-                            continue;
-                        };
-                        let list = out.stragglers.entry(Arc::clone(c)).or_default();
-                        for dp in points {
-                            list.push(StragglerPoint {
-                                node: Arc::clone(n),
-                                provider: Arc::clone(&res.provider),
-                                straggler: otlp::point_value(dp).is_some_and(|v| v >= 0.5),
-                            });
-                        }
-                    }
-                    metric::NCCL_PEER_LAG_MS => {
-                        let points = otlp::number_points(met);
-                        let Some(c) = &cluster else {
-                            out.drop(reason::NO_CLUSTER, points.len() as u64);
-                            continue;
-                        };
-                        for dp in points {
-                            match lag_point(c, node.as_ref(), &res.provider, dp) {
-                                Ok(mut p) => {
-                                    let slot = (
-                                        Arc::clone(&p.cluster),
-                                        Arc::clone(&p.comm),
-                                        Arc::clone(&p.op),
-                                        p.time_unix_nano,
-                                        p.op_seq,
-                                        p.rank,
-                                    );
-                                    let seen = out.lag_occurrences.entry(slot).or_default();
-                                    p.occurrence = *seen;
-                                    *seen = seen.saturating_add(1);
-                                    out.lags.push(p);
-                                }
-                                Err(why) => out.drop(why, 1),
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if health_push {
-            if world.is_none() {
-                world = otlp::get_i64(attrs, resource::WORLD_SIZE)
-                    .filter(|w| (0..=MAX_WORLD_SIZE).contains(w))
-                    .and_then(|w| u32::try_from(w).ok());
-            }
-            match (cluster, node) {
-                (Some(cluster), Some(node)) => out.nodes.push((
-                    NodeObservation {
-                        cluster,
-                        node,
-                        provider: Arc::clone(&res.provider),
-                        gpu,
-                        world_size: world,
-                    },
-                    agent_value,
-                )),
-                (None, _) => out.drop(reason::NO_CLUSTER, 1),
-                (_, None) => out.drop(reason::NO_NODE, 1),
-            }
         }
     }
 
@@ -679,46 +437,6 @@ impl ProviderLookupProcessor {
              (add it to rates_file, keyed exactly as nvidia-smi prints it)"
         );
     }
-}
-
-fn lag_point(
-    cluster: &Arc<str>,
-    node: Option<&Arc<str>>,
-    provider: &Arc<str>,
-    dp: &otlp::NumberDataPoint,
-) -> Result<LagPoint, &'static str> {
-    let a = &dp.attributes;
-    let key = |k: &str| otlp::get_str(a, k).filter(|s| !s.is_empty() && s.len() <= MAX_LAG_KEY_LEN);
-    let comm = key(attr::NCCL_COMM_ID_HASH).ok_or(reason::INVALID_LAG_POINT)?;
-    if comm.bytes().all(|b| b == b'0') {
-        return Err(reason::UNKNOWN_COMMUNICATOR);
-    }
-    let op = key(attr::NCCL_OP_TYPE).ok_or(reason::INVALID_LAG_POINT)?;
-    let rank = otlp::get_i64(a, attr::NCCL_RANK)
-        .filter(|r| (0..MAX_WORLD_SIZE).contains(r))
-        .and_then(|r| u32::try_from(r).ok())
-        .ok_or(reason::INVALID_LAG_POINT)?;
-    let nranks = match otlp::get_i64(a, attr::NCCL_NRANKS) {
-        None => 0,
-        Some(n) if (0..=MAX_WORLD_SIZE).contains(&n) => u32::try_from(n).unwrap_or(0),
-        Some(_) => return Err(reason::INVALID_LAG_POINT),
-    };
-    let lag_ms = otlp::point_value(dp)
-        .filter(|v| v.is_finite() && v.abs() <= MAX_LAG_MS)
-        .ok_or(reason::INVALID_LAG_POINT)?;
-    Ok(LagPoint {
-        cluster: Arc::clone(cluster),
-        node: node.cloned(),
-        provider: Arc::clone(provider),
-        comm: Arc::from(comm),
-        op: Arc::from(op),
-        time_unix_nano: dp.time_unix_nano,
-        op_seq: otlp::get_i64(a, attr::NCCL_OP_SEQ),
-        occurrence: 0,
-        rank,
-        nranks,
-        lag_ms,
-    })
 }
 
 impl Processor for ProviderLookupProcessor {
@@ -780,9 +498,16 @@ impl Processor for ProviderLookupProcessor {
             } else {
                 None
             };
-            let res = self.resolve_with(&rules, attrs, remembered, &mut invalid);
+            let res = resolve::resolve(
+                &rules,
+                &self.aliases,
+                &self.default_provider,
+                attrs,
+                remembered,
+                &mut invalid,
+            );
             by_source[res.source.index()] += 1;
-            self.extract(rm, &res, agent_value, ctx, &mut ex);
+            extract::extract(rm, &res.provider, agent_value, ctx, &mut ex);
             let r = rm.resource.get_or_insert_with(Default::default);
             otlp::set_str(&mut r.attributes, resource::PROVIDER, &res.provider);
         }
@@ -851,7 +576,7 @@ impl Processor for ProviderLookupProcessor {
             let l = self.ledger.lock();
             (l.snapshot(), l.dropped())
         };
-        out.extend(cost_families(&snap));
+        out.extend(exposition::cost_families(&snap));
 
         let mut rules_loaded =
             MetricFamily::gauge(m::RULES_LOADED, "Operator provider rules in use.");
@@ -955,142 +680,4 @@ impl Processor for ProviderLookupProcessor {
             })).collect::<Vec<_>>(),
         }))
     }
-}
-
-/// The cost families of a snapshot.
-fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
-    let mut idle_rate = MetricFamily::gauge(
-        m::COST_BARRIER_IDLE_RATE,
-        "GPU spend idle at NCCL barriers, currency units per hour (window average).",
-    );
-    let mut idle_gpus = MetricFamily::gauge(
-        m::COST_BARRIER_IDLE_GPUS,
-        "GPUs idle at NCCL barriers on average over the window.",
-    );
-    for r in &snap.barrier {
-        idle_rate.push(
-            &[
-                ("cluster_id", &r.cluster),
-                ("provider", &r.price.provider),
-                ("gpu_model", &r.price.gpu_model),
-                ("currency", &r.currency),
-            ],
-            r.rate_per_hour,
-        );
-        idle_gpus.push(
-            &[
-                ("cluster_id", &r.cluster),
-                ("provider", &r.price.provider),
-                ("gpu_model", &r.price.gpu_model),
-            ],
-            r.idle_gpus,
-        );
-    }
-    let mut straggler_rate = MetricFamily::gauge(
-        m::COST_STRAGGLER_RATE,
-        "GPU spend held back by each current straggler, currency units per hour.",
-    );
-    for r in &snap.stragglers {
-        straggler_rate.push(
-            &[
-                ("cluster_id", &r.cluster),
-                ("node_id", &r.node),
-                ("provider", &r.price.provider),
-                ("gpu_model", &r.price.gpu_model),
-                ("currency", &r.currency),
-            ],
-            r.rate_per_hour,
-        );
-    }
-    let mut idle_total = MetricFamily::counter(
-        m::COST_BARRIER_IDLE_TOTAL,
-        "GPU spend idle at NCCL barriers, currency units.",
-    );
-    let mut idle_gpu_s = MetricFamily::counter(
-        m::COST_BARRIER_IDLE_GPU_SECONDS_TOTAL,
-        "GPU-seconds idle at NCCL barriers.",
-    );
-    let mut straggler_total = MetricFamily::counter(
-        m::COST_STRAGGLER_TOTAL,
-        "GPU spend held back by stragglers, currency units.",
-    );
-    for (key, t) in &snap.totals {
-        match key {
-            SeriesKey::Barrier {
-                cluster,
-                price,
-                currency,
-            } => {
-                idle_total.push(
-                    &[
-                        ("cluster_id", cluster),
-                        ("provider", &price.provider),
-                        ("gpu_model", &price.gpu_model),
-                        ("currency", currency),
-                    ],
-                    t.money,
-                );
-                idle_gpu_s.push(
-                    &[
-                        ("cluster_id", cluster),
-                        ("provider", &price.provider),
-                        ("gpu_model", &price.gpu_model),
-                    ],
-                    t.gpu_seconds,
-                );
-            }
-            SeriesKey::Straggler {
-                cluster,
-                node,
-                price,
-                currency,
-            } => straggler_total.push(
-                &[
-                    ("cluster_id", cluster),
-                    ("node_id", node),
-                    ("provider", &price.provider),
-                    ("gpu_model", &price.gpu_model),
-                    ("currency", currency),
-                ],
-                t.money,
-            ),
-        }
-    }
-    let mut hourly = MetricFamily::gauge(
-        m::GPU_HOURLY_RATE,
-        "Rate per GPU-hour in use for the GPUs of live nodes.",
-    );
-    for (price, currency, rate) in &snap.gpu_rates {
-        hourly.push(
-            &[
-                ("provider", &price.provider),
-                ("gpu_model", &price.gpu_model),
-                ("currency", currency),
-            ],
-            *rate,
-        );
-    }
-    let mut nodes = MetricFamily::gauge(m::PROVIDER_NODES, "Live nodes per cluster and provider.");
-    for (cluster, provider, n) in &snap.provider_nodes {
-        nodes.push(
-            &[("cluster_id", cluster), ("provider", provider)],
-            *n as f64,
-        );
-    }
-    let mut stragglers =
-        MetricFamily::gauge(m::PROVIDER_STRAGGLERS, "Current stragglers per cluster.");
-    for (cluster, n) in &snap.straggler_counts {
-        stragglers.push(&[("cluster_id", cluster)], *n as f64);
-    }
-    vec![
-        idle_rate,
-        idle_gpus,
-        idle_total,
-        idle_gpu_s,
-        straggler_rate,
-        straggler_total,
-        hourly,
-        nodes,
-        stragglers,
-    ]
 }
