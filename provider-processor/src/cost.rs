@@ -36,6 +36,7 @@ use std::time::Duration;
 use component::Timestamp;
 
 use crate::rates::RateTable;
+use crate::resolve::Resolution;
 
 /// GPU model label for GPUs whose model is not known.
 pub const UNKNOWN_MODEL: &str = "unknown";
@@ -82,8 +83,9 @@ pub struct PriceKey {
 #[derive(Debug, Clone)]
 struct NodeCost {
     provider: Arc<str>,
-    /// The provider the agent itself reported on its health push, normalised.
-    agent_provider: Option<Arc<str>>,
+    /// The provider the node's latest health push resolved to, when a rule or the agent's
+    /// own value named it: what the node's other pushes inherit.
+    pinned: Option<Resolution>,
     gpu: Option<(Arc<str>, u32)>,
     world_size: Option<u32>,
     last_seen: Timestamp,
@@ -265,7 +267,7 @@ impl CostLedger {
                     obs.node,
                     NodeCost {
                         provider: obs.provider,
-                        agent_provider: None,
+                        pinned: None,
                         gpu: obs.gpu,
                         world_size: obs.world_size,
                         last_seen: at,
@@ -277,23 +279,24 @@ impl CostLedger {
         }
     }
 
-    /// Remember what the node's agent reported as its provider (`None`: nothing).
-    pub fn set_agent_provider(&mut self, cluster: &str, node: &str, provider: Option<Arc<str>>) {
+    /// Remember the provider a node's health push resolved to by rule or agent value
+    /// (`None`: neither named it).
+    pub fn set_pinned_provider(&mut self, cluster: &str, node: &str, provider: Option<Resolution>) {
         if let Some(n) = self
             .clusters
             .get_mut(cluster)
             .and_then(|c| c.nodes.get_mut(node))
         {
-            n.agent_provider = provider;
+            n.pinned = provider;
         }
     }
 
-    /// The provider a live node's agent reported on its latest health push.
-    pub fn agent_provider(&self, cluster: &str, node: &str) -> Option<Arc<str>> {
+    /// What [`CostLedger::set_pinned_provider`] remembered for a live node.
+    pub fn pinned_provider(&self, cluster: &str, node: &str) -> Option<Resolution> {
         self.clusters
             .get(cluster)
             .and_then(|c| c.nodes.get(node))
-            .and_then(|n| n.agent_provider.clone())
+            .and_then(|n| n.pinned.clone())
     }
 
     /// The threshold processor's straggler points for one cluster, from one batch: the

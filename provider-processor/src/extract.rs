@@ -11,6 +11,7 @@ use component::wire::{attr, metric, resource};
 use crate::cost::{LagPoint, NodeObservation, StragglerPoint};
 use crate::metrics::{self as m, reason};
 use crate::rates::MAX_MODEL_LEN;
+use crate::resolve::Resolution;
 
 /// Most GPUs one node may report.
 pub const MAX_GPUS_PER_NODE: i64 = 1024;
@@ -23,7 +24,7 @@ pub const MAX_LAG_KEY_LEN: usize = 64;
 /// Everything one batch contributed, gathered before taking the ledger lock.
 #[derive(Debug, Default)]
 pub(crate) struct Extracted {
-    pub(crate) nodes: Vec<(NodeObservation, Option<Arc<str>>)>,
+    pub(crate) nodes: Vec<(NodeObservation, Option<Resolution>)>,
     pub(crate) stragglers: HashMap<Arc<str>, Vec<StragglerPoint>>,
     pub(crate) lags: Vec<LagPoint>,
     /// Points seen per (cluster, comm, op, time, op_seq, rank) in this batch.
@@ -44,7 +45,7 @@ impl Extracted {
 pub(crate) fn extract(
     rm: &ResourceMetrics,
     provider: &Arc<str>,
-    agent_value: Option<Arc<str>>,
+    pinned: Option<Resolution>,
     ctx: &BatchContext,
     out: &mut Extracted,
 ) {
@@ -152,7 +153,7 @@ pub(crate) fn extract(
                     gpu,
                     world_size: world,
                 },
-                agent_value,
+                pinned,
             )),
             (None, _) => out.drop(reason::NO_CLUSTER, 1),
             (_, None) => out.drop(reason::NO_NODE, 1),

@@ -4,8 +4,8 @@
 //! # What it does
 //!
 //! - Tags every resource with `ingero.provider`, a canonical provider id, resolved in this
-//!   order: operator rules (file, first match wins) > the agent's own value (on the
-//!   resource, or remembered from the same node's latest health push) > OpenTelemetry
+//!   order: operator rules (file, first match wins) > the agent's own value > what the
+//!   same node's latest health push resolved to by rule or agent value > OpenTelemetry
 //!   semantic conventions (`cloud.provider`, `cloud.platform`, `host.type`) >
 //!   `default_provider`. Aliases meet: the agent's `aws` and a rate table's `ec2` are one
 //!   id (`ec2`).

@@ -22,7 +22,7 @@ use crate::extract::{self, Extracted};
 use crate::metrics::{self as m, reason};
 use crate::provider::{self, ProviderAliases};
 use crate::rates::{MAX_RATES_FILE_BYTES, RateTable};
-use crate::resolve::{self, Resolution, SOURCES};
+use crate::resolve::{self, ProviderSource, Resolution, SOURCES};
 use crate::rules::{MAX_RULES_FILE_BYTES, RuleSet};
 use crate::watch::{Fingerprint, Poll, ReadError, WatchedFile};
 
@@ -484,15 +484,13 @@ impl Processor for ProviderLookupProcessor {
         let mut by_source = [0u64; 4];
         for rm in data.iter_mut() {
             let attrs = otlp::resource_attrs(rm);
-            let agent_value = otlp::get_str(attrs, resource::PROVIDER)
+            let own_value = otlp::get_str(attrs, resource::PROVIDER)
                 .and_then(|raw| self.aliases.normalise(raw).ok());
-            // A resource without its own agent value (trace exporter, straggler events)
-            // takes the value the same node's health push carried.
-            let remembered = if agent_value.is_none() {
+            let pinned = if own_value.is_none() {
                 let cluster =
                     otlp::get_str(attrs, resource::CLUSTER_ID).or(ctx.cluster_id.as_deref());
                 match (cluster, otlp::get_str(attrs, resource::NODE_ID)) {
-                    (Some(c), Some(n)) => self.ledger.lock().agent_provider(c, n),
+                    (Some(c), Some(n)) => self.ledger.lock().pinned_provider(c, n),
                     _ => None,
                 }
             } else {
@@ -503,11 +501,15 @@ impl Processor for ProviderLookupProcessor {
                 &self.aliases,
                 &self.default_provider,
                 attrs,
-                remembered,
+                pinned,
                 &mut invalid,
             );
             by_source[res.source.index()] += 1;
-            extract::extract(rm, &res.provider, agent_value, ctx, &mut ex);
+            // What a health push resolved to by rule or agent value is kept for the node's
+            // other pushes.
+            let pin = matches!(res.source, ProviderSource::Rule(_) | ProviderSource::Agent)
+                .then(|| res.clone());
+            extract::extract(rm, &res.provider, pin, ctx, &mut ex);
             let r = rm.resource.get_or_insert_with(Default::default);
             otlp::set_str(&mut r.attributes, resource::PROVIDER, &res.provider);
         }
@@ -524,13 +526,13 @@ impl Processor for ProviderLookupProcessor {
         let mut unknown = Vec::new();
         {
             let mut ledger = self.ledger.lock();
-            for (obs, agent_value) in ex.nodes {
+            for (obs, pin) in ex.nodes {
                 let gpu = obs.gpu.clone();
                 let provider = Arc::clone(&obs.provider);
                 let key = (Arc::clone(&obs.cluster), Arc::clone(&obs.node));
                 let change = ledger.observe_node(obs, at);
                 if change != NodeChange::Dropped {
-                    ledger.set_agent_provider(&key.0, &key.1, agent_value);
+                    ledger.set_pinned_provider(&key.0, &key.1, pin);
                 }
                 if change == NodeChange::NewInfo
                     && let Some((model, _)) = gpu

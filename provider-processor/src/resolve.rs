@@ -15,8 +15,7 @@ use crate::rules::RuleSet;
 pub enum ProviderSource {
     /// An operator rule (its 0-based index in the rules file).
     Rule(usize),
-    /// The agent's `ingero.provider` on this resource, or remembered from the same
-    /// node's latest health push.
+    /// The agent's `ingero.provider` on this resource.
     Agent,
     /// `cloud.provider`, `cloud.platform` or `host.type`.
     SemanticConvention,
@@ -59,7 +58,7 @@ pub(crate) fn resolve(
     aliases: &ProviderAliases,
     default_provider: &Arc<str>,
     attrs: &[KeyValue],
-    remembered: Option<Arc<str>>,
+    pinned: Option<Resolution>,
     invalid: &mut u64,
 ) -> Resolution {
     if let Some(rule) = rules.first_match(attrs) {
@@ -81,11 +80,10 @@ pub(crate) fn resolve(
             source: ProviderSource::Agent,
         };
     }
-    if let Some(p) = remembered {
-        return Resolution {
-            provider: p,
-            source: ProviderSource::Agent,
-        };
+    // A push without its own value (straggler event, trace exporter, processor output)
+    // takes what the same node's health push resolved to by rule or agent value.
+    if let Some(r) = pinned {
+        return r;
     }
     let semconv = otlp::get_str(attrs, resource::CLOUD_PROVIDER)
         .and_then(&mut norm)

@@ -160,6 +160,45 @@ fn other_pushes_of_a_node_take_the_provider_its_agent_reported() {
     assert_eq!(provider_of(&other[1]).as_deref(), Some("unknown"));
 }
 
+/// A rule on an attribute only the health push carries (the node's IP) still decides the
+/// provider of the node's straggler and lag resources, which lack that attribute.
+#[test]
+fn other_pushes_of_a_node_take_the_provider_a_rule_gave_its_health_push() {
+    let p = with_rules(
+        "pinned-rule",
+        "rules:\n  - {provider: lambda, ip_range: 10.20.0.0/16}\n",
+        "",
+    );
+    let mut push = health_push("c", "n1", Some("aws"), Some((A100, 8)), 0);
+    push.resource
+        .as_mut()
+        .unwrap()
+        .attributes
+        .push(kv_str("host.ip", "10.20.3.4"));
+    let mut batch = vec![push];
+    p.process(&mut batch, &ctx(t(1)));
+    assert_eq!(provider_of(&batch[0]).as_deref(), Some("lambda"));
+    let mut later = vec![straggler("c", "n1")];
+    later.extend(peer_lag(
+        "c",
+        "00000000000000ab",
+        5,
+        2,
+        &[(0, Some("n1"), 3.0)],
+    ));
+    p.process(&mut later, &ctx(t(2)));
+    assert!(
+        later
+            .iter()
+            .all(|rm| provider_of(rm).as_deref() == Some("lambda"))
+    );
+    let f = telemetry(&p);
+    assert_eq!(
+        sample(&f, m::RESOLVED_TOTAL, &[("source", "rule")]),
+        Some(3.0)
+    );
+}
+
 #[test]
 fn unknown_gpu_models_fall_back_with_a_counted_warning() {
     let p = create(&config::parse_yaml(b"limits: {max_unknown_model_labels: 1}").unwrap()).unwrap();
