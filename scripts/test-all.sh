@@ -42,4 +42,15 @@ cargo test --workspace --locked -- --test-threads=2
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
 
+# ---- go-shim: the same components in a Go OpenTelemetry Collector -------------------------
+# Rust static library (release) for cgo, the shim's Go tests under the race detector, then an
+# OCB-built collector run side by side with ingero-fleet on the same agent payloads
+# (go-shim/e2e/run.sh). Go modules come from the module proxy; both caches make reruns quick.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+log "go-shim: libingero_fleet.a, go test -race"
+go-shim/scripts/build-rust.sh
+(cd go-shim && go test -race -count=1 ./...)
+log "go-shim: OCB build and parity e2e against ingero-fleet"
+go-shim/e2e/run.sh
+
 log "all tests passed"
