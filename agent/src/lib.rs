@@ -19,6 +19,7 @@ pub mod events_out;
 pub mod fleet;
 pub mod health;
 pub mod httpserve;
+pub mod metrics;
 pub mod nccl;
 pub mod probes;
 pub mod setup;

@@ -330,6 +330,17 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
     let _ = tx.send(true);
     let _ = run.await;
     if let Some(h) = probe_handle {
+        let st = h.status();
+        tracing::info!(
+            cuda_events = st.cuda_events,
+            nccl_events = st.nccl_events,
+            ringbuf_full = st.kernel_drops[0],
+            entry_missing = st.kernel_drops[1],
+            user_read_failed = st.kernel_drops[2],
+            decode_errors = st.decode_errors,
+            attach_errors = st.attach_errors,
+            "probe totals"
+        );
         h.stop();
     }
     Ok(())

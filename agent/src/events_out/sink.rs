@@ -136,43 +136,66 @@ impl SinkState {
 
     /// Prometheus text format 0.0.4.
     pub fn render(&self) -> String {
+        use crate::metrics::sink::*;
         let mut s = String::new();
-        s.push_str(
-            "# HELP ingero_sink_events_total Events read from the remediation socket, by type.\n",
+        let head = |s: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(s, "# HELP {name} {help}");
+            let _ = writeln!(s, "# TYPE {name} {kind}");
+        };
+        head(
+            &mut s,
+            EVENTS_TOTAL,
+            "counter",
+            "Events read from the remediation socket, by type.",
         );
-        s.push_str("# TYPE ingero_sink_events_total counter\n");
         for (t, n) in &self.events {
-            let _ = writeln!(s, "ingero_sink_events_total{{type=\"{t}\"}} {n}");
+            let _ = writeln!(s, "{EVENTS_TOTAL}{{type=\"{t}\"}} {n}");
         }
-        s.push_str("# HELP ingero_sink_parse_errors_total Lines that were not a JSON object with a type.\n");
-        s.push_str("# TYPE ingero_sink_parse_errors_total counter\n");
-        let _ = writeln!(s, "ingero_sink_parse_errors_total {}", self.parse_errors);
-        s.push_str("# HELP ingero_sink_connected 1 while connected to the remediation socket.\n");
-        s.push_str("# TYPE ingero_sink_connected gauge\n");
-        let _ = writeln!(s, "ingero_sink_connected {}", u8::from(self.connected));
-        s.push_str(
-            "# HELP ingero_sink_last_event_timestamp_seconds Unix time of the last event.\n",
+        head(
+            &mut s,
+            PARSE_ERRORS_TOTAL,
+            "counter",
+            "Lines that were not a JSON object with a type.",
         );
-        s.push_str("# TYPE ingero_sink_last_event_timestamp_seconds gauge\n");
+        let _ = writeln!(s, "{PARSE_ERRORS_TOTAL} {}", self.parse_errors);
+        head(
+            &mut s,
+            CONNECTED,
+            "gauge",
+            "1 while connected to the remediation socket.",
+        );
+        let _ = writeln!(s, "{CONNECTED} {}", u8::from(self.connected));
+        head(
+            &mut s,
+            LAST_EVENT_TIMESTAMP_SECONDS,
+            "gauge",
+            "Unix time of the last event.",
+        );
         let last = self.last_event.map_or(0.0, |t| t.as_secs_f64());
-        let _ = writeln!(s, "ingero_sink_last_event_timestamp_seconds {last:.3}");
-        s.push_str("# HELP ingero_sink_active_stragglers 1 for each node currently reported as a straggler.\n");
-        s.push_str("# TYPE ingero_sink_active_stragglers gauge\n");
+        let _ = writeln!(s, "{LAST_EVENT_TIMESTAMP_SECONDS} {last:.3}");
+        head(
+            &mut s,
+            ACTIVE_STRAGGLERS,
+            "gauge",
+            "1 for each node currently reported as a straggler.",
+        );
         for (c, n) in &self.order {
             let _ = writeln!(
                 s,
-                "ingero_sink_active_stragglers{{cluster_id=\"{}\",node_id=\"{}\"}} 1",
+                "{ACTIVE_STRAGGLERS}{{cluster_id=\"{}\",node_id=\"{}\"}} 1",
                 escape(c),
                 escape(n)
             );
         }
-        s.push_str(
-            "# HELP ingero_sink_dropped_total Stragglers evicted from tracking, by reason.\n",
+        head(
+            &mut s,
+            DROPPED_TOTAL,
+            "counter",
+            "Stragglers evicted from tracking, by reason.",
         );
-        s.push_str("# TYPE ingero_sink_dropped_total counter\n");
         let _ = writeln!(
             s,
-            "ingero_sink_dropped_total{{reason=\"cap_reached\"}} {}",
+            "{DROPPED_TOTAL}{{reason=\"cap_reached\"}} {}",
             self.dropped_cap
         );
         s
@@ -323,6 +346,41 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn exposition_passes_promtool_when_available() {
+        use std::io::Write;
+        let mut s = SinkState::new(10);
+        s.handle_line(
+            br#"{"type":"straggler_state","node_id":"n1","cluster_id":"c"}"#,
+            T,
+        );
+        let Ok(mut child) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!(
+                "SKIP exposition check: promtool not installed (scripts/test-all.sh installs it)"
+            );
+            return;
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(s.render().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
