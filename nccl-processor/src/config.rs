@@ -50,6 +50,10 @@ pub const DEFAULT_MATCH_FRACTION: f64 = 0.8;
 pub const DEFAULT_MONOTONIC_MIN_BATCHES: u32 = 3;
 /// Delivery samples the windowed-minimum offset estimate looks back over.
 pub const DEFAULT_MONOTONIC_OFFSET_WINDOW: u32 = 32;
+/// Refine each monotonic node's offset from the data (see `clock.rs`).
+pub const DEFAULT_MONOTONIC_REFINE: bool = true;
+/// The quantile of a node's lags that refinement moves to zero.
+pub const DEFAULT_MONOTONIC_REFINE_QUANTILE: f64 = 0.1;
 pub const DEFAULT_MAX_CLUSTERS: u32 = 16;
 pub const DEFAULT_MAX_COMMS_PER_CLUSTER: u32 = 1024;
 pub const DEFAULT_MAX_OPEN_BUCKETS_PER_CLUSTER: u32 = 4096;
@@ -123,6 +127,8 @@ pub struct PeriodicConfig {
 pub struct MonotonicConfig {
     pub min_batches: u32,
     pub offset_window: u32,
+    pub refine: bool,
+    pub refine_quantile: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -202,6 +208,8 @@ impl Default for MonotonicConfig {
         MonotonicConfig {
             min_batches: DEFAULT_MONOTONIC_MIN_BATCHES,
             offset_window: DEFAULT_MONOTONIC_OFFSET_WINDOW,
+            refine: DEFAULT_MONOTONIC_REFINE,
+            refine_quantile: DEFAULT_MONOTONIC_REFINE_QUANTILE,
         }
     }
 }
@@ -386,6 +394,14 @@ impl ComponentConfig for NcclConfig {
             self.monotonic.offset_window,
             1,
             1024,
+        );
+        check::in_range(
+            &mut e,
+            "monotonic.refine_quantile",
+            self.monotonic.refine_quantile,
+            0.0,
+            0.5,
+            false,
         );
 
         let l = &self.limits;

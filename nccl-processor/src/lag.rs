@@ -100,6 +100,58 @@ pub fn median_f64(values: &mut [f64]) -> Option<f64> {
     Some(lo + (hi - lo) / 2.0)
 }
 
+/// For offset refinement: each entry of a target group (a node) against the `q` quantile of
+/// the entries of *all other* groups in the same instance (ms). Comparing against the other
+/// groups keeps a node that holds many of an instance's ranks from pulling its own reference
+/// along; comparing against the same quantile the refinement zeroes (rather than the
+/// median) makes an on-time node's correction zero on average, so nodes that all refine
+/// against each other do not drift together. `groups[i]` is entry `i`'s group;
+/// `is_target(i)` selects the entries to report, `is_reference(j)` the entries that may serve
+/// as the reference. Writes `(entry index, ms)`. A group with no reference entry of another
+/// group in the instance reports nothing.
+pub fn against_other_groups(
+    times: &[i64],
+    groups: &[u32],
+    q: f64,
+    is_target: impl Fn(usize) -> bool,
+    is_reference: impl Fn(usize) -> bool,
+    out: &mut Vec<(usize, f64)>,
+) {
+    out.clear();
+    let n = times.len().min(groups.len());
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by_key(|&i| times[i]);
+    let mut done: Vec<u32> = Vec::new();
+    let mut others: Vec<i64> = Vec::with_capacity(n);
+    for i in 0..n {
+        let g = groups[i];
+        if !is_target(i) || done.contains(&g) {
+            continue;
+        }
+        done.push(g);
+        others.clear();
+        others.extend(
+            order
+                .iter()
+                .filter(|&&j| groups[j] != g && is_reference(j))
+                .map(|&j| times[j]),
+        );
+        let m = others.len();
+        if m == 0 {
+            continue;
+        }
+        let idx = ((m - 1) as f64 * q.clamp(0.0, 1.0)).floor() as usize;
+        let Some(&reference) = others.get(idx) else {
+            continue;
+        };
+        for j in 0..n {
+            if groups[j] == g && is_target(j) {
+                out.push((j, times[j].saturating_sub(reference) as f64 / 1e6));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +225,34 @@ mod tests {
         assert_eq!(median_f64(&mut [3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median_f64(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median_f64(&mut []), None);
+    }
+
+    #[test]
+    fn other_groups_are_the_reference() {
+        // Node 1 (entries 4..8) is 40 ms late and holds half the ranks.
+        let t: Vec<i64> = (0..8)
+            .map(|i| EPOCH + i * MS / 10 + if i >= 4 { 40 * MS } else { 0 })
+            .collect();
+        let g = [0, 0, 0, 0, 1, 1, 1, 1];
+        let mut out = Vec::new();
+        // Against the others' lower median (entry 1 at 0.1 ms).
+        against_other_groups(&t, &g, 0.5, |i| i >= 4, |_| true, &mut out);
+        assert_eq!(out.len(), 4);
+        for (i, d) in &out {
+            assert!(
+                (d - (40.0 + *i as f64 / 10.0 - 0.1)).abs() < 1e-9,
+                "{i}: {d}"
+            );
+        }
+        // Against the others' minimum.
+        against_other_groups(&t, &g, 0.0, |i| i >= 4, |_| true, &mut out);
+        assert!((out[0].1 - 40.4).abs() < 1e-9, "{out:?}");
+        // Only reference entries count: against entry 3 alone.
+        against_other_groups(&t, &g, 0.0, |i| i >= 4, |j| j == 3, &mut out);
+        assert!((out[0].1 - 40.1).abs() < 1e-9, "{out:?}");
+        // A single-group instance says nothing about that group's offset.
+        against_other_groups(&t, &[3; 8], 0.1, |_| true, |_| true, &mut out);
+        assert!(out.is_empty());
     }
 
     proptest! {

@@ -25,6 +25,7 @@
 pub mod align;
 pub mod clock;
 pub mod config;
+pub mod emit;
 pub mod ingest;
 pub mod lag;
 pub mod metrics;

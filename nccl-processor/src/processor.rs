@@ -306,18 +306,30 @@ impl Processor for NcclPeerLagProcessor {
         for (cluster, tracker) in self.trackers() {
             let t = tracker.lock();
             let (comms, left_out) = comm_reports(&t, &self.settings);
-            let settled = t
+            let mut clocks: Vec<_> = t
                 .node_clocks()
-                .filter(|(_, c)| c.batches() >= self.settings.mono_min_batches)
-                .count();
-            let clocks = t.node_clocks().count();
+                .map(|(node, c)| {
+                    json!({
+                        "node_id": node.as_ref(),
+                        "offset_ns": c.offset_ns(),
+                        "arrival_offset_ns": c.arrival_offset_ns(),
+                        "refined": c.is_refined(),
+                        "settled": c.is_settled(),
+                        "anchor": c.is_anchor(),
+                        "refinements": c.refinements(),
+                        "refinements_refused": c.rejected(),
+                        "deliveries": c.batches(),
+                    })
+                })
+                .collect();
+            clocks.sort_by(|a, b| a["node_id"].as_str().cmp(&b["node_id"].as_str()));
             clusters.push(json!({
                 "cluster_id": cluster.as_ref(),
                 "tracked_comms": t.tracked_comms(),
                 "open_buckets": t.open_instances(),
                 "buffered_points": t.buffered_points(),
                 "pending_output": t.pending_output(),
-                "monotonic_clocks": {"settled": settled, "warming_up": clocks - settled},
+                "monotonic_clocks": clocks,
                 "communicators": comms,
                 "communicators_left_out": left_out,
             }));

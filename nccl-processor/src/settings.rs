@@ -26,6 +26,8 @@ pub struct Settings {
     pub match_fraction: f64,
     pub mono_min_batches: u64,
     pub mono_window: usize,
+    /// `Some(quantile)` when monotonic offsets are refined from the data.
+    pub mono_refine_quantile: Option<f64>,
     pub max_comms: usize,
     pub max_open_instances: usize,
     pub max_buffered_points: usize,
@@ -62,6 +64,10 @@ impl Settings {
             match_fraction: cfg.periodic.match_fraction,
             mono_min_batches: u64::from(cfg.monotonic.min_batches),
             mono_window: cfg.monotonic.offset_window.max(1) as usize,
+            mono_refine_quantile: cfg
+                .monotonic
+                .refine
+                .then_some(cfg.monotonic.refine_quantile),
             max_comms: cfg.limits.max_comms_per_cluster as usize,
             max_open_instances: cfg.limits.max_open_buckets_per_cluster as usize,
             max_buffered_points: cfg.limits.max_buffered_points_per_cluster as usize,
@@ -75,6 +81,16 @@ impl Settings {
             },
             top_ranks: cfg.diagnostics_top_ranks.max(1) as usize,
         }
+    }
+
+    /// A monotonic node is settled once a refinement step moves it by at most this (ms).
+    pub fn settle_ms(&self) -> f64 {
+        self.lag.min_lag_ms / 4.0
+    }
+
+    /// Instances a stream remembers for numbering steps: twice the rank window.
+    pub fn step_index_capacity(&self) -> usize {
+        (2 * self.window_steps).clamp(64, 4096)
     }
 
     pub fn rank_params(&self) -> crate::stats::RankParams {

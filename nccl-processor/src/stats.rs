@@ -9,13 +9,14 @@
 //!   41 of the last 50 steps"). The lag reported for it is the median lag over its behind
 //!   steps.
 //! - **Periodic**: the behind steps come in episodes (a run of consecutive behind steps is
-//!   one episode) that start every `N` steps: at least `periodic.min_repeats` episodes, at
-//!   least `periodic.match_fraction` of the gaps between episode starts equal to `N`
-//!   (within +-`N/10`), `N >= 2`, and the pattern is current (no more than `2N` steps since the
-//!   last episode). Steps are counted in the stream's typical key spacing (the median gap
-//!   between consecutive emitted instances: 1 `op_seq` for a communicator that runs only
-//!   this operation, or the usual time between collectives for time buckets), so a rank that
-//!   missed an instance (dropped point) does not shift the count.
+//!   one episode) that start every `N` steps: at least `periodic.min_repeats` episodes, `N`
+//!   the median gap between episode starts, `N >= 2`, at least `periodic.match_fraction` of
+//!   the gaps a whole number of periods (`k * N`, within +-`k * N/10`: a missed occurrence
+//!   keeps the rhythm), and the pattern current (no more than `2N` steps since the last
+//!   episode). Steps are numbered by the position of each instance's key (`op_seq`, or
+//!   the median entry time for time buckets) among the stream's recent instances
+//!   ([`StepIndex`]), so a rank that missed an instance (dropped point), or an instance
+//!   emitted late after its grace period, does not shift the count.
 //!
 //! A rank is *named* when it is chronic or periodic; only named ranks reach the labelled
 //! telemetry gauges, which keeps their cardinality bounded.
@@ -45,9 +46,11 @@ pub struct RankParams {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Period {
     pub steps: u32,
-    stride: f64,
     last_event_key: i64,
 }
+
+/// Maps an instance key to its position among the stream's recent instances.
+pub type Ordinal<'a> = dyn FnMut(i64) -> Option<i64> + 'a;
 
 /// The rolling window of one rank on one `(comm, op_type)`.
 #[derive(Debug, Clone, Default)]
@@ -59,9 +62,9 @@ pub struct RankWindow {
 }
 
 impl RankWindow {
-    /// Record a step. `stride` returns the stream's typical key spacing; it is called only
-    /// when the period has to be recomputed (a behind step entered or left the window).
-    pub fn record(&mut self, step: Step, p: &RankParams, stride: &mut dyn FnMut() -> f64) {
+    /// Record a step. `ordinal` maps instance keys to stream step numbers; it is used only
+    /// when a period is being detected or checked.
+    pub fn record(&mut self, step: Step, p: &RankParams, ordinal: &mut Ordinal<'_>) {
         let mut evicted_behind = false;
         while self.steps.len() >= p.window_steps.max(1) {
             if let Some(old) = self.steps.pop_front()
@@ -77,28 +80,36 @@ impl RankWindow {
             self.behind += 1;
         }
         if step.behind || evicted_behind {
-            self.period = self.detect(p, stride());
-        } else if let Some(per) = self.period
-            && per.is_stale(step.key)
-        {
-            self.period = None;
+            self.period = self.detect(p, ordinal);
+        } else if let Some(per) = self.period {
+            let since = match (ordinal(step.key), ordinal(per.last_event_key)) {
+                (Some(now), Some(last)) => now.saturating_sub(last),
+                _ => i64::MAX,
+            };
+            let n = i64::from(per.steps);
+            if since > 2 * n + tolerance(n) {
+                self.period = None;
+            }
         }
     }
 
-    fn detect(&self, p: &RankParams, stride: f64) -> Option<Period> {
-        let mut keys: Vec<i64> = self
+    fn detect(&self, p: &RankParams, ordinal: &mut Ordinal<'_>) -> Option<Period> {
+        let mut seen: Vec<(i64, bool, i64)> = self
             .steps
             .iter()
-            .filter(|s| s.behind)
-            .map(|s| s.key)
+            .filter_map(|s| ordinal(s.key).map(|o| (o, s.behind, s.key)))
             .collect();
-        keys.sort_unstable();
-        let latest = self.steps.iter().map(|s| s.key).max()?;
-        let steps = detect_period(&keys, latest, stride, p.min_repeats, p.match_fraction)?;
-        let last_event_key = episode_starts(&keys, stride).last().copied()?;
+        seen.sort_unstable_by_key(|x| x.0);
+        let latest = seen.last()?.0;
+        // Only the last `window_steps` stream steps: a step emitted late (after its grace
+        // period) can sit in the window long after its neighbours left it.
+        let first = latest.saturating_sub(p.window_steps as i64 - 1);
+        seen.retain(|x| x.0 >= first);
+        let steps: Vec<(i64, bool)> = seen.iter().map(|x| (x.0, x.1)).collect();
+        let (period, last_start) = detect_period(&steps, latest, p.min_repeats, p.match_fraction)?;
+        let last_event_key = seen.iter().find(|x| x.0 == last_start)?.2;
         Some(Period {
-            steps,
-            stride,
+            steps: period,
             last_event_key,
         })
     }
@@ -161,115 +172,115 @@ impl RankWindow {
     }
 }
 
-impl Period {
-    fn tolerance(steps: i64) -> i64 {
-        steps / 10
-    }
-
-    /// More than two periods since the last episode: the pattern has stopped.
-    fn is_stale(&self, key: i64) -> bool {
-        let since = (key.saturating_sub(self.last_event_key) as f64 / self.stride).round() as i64;
-        let p = i64::from(self.steps);
-        since > 2 * p + Self::tolerance(p)
-    }
+/// Allowed deviation of a gap from a period of `n` steps: `n / 10`.
+fn tolerance(n: i64) -> i64 {
+    n / 10
 }
 
-/// Keys that start an episode: a behind step more than one stride after the previous one.
-fn episode_starts(sorted_keys: &[i64], stride: f64) -> Vec<i64> {
+/// Ordinals that start an episode: a behind step whose previous *observed* step was not
+/// behind. Steps the rank was not seen in (dropped point, lag not emitted) do not split an
+/// episode, so they cannot fake a rhythm.
+fn episode_starts(steps: &[(i64, bool)]) -> Vec<i64> {
     let mut out = Vec::new();
-    let mut prev: Option<i64> = None;
-    for &k in sorted_keys {
-        let new_episode = match prev {
-            None => true,
-            Some(p) => ((k.saturating_sub(p)) as f64 / stride).round() > 1.0,
-        };
-        if new_episode {
-            out.push(k);
+    let mut prev_behind = false;
+    for &(ord, behind) in steps {
+        if behind && !prev_behind {
+            out.push(ord);
         }
-        prev = Some(k);
+        prev_behind = behind;
     }
     out
 }
 
-/// The period, in steps, of behind episodes at `sorted_keys` (keys of behind steps, sorted),
-/// given the stream's key spacing `stride` and the newest key seen `latest_key`.
+/// The period, in steps, of behind episodes among a rank's observed steps `(ordinal,
+/// behind)` sorted by ordinal, given the newest stream ordinal `latest`. Returns the period
+/// and the ordinal of the last episode start.
 pub fn detect_period(
-    sorted_keys: &[i64],
-    latest_key: i64,
-    stride: f64,
+    steps: &[(i64, bool)],
+    latest: i64,
     min_repeats: usize,
     match_fraction: f64,
-) -> Option<u32> {
-    if !(stride.is_finite() && stride > 0.0) {
-        return None;
-    }
-    let starts = episode_starts(sorted_keys, stride);
+) -> Option<(u32, i64)> {
+    let starts = episode_starts(steps);
     if starts.len() < min_repeats.max(3) {
         return None;
     }
     let gaps: Vec<i64> = starts
         .windows(2)
-        .map(|w| ((w[1].saturating_sub(w[0])) as f64 / stride).round() as i64)
+        .map(|w| w[1].saturating_sub(w[0]))
         .collect();
-    let mut sorted = gaps.clone();
-    sorted.sort_unstable();
-    let p = *sorted.get(sorted.len() / 2)?;
+    let mut by_size = gaps.clone();
+    by_size.sort_unstable();
+    let p = *by_size.get(by_size.len() / 2)?;
     if p < 2 {
         return None;
     }
-    let tol = Period::tolerance(p);
-    let matches = gaps.iter().filter(|g| (**g - p).abs() <= tol).count();
+    let tol = tolerance(p);
+    // A gap of k periods (an occurrence the rank was not seen in, or was on time for once)
+    // still keeps the rhythm.
+    let matches = gaps
+        .iter()
+        .filter(|g| {
+            let k = ((**g as f64) / (p as f64)).round().max(1.0) as i64;
+            (**g - k * p).abs() <= tol * k
+        })
+        .count();
     if (matches as f64) + 1e-9 < match_fraction * gaps.len() as f64 {
         return None;
     }
     let last = *starts.last()?;
-    let since = ((latest_key.saturating_sub(last)) as f64 / stride).round() as i64;
-    if since > 2 * p + tol {
+    if latest.saturating_sub(last) > 2 * p + tol {
         return None;
     }
-    u32::try_from(p).ok()
+    Some((u32::try_from(p).ok()?, last))
 }
 
-/// The newest instance keys of a stream, for its typical spacing.
-#[derive(Debug, Clone)]
-pub struct RecentKeys {
-    ring: [i64; Self::N],
-    len: usize,
-    pos: usize,
+/// The keys of a stream's most recent instances, numbered in key order: the step index
+/// periods are counted in (robust to instances emitted out of order, and to ranks that
+/// missed an instance).
+#[derive(Debug, Clone, Default)]
+pub struct StepIndex {
+    keys: VecDeque<i64>,
+    capacity: usize,
+    evicted: i64,
+    sorted: Option<Vec<i64>>,
 }
 
-impl Default for RecentKeys {
-    fn default() -> Self {
-        RecentKeys {
-            ring: [0; Self::N],
-            len: 0,
-            pos: 0,
+impl StepIndex {
+    pub fn new(capacity: usize) -> Self {
+        StepIndex {
+            capacity: capacity.max(2),
+            ..StepIndex::default()
         }
     }
-}
-
-impl RecentKeys {
-    const N: usize = 64;
 
     pub fn push(&mut self, key: i64) {
-        if let Some(slot) = self.ring.get_mut(self.pos) {
-            *slot = key;
+        if self.keys.len() >= self.capacity.max(2) {
+            self.keys.pop_front();
+            self.evicted = self.evicted.saturating_add(1);
         }
-        self.pos = (self.pos + 1) % Self::N;
-        self.len = (self.len + 1).min(Self::N);
+        self.keys.push_back(key);
+        self.sorted = None;
     }
 
-    /// Median positive gap between consecutive keys (1 when unknown).
-    pub fn stride(&self) -> f64 {
-        let mut keys: Vec<i64> = self.ring.iter().take(self.len).copied().collect();
-        keys.sort_unstable();
-        let mut gaps: Vec<f64> = keys
-            .windows(2)
-            .map(|w| w[1].saturating_sub(w[0]))
-            .filter(|g| *g > 0)
-            .map(|g| g as f64)
-            .collect();
-        crate::lag::median_f64(&mut gaps).unwrap_or(1.0).max(1.0)
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The step number of `key`, if it is one of the recent instances.
+    pub fn ordinal(&mut self, key: i64) -> Option<i64> {
+        let keys = &self.keys;
+        let sorted = self.sorted.get_or_insert_with(|| {
+            let mut v: Vec<i64> = keys.iter().copied().collect();
+            v.sort_unstable();
+            v
+        });
+        let i = sorted.binary_search(&key).ok()?;
+        Some(self.evicted.saturating_add(i as i64))
     }
 }
 
@@ -295,7 +306,7 @@ mod tests {
                     behind,
                 },
                 &P,
-                &mut || 1.0,
+                &mut Some,
             );
         }
     }
@@ -352,23 +363,53 @@ mod tests {
     }
 
     #[test]
-    fn period_survives_a_missed_instance_and_counts_in_stride_units() {
-        // Exact keys with stride 3 (the comm interleaves three op types).
+    fn period_survives_a_missed_instance_and_irregular_keys() {
+        // Keys are irregular (time-bucket medians): step i at about 3.5 s * i.
+        let keys: Vec<i64> = (0..50i64).map(|i| i * 3_500 + (i * 37) % 400).collect();
+        let mut index = StepIndex::new(100);
         let mut w = RankWindow::default();
-        for i in (0..50i64).filter(|i| *i != 19) {
-            // step 19 (a behind one) was never seen: the rank's point was dropped
+        for (i, &k) in keys.iter().enumerate() {
+            index.push(k);
+            if i == 19 {
+                continue; // this rank's point of step 19 (a behind one) was dropped
+            }
             let behind = i % 7 == 5;
             w.record(
                 Step {
-                    key: i * 3,
+                    key: k,
                     lag_ms: 0.0,
                     behind,
                 },
                 &P,
-                &mut || 3.0,
+                &mut |k| index.ordinal(k),
             );
         }
         assert_eq!(w.period(), Some(7));
+    }
+
+    #[test]
+    fn a_step_emitted_late_does_not_fake_a_period() {
+        // A chronic rank; instance 18 was emitted 37 steps late (it waited for a missing
+        // rank), so its step sits among steps 52..100 of the window.
+        let mut index = StepIndex::new(100);
+        let mut w = RankWindow::default();
+        let mut order: Vec<i64> = (0..100).filter(|k| *k != 18).collect();
+        order.insert(55, 18);
+        for k in order {
+            index.push(k);
+            let behind = k == 18 || (k >= 52 && k != 88);
+            w.record(
+                Step {
+                    key: k,
+                    lag_ms: 290.0,
+                    behind,
+                },
+                &P,
+                &mut |k| index.ordinal(k),
+            );
+        }
+        assert!(w.is_chronic(&P));
+        assert_eq!(w.period(), None);
     }
 
     #[test]
@@ -383,31 +424,56 @@ mod tests {
         assert_eq!(w.period(), None);
     }
 
+    /// Every ordinal 0..=latest observed, behind at `events`.
+    fn observed(events: &[i64], latest: i64) -> Vec<(i64, bool)> {
+        (0..=latest).map(|o| (o, events.contains(&o))).collect()
+    }
+
     #[test]
     fn detect_period_rejects_irregular_gaps() {
-        assert_eq!(detect_period(&[0, 14, 28, 42], 45, 1.0, 3, 0.8), Some(14));
-        assert_eq!(detect_period(&[0, 14, 30, 42], 45, 1.0, 3, 0.8), None);
-        assert_eq!(detect_period(&[0, 14], 20, 1.0, 3, 0.8), None);
-        assert_eq!(detect_period(&[0, 14, 28, 42], 45, 0.0, 3, 0.8), None);
-        // +-N/10 tolerance for longer periods.
         assert_eq!(
-            detect_period(&[0, 20, 41, 60, 80], 85, 1.0, 3, 0.8),
-            Some(20)
+            detect_period(&observed(&[0, 14, 28, 42], 45), 45, 3, 0.8),
+            Some((14, 42))
+        );
+        assert_eq!(
+            detect_period(&observed(&[0, 14, 30, 42], 45), 45, 3, 0.8),
+            None
+        );
+        assert_eq!(detect_period(&observed(&[0, 14], 20), 20, 3, 0.8), None);
+        assert_eq!(
+            detect_period(&observed(&[0, 14, 28, 42], 80), 80, 3, 0.8),
+            None,
+            "stale"
+        );
+        // +-N/10 tolerance for longer periods.
+        let ev = [0, 20, 41, 60, 80];
+        assert_eq!(
+            detect_period(&observed(&ev, 85), 85, 3, 0.8),
+            Some((20, 80))
         );
     }
 
     #[test]
-    fn recent_keys_stride_is_the_median_gap() {
-        let mut r = RecentKeys::default();
-        assert_eq!(r.stride(), 1.0);
-        for k in [0, 2_000, 4_100, 5_950, 8_000, 10_000] {
-            r.push(k);
+    fn steps_the_rank_missed_do_not_split_an_episode() {
+        // Behind on every observed step; unobserved every 17th step.
+        let steps: Vec<(i64, bool)> = (0..50).filter(|o| o % 17 != 3).map(|o| (o, true)).collect();
+        assert_eq!(detect_period(&steps, 49, 3, 0.8), None);
+        assert_eq!(episode_starts(&steps), vec![0]);
+    }
+
+    #[test]
+    fn step_index_numbers_keys_in_order_and_slides() {
+        let mut x = StepIndex::new(4);
+        for k in [10, 30, 20, 40] {
+            x.push(k);
         }
-        assert_eq!(r.stride(), 2_000.0);
-        for k in 0..200 {
-            r.push(1_000_000 + k * 3);
-        }
-        assert_eq!(r.stride(), 3.0);
+        assert_eq!(x.ordinal(20), Some(1));
+        assert_eq!(x.ordinal(40), Some(3));
+        assert_eq!(x.ordinal(25), None);
+        x.push(50); // evicts 10
+        assert_eq!(x.ordinal(10), None);
+        assert_eq!(x.ordinal(50), Some(4));
+        assert_eq!(x.ordinal(20), Some(1));
     }
 
     proptest! {
@@ -417,11 +483,13 @@ mod tests {
             phase in 0i64..16,
             stride in 1i64..1000,
         ) {
+            let mut index = StepIndex::new(128);
             let mut w = RankWindow::default();
             let params = RankParams { window_steps: 64, ..P };
             for i in 0..64 {
                 let behind = i % period == phase % period;
-                w.record(Step { key: i * stride, lag_ms: 1.0, behind }, &params, &mut || stride as f64);
+                index.push(i * stride);
+                w.record(Step { key: i * stride, lag_ms: 1.0, behind }, &params, &mut |k| index.ordinal(k));
             }
             prop_assert_eq!(w.period(), Some(period as u32));
         }
@@ -430,7 +498,7 @@ mod tests {
         fn behind_count_matches_the_window(flags in prop::collection::vec(any::<bool>(), 0..200)) {
             let mut w = RankWindow::default();
             for (i, b) in flags.iter().enumerate() {
-                w.record(Step { key: i as i64, lag_ms: 0.0, behind: *b }, &P, &mut || 1.0);
+                w.record(Step { key: i as i64, lag_ms: 0.0, behind: *b }, &P, &mut |k| Some(k));
             }
             let tail = &flags[flags.len().saturating_sub(50)..];
             prop_assert_eq!(w.len(), tail.len());

@@ -63,7 +63,7 @@ proptest! {
         let mut added = 0usize;
         let mut dup = 0usize;
         for (rank, t) in raw {
-            let e = Entry { rank: rank % nranks, t, wall: true };
+            let e = Entry::wall(rank % nranks, t);
             match tb.insert(r, 0, nranks, e, Timestamp(1), &mut b) {
                 Placed::Added { .. } => added += 1,
                 Placed::Duplicate => dup += 1,
@@ -107,7 +107,7 @@ proptest! {
             .map(|rank| {
                 // Spread the ranks over [start, start + spread], including both ends.
                 let off = if nranks > 1 { spread * i64::from(rank) / i64::from(nranks - 1) } else { 0 };
-                Entry { rank, t: start + off, wall: true }
+                Entry::wall(rank, start + off)
             })
             .collect();
         shuffle(&mut pts, seed);
@@ -144,7 +144,7 @@ proptest! {
             for rank in 0..nranks {
                 s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let off = if spread > 0 { ((s >> 33) as i64) % (spread + 1) } else { 0 };
-                let e = Entry { rank, t: start + off, wall: true };
+                let e = Entry::wall(rank, start + off);
                 owner.insert((rank, e.t), c);
                 pts.push(e);
             }
@@ -181,10 +181,10 @@ proptest! {
         let mut tb = TimeBuckets::default();
         let mut b = budget();
         let k = 7i64;
-        tb.insert(r, 0, 4, Entry { rank: 0, t: k * window - 1, wall: true }, Timestamp(1), &mut b);
+        tb.insert(r, 0, 4, Entry::wall(0, k * window - 1), Timestamp(1), &mut b);
         tb.take(k - 1, &mut b).unwrap();
         let t = k * window + ((r.skew_ns as f64) * t_into) as i64;
-        let placed = tb.insert(r, 0, 4, Entry { rank: 1, t, wall: true }, Timestamp(1), &mut b);
+        let placed = tb.insert(r, 0, 4, Entry::wall(1, t), Timestamp(1), &mut b);
         prop_assert_eq!(placed, Placed::Added { key: r.natural_key(t) });
         prop_assert!(tb.get(k - 1).is_none());
     }
