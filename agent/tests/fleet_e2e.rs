@@ -270,6 +270,70 @@ async fn fleet_mode_slowdown_straggler_recovery_outage_and_return_json() {
 }
 
 #[tokio::test]
+async fn nccl_points_are_exported_with_wall_clock_time_and_op_seq() {
+    use ingero_agent::nccl::{NcclOutbox, NcclPoint, op};
+    let server = TestFleet::start().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let cfg = config(&server, Encoding::Json, 1);
+    let (outbox, tx) = NcclOutbox::new(3);
+    let source = SyntheticSource::new(
+        SyntheticScript::parse("0s:1").unwrap(),
+        1000.0,
+        Duration::from_secs(60),
+    );
+    let built = setup::build(&cfg, clock.clone(), Box::new(source), Some(outbox), None).unwrap();
+    let mut agent = built.agent;
+    let wall = Timestamp::from_nanos(1_779_185_123_456_789_000);
+    for seq in 1..=4 {
+        tx.send(NcclPoint {
+            time: wall,
+            op: op::ALL_REDUCE,
+            comm_id_hash: 0xabcdef,
+            rank: 1,
+            nranks: 2,
+            datatype: 7,
+            reduce_op: 0,
+            peer_rank: 0,
+            count: 1024,
+            duration_ns: 2_500_000,
+            op_seq: seq,
+            barrier_wait_ns: None,
+        });
+    }
+    tick(&mut agent, &clock).await;
+    let rx = server.received();
+    let nccl: Vec<&Point> = rx
+        .iter()
+        .flat_map(|r| r.points.iter())
+        .filter(|p| p.metric == metric::NCCL_DURATION_MS)
+        .collect();
+    assert_eq!(nccl.len(), 3, "the fourth point overflowed the outbox");
+    let p = nccl[0];
+    assert_eq!(p.time_unix_nano, wall.as_nanos());
+    assert_eq!(p.value, 2.5);
+    assert_eq!(p.attrs[attr::NCCL_OP_SEQ].int(), 1);
+    assert_eq!(p.attrs[attr::NCCL_COMM_ID_HASH].str(), "0000000000abcdef");
+    assert_eq!(p.attrs[attr::NCCL_OP_TYPE].str(), "ncclAllReduce");
+    assert_eq!(p.resource[resource::CLUSTER_ID].str(), "e2e");
+    assert_eq!(p.scope.0, "ingero.nccl");
+    let bytes: Vec<&Point> = rx
+        .iter()
+        .flat_map(|r| r.points.iter())
+        .filter(|p| p.metric == metric::NCCL_BYTES)
+        .collect();
+    assert!(
+        bytes
+            .iter()
+            .all(|b| b.is_int && b.value == 1024.0 && b.unit == "By")
+    );
+    let nccl_push = rx
+        .iter()
+        .find(|r| r.metric(metric::NCCL_DURATION_MS).is_some())
+        .unwrap();
+    assert_eq!(nccl_push.query, "cluster_id=e2e");
+}
+
+#[tokio::test]
 async fn quorum_lost_keeps_classifying_in_fleet_cached_then_none() {
     let server = TestFleet::start().await;
     server.threshold("0.95", "false");

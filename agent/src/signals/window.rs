@@ -197,6 +197,13 @@ impl SignalSource for EbpfSource {
             return Err(CollectError("the eBPF event reader stopped".into()));
         }
         let acc = std::mem::take(&mut *self.shared.acc.lock());
+        if acc.dropped > 0 {
+            tracing::warn!(
+                dropped = acc.dropped,
+                cap = MAX_PIDS_PER_TICK,
+                "CUDA events of processes beyond the per-tick cap were dropped"
+            );
+        }
         let launches: u64 = acc.per_pid.values().map(PidActivity::launches).sum();
         let busy: u64 = acc.per_pid.values().map(PidActivity::busy_ns).sum();
         let (in_window, rate, compute) = self.window.push(now, launches, busy, self.gpus);
