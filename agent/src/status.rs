@@ -144,15 +144,17 @@ pub fn render(s: &StatusSnapshot, now: Timestamp) -> String {
         opt(s.threshold),
         quorum
     );
-    let _ = writeln!(
-        o,
-        "fleet        {}",
-        if s.fleet_reachable {
-            "reachable"
-        } else {
-            "UNREACHABLE"
-        }
-    );
+    if !s.endpoint.is_empty() {
+        let _ = writeln!(
+            o,
+            "fleet        {}",
+            if s.fleet_reachable {
+                "reachable"
+            } else {
+                "UNREACHABLE"
+            }
+        );
+    }
     let last = match &s.last_push {
         Some((t, what)) => format!("{} ({}s ago)", what, now.since(*t).as_secs()),
         None => "never".to_string(),
@@ -233,5 +235,15 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} not in\n{text}");
         }
+        assert!(
+            !text.contains("reachable"),
+            "no reachability line without an endpoint"
+        );
+        let with_endpoint = StatusSnapshot {
+            endpoint: "http://fleet:4318/v1/metrics?cluster_id=c1".into(),
+            fleet_reachable: false,
+            ..s
+        };
+        assert!(render(&with_endpoint, Timestamp::from_secs(103)).contains("UNREACHABLE"));
     }
 }

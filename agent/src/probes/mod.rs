@@ -315,6 +315,16 @@ struct Worker {
 
 impl Worker {
     fn run(&mut self) {
+        // Whatever ends this thread (a clean stop or a panic), the source must learn that
+        // events are no longer read, so the node goes stale instead of looking idle.
+        struct Alive(Arc<SharedWindow>, Arc<Mutex<ProbeStatus>>);
+        impl Drop for Alive {
+            fn drop(&mut self) {
+                self.0.alive.store(false, Ordering::Relaxed);
+                self.1.lock().running = false;
+            }
+        }
+        let _alive = Alive(self.shared.clone(), self.status.clone());
         let mut last_scan: Option<Instant> = None;
         let mut last_offset = Instant::now();
         let mut cuda_buf: Vec<CudaEvent> = Vec::with_capacity(4096);
@@ -334,8 +344,6 @@ impl Worker {
         }
         // Final drain so nothing already in the rings is lost on a clean stop.
         self.drain(&mut cuda_buf, &mut released);
-        self.shared.alive.store(false, Ordering::Relaxed);
-        self.status.lock().running = false;
         for (_, lib) in std::mem::take(&mut self.attached) {
             self.detach_links(lib.links, false);
         }
