@@ -6,6 +6,7 @@
 //! render), `interner` (read for lookups, write only when something is new), then one
 //! shard mutex at a time (all of them only during compaction).
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use component::config::ConfigErrors;
@@ -24,8 +25,17 @@ use crate::translate::{Lookup, Scratch, Settings, translate};
 /// Number of series shards (resources are spread by label-set id).
 pub const SHARDS: usize = 16;
 
-/// Removed series needed before `expire` considers a compaction ...
+/// Removed series needed before `expire` considers a compaction (together with a quarter
+/// of the live series).
 const GC_MIN_REMOVED: u64 = 1024;
+
+/// Per-thread translation buffers kept between `consume` calls, so a push allocates
+/// nothing in steady state. Dropped instead of kept when a huge batch inflated them.
+const MAX_KEPT_UPDATES: usize = 4096;
+
+thread_local! {
+    static SCRATCH: RefCell<(Scratch, ResourcePlan)> = RefCell::default();
+}
 
 /// What one `consume` call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -138,10 +148,33 @@ impl PrometheusExporter {
 
     /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
     pub fn consume(&self, data: &[ResourceMetrics], now: Timestamp) -> ConsumeStats {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buffers) => {
+                let (sc, plan) = &mut *buffers;
+                let stats = self.consume_with(data, now, sc, plan);
+                if plan.updates.capacity() > MAX_KEPT_UPDATES {
+                    *plan = ResourcePlan::default();
+                }
+                stats
+            }
+            Err(_) => self.consume_with(
+                data,
+                now,
+                &mut Scratch::default(),
+                &mut ResourcePlan::default(),
+            ),
+        })
+    }
+
+    fn consume_with(
+        &self,
+        data: &[ResourceMetrics],
+        now: Timestamp,
+        sc: &mut Scratch,
+        plan: &mut ResourcePlan,
+    ) -> ConsumeStats {
         let now_s = secs(now);
         let mut stats = ConsumeStats::default();
-        let mut sc = Scratch::default();
-        let mut plan = ResourcePlan::default();
         let mut total = DropCounts::default();
         for rm in data {
             let points = component::otlp::count_points(std::slice::from_ref(rm));
@@ -153,18 +186,8 @@ impl PrometheusExporter {
                 interner: &interner,
                 capped,
             };
-            if translate(
-                &mut lk,
-                &self.settings,
-                rm,
-                now_s,
-                &mut sc,
-                &mut plan,
-                &mut drops,
-            )
-            .is_ok()
-            {
-                stats.stored += self.apply(&mut plan, now_s, &mut drops);
+            if translate(&mut lk, &self.settings, rm, now_s, sc, plan, &mut drops).is_ok() {
+                stats.stored += self.apply(plan, now_s, &mut drops);
                 drop(interner);
             } else {
                 drop(interner);
@@ -175,14 +198,14 @@ impl PrometheusExporter {
                     &self.settings,
                     rm,
                     now_s,
-                    &mut sc,
-                    &mut plan,
+                    sc,
+                    plan,
                     &mut drops,
                 )
                 .is_ok();
                 let _r = RwLockWriteGuard::downgrade(w);
                 if ok {
-                    stats.stored += self.apply(&mut plan, now_s, &mut drops);
+                    stats.stored += self.apply(plan, now_s, &mut drops);
                 } else {
                     // The write view never asks for itself; count rather than assume.
                     drops = DropCounts::default();

@@ -2,9 +2,9 @@
 //! `u32` symbol; every label set (a name-sorted list of symbol pairs) is stored once and
 //! named by a `u32` id; every metric family once, named by a `u32` id.
 //!
-//! Strings live in one arena (`String`) addressed by (offset, len), so a symbol costs
-//! 8 bytes of span plus ~5 bytes of hash index plus its text, with no per-string
-//! allocation. Label sets live the same way in one `Vec` of pairs. The indexes are
+//! Strings live back to back in one arena (`String`) addressed by their end offset, so a
+//! symbol costs 4 bytes of offset plus ~5 bytes of hash index plus its text, with no
+//! per-string allocation. Label sets live the same way in one `Vec` of pairs. The indexes are
 //! `hashbrown::HashTable`s of ids that hash through the arena, so no text is stored twice.
 //!
 //! Nothing is removed one by one: [`Interner::compact`] rebuilds the tables keeping only
@@ -29,11 +29,37 @@ pub type Pair = [Sym; 2];
 /// Marker for "no id".
 pub const NONE: u32 = u32::MAX;
 
+/// Make room for `additional` more elements, growing by a quarter rather than doubling:
+/// these arenas hold most of the exporter's memory, and doubling would leave up to half
+/// of it unused. Growth stays geometric, so appends stay amortised O(1).
+fn grow<T>(v: &mut Vec<T>, additional: usize) {
+    if v.capacity() - v.len() < additional {
+        v.reserve_exact((v.capacity() / 4).max(additional).max(64));
+    }
+}
+
+fn grow_string(s: &mut String, additional: usize) {
+    if s.capacity() - s.len() < additional {
+        s.reserve_exact((s.capacity() / 4).max(additional).max(256));
+    }
+}
+
+/// Where entry `id` ends in its arena; it starts where `id - 1` ends. Entries are stored
+/// back to back in id order, so 4 bytes per entry locate it.
+fn span(ends: &[u32], id: u32) -> Option<std::ops::Range<usize>> {
+    let end = *ends.get(id as usize)? as usize;
+    let start = match id.checked_sub(1) {
+        Some(prev) => *ends.get(prev as usize)? as usize,
+        None => 0,
+    };
+    Some(start..end)
+}
+
 /// Interned texts.
 #[derive(Debug, Default)]
 pub struct StrTable {
     arena: String,
-    spans: Vec<(u32, u32)>,
+    ends: Vec<u32>,
     index: HashTable<Sym>,
     hasher: DefaultHashBuilder,
 }
@@ -49,51 +75,48 @@ impl StrTable {
         if let Some(id) = self.get(s) {
             return Some(id);
         }
-        let off = u32::try_from(self.arena.len()).ok()?;
-        let len = u32::try_from(s.len()).ok()?;
-        off.checked_add(len)?;
-        let id = Sym::try_from(self.spans.len())
+        let end = u32::try_from(self.arena.len().checked_add(s.len())?).ok()?;
+        let id = Sym::try_from(self.ends.len())
             .ok()
             .filter(|&id| id != NONE)?;
+        grow_string(&mut self.arena, s.len());
         self.arena.push_str(s);
-        self.spans.push((off, len));
+        grow(&mut self.ends, 1);
+        self.ends.push(end);
         let h = self.hasher.hash_one(s);
-        let (arena, spans, hasher) = (&self.arena, &self.spans, &self.hasher);
+        let (arena, ends, hasher) = (&self.arena, &self.ends, &self.hasher);
         self.index
-            .insert_unique(h, id, |&i| hasher.hash_one(span_str(arena, spans, i)));
+            .insert_unique(h, id, |&i| hasher.hash_one(span_str(arena, ends, i)));
         Some(id)
     }
 
     pub fn resolve(&self, id: Sym) -> &str {
-        span_str(&self.arena, &self.spans, id)
+        span_str(&self.arena, &self.ends, id)
     }
 
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.ends.is_empty()
     }
 
     /// Heap bytes held (capacities).
     pub fn heap_bytes(&self) -> usize {
-        self.arena.capacity() + self.spans.capacity() * 8 + self.index.capacity() * 5
+        self.arena.capacity() + self.ends.capacity() * 4 + self.index.capacity() * 5
     }
 }
 
-fn span_str<'a>(arena: &'a str, spans: &[(u32, u32)], id: Sym) -> &'a str {
-    spans
-        .get(id as usize)
-        .and_then(|&(off, len)| arena.get(off as usize..(off as usize + len as usize)))
-        .unwrap_or("")
+fn span_str<'a>(arena: &'a str, ends: &[u32], id: Sym) -> &'a str {
+    span(ends, id).and_then(|r| arena.get(r)).unwrap_or("")
 }
 
 /// Interned label sets.
 #[derive(Debug, Default)]
 pub struct SetTable {
     pairs: Vec<Pair>,
-    spans: Vec<(u32, u32)>,
+    ends: Vec<u32>,
     index: HashTable<SetId>,
     hasher: DefaultHashBuilder,
 }
@@ -108,43 +131,40 @@ impl SetTable {
         if let Some(id) = self.get(set) {
             return Some(id);
         }
-        let off = u32::try_from(self.pairs.len()).ok()?;
-        let len = u32::try_from(set.len()).ok()?;
-        off.checked_add(len)?;
-        let id = SetId::try_from(self.spans.len())
+        let end = u32::try_from(self.pairs.len().checked_add(set.len())?).ok()?;
+        let id = SetId::try_from(self.ends.len())
             .ok()
             .filter(|&id| id != NONE)?;
+        grow(&mut self.pairs, set.len());
         self.pairs.extend_from_slice(set);
-        self.spans.push((off, len));
+        grow(&mut self.ends, 1);
+        self.ends.push(end);
         let h = self.hasher.hash_one(set);
-        let (pairs, spans, hasher) = (&self.pairs, &self.spans, &self.hasher);
+        let (pairs, ends, hasher) = (&self.pairs, &self.ends, &self.hasher);
         self.index
-            .insert_unique(h, id, |&i| hasher.hash_one(span_pairs(pairs, spans, i)));
+            .insert_unique(h, id, |&i| hasher.hash_one(span_pairs(pairs, ends, i)));
         Some(id)
     }
 
     pub fn resolve(&self, id: SetId) -> &[Pair] {
-        span_pairs(&self.pairs, &self.spans, id)
+        span_pairs(&self.pairs, &self.ends, id)
     }
 
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.ends.is_empty()
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.pairs.capacity() * 8 + self.spans.capacity() * 8 + self.index.capacity() * 5
+        self.pairs.capacity() * 8 + self.ends.capacity() * 4 + self.index.capacity() * 5
     }
 }
 
-fn span_pairs<'a>(pairs: &'a [Pair], spans: &[(u32, u32)], id: SetId) -> &'a [Pair] {
-    spans
-        .get(id as usize)
-        .and_then(|&(off, len)| pairs.get(off as usize..(off as usize + len as usize)))
-        .unwrap_or(&[])
+fn span_pairs<'a>(pairs: &'a [Pair], ends: &[u32], id: SetId) -> &'a [Pair] {
+    span(ends, id).and_then(|r| pairs.get(r)).unwrap_or(&[])
 }
 
 /// Prometheus type of a family.
@@ -211,7 +231,14 @@ pub struct Interner {
     label_keys: HashMap<Box<str>, Option<Sym>>,
     /// OTLP (name, unit, kind) -> family, or why its points are dropped.
     metrics: HashMap<MetricKey, Result<FamilyId, DropReason>>,
+    /// Encoded data-point attributes -> their label set, so a push of a known shape skips
+    /// most lookups. First come, first kept, up to [`MAX_MEMO_ENTRIES`]: the shared shapes
+    /// (state/workload, detection mode, GPU info) are met on the very first pushes.
+    dsets: HashMap<Box<[u8]>, SetId>,
 }
+
+/// Most memoised data-point attribute lists.
+pub const MAX_MEMO_ENTRIES: usize = 4096;
 
 impl Interner {
     pub fn family(&self, id: FamilyId) -> Option<&Family> {
@@ -272,6 +299,16 @@ impl Interner {
         }
     }
 
+    pub fn memo_dset(&self, key: &[u8]) -> Option<SetId> {
+        self.dsets.get(key).copied()
+    }
+
+    pub fn memoize_dset(&mut self, key: &[u8], set: SetId) {
+        if self.dsets.len() < MAX_MEMO_ENTRIES {
+            self.dsets.insert(key.into(), set);
+        }
+    }
+
     /// Heap bytes held by the tables (approximate for the hash maps).
     pub fn heap_bytes(&self) -> usize {
         let fam: usize = self
@@ -285,7 +322,8 @@ impl Interner {
             .keys()
             .map(|k| k.name.len() + k.unit.len() + 48)
             .sum();
-        self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics
+        let memo: usize = self.dsets.keys().map(|k| k.len() + 32).sum();
+        self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo
     }
 
     /// Strings used by the marked label sets or by the label-key cache.
@@ -369,6 +407,11 @@ impl Interner {
             }
             Err(_) => false,
         });
+        self.dsets.retain(|_, v| {
+            *v = remap(&set_map, *v);
+            *v != NONE
+        });
+        self.dsets.shrink_to_fit();
         self.label_keys.shrink_to_fit();
         self.metrics.shrink_to_fit();
         self.family_by_name.shrink_to_fit();

@@ -1,5 +1,5 @@
-//! Series storage: sharded by resource label set, one small `Vec` of 24-byte series per
-//! resource.
+//! Series storage: sharded by resource label set, one exact-size slice of 24-byte series
+//! per resource.
 //!
 //! A series is (family id, data-point label-set id, value, point time, last update), all
 //! in `u32`s plus one 8-byte payload: the `f64` value for gauges and counters, or an index
@@ -170,10 +170,12 @@ pub fn is_live(seen_s: u32, now_s: u32, exp_s: u32) -> bool {
     now_s < seen_s.saturating_add(exp_s)
 }
 
+const _: () = assert!(std::mem::size_of::<ResourceEntry>() == 40);
+
 /// The series of one resource label set.
 #[derive(Debug)]
 pub struct ResourceEntry {
-    pub series: Vec<Series>,
+    pub series: Box<[Series]>,
     /// Bit f set when a series of family f (< 64) is present.
     pub mask: u64,
     /// `target_info` label set, or NONE.
@@ -185,7 +187,7 @@ pub struct ResourceEntry {
 impl ResourceEntry {
     fn new() -> Self {
         ResourceEntry {
-            series: Vec::new(),
+            series: Box::default(),
             mask: 0,
             target_info: NONE,
             complex: None,
@@ -237,7 +239,7 @@ impl ResourceEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpdateValue {
     Number { value: f64, delta: bool },
-    Histogram { hist: Histogram, delta: bool },
+    Histogram { hist: Box<Histogram>, delta: bool },
     Summary(Summary),
 }
 
@@ -275,6 +277,20 @@ pub struct Limits<'a> {
     pub resources: &'a AtomicUsize,
 }
 
+fn bump(counts: &mut Vec<u32>, f: FamilyId, up: bool) {
+    let i = f as usize;
+    if counts.len() <= i {
+        counts.resize(i + 1, 0);
+    }
+    if let Some(c) = counts.get_mut(i) {
+        *c = if up {
+            c.saturating_add(1)
+        } else {
+            c.saturating_sub(1)
+        };
+    }
+}
+
 /// One shard of resources.
 #[derive(Debug, Default)]
 pub struct Shard {
@@ -289,17 +305,7 @@ impl Shard {
     }
 
     fn bump_family(&mut self, f: FamilyId, up: bool) {
-        let i = f as usize;
-        if self.family_counts.len() <= i {
-            self.family_counts.resize(i + 1, 0);
-        }
-        if let Some(c) = self.family_counts.get_mut(i) {
-            *c = if up {
-                c.saturating_add(1)
-            } else {
-                c.saturating_sub(1)
-            };
-        }
+        bump(&mut self.family_counts, f, up);
     }
 
     /// Store a plan. Returns the number of points stored; drops go to `drops`.
@@ -314,27 +320,31 @@ impl Shard {
         if plan.updates.is_empty() {
             return 0;
         }
-        let mut created = Vec::new();
-        let is_new = !self.resources.contains_key(&plan.resource);
-        let entry = self
-            .resources
-            .entry(plan.resource)
-            .or_insert_with(ResourceEntry::new);
+        let Shard {
+            resources,
+            family_counts,
+        } = self;
+        let mut is_new = false;
+        let entry = resources.entry(plan.resource).or_insert_with(|| {
+            is_new = true;
+            ResourceEntry::new()
+        });
+        // Worked on as a Vec, kept as an exact-size boxed slice (16 bytes, no spare room).
+        let mut series = std::mem::take(&mut entry.series).into_vec();
         if is_new {
-            entry.series.reserve_exact(plan.updates.len());
+            series.reserve_exact(plan.updates.len());
         }
         if plan.target_info != NONE {
             entry.target_info = plan.target_info;
         }
         let mut stored = 0;
         for u in plan.updates.drain(..) {
-            let existing = entry
-                .series
+            let existing = series
                 .iter()
                 .position(|s| s.family() == u.family && s.labels == u.labels);
             match existing {
                 Some(i) => {
-                    let Some(s) = entry.series.get(i).copied() else {
+                    let Some(s) = series.get(i).copied() else {
                         continue;
                     };
                     if u.time_s < s.time_s {
@@ -365,7 +375,7 @@ impl Shard {
                                     old.count = old.count.saturating_add(hist.count);
                                     old
                                 }
-                                _ => hist,
+                                _ => *hist,
                             };
                             entry.put_complex(Complex::Histogram(merged))
                         }
@@ -374,7 +384,7 @@ impl Shard {
                             entry.put_complex(Complex::Summary(sum))
                         }
                     };
-                    if let Some(slot) = entry.series.get_mut(i) {
+                    if let Some(slot) = series.get_mut(i) {
                         slot.payload = payload;
                         slot.time_s = u.time_s;
                         slot.seen_s = now_s;
@@ -392,11 +402,11 @@ impl Shard {
                     let payload = match u.value {
                         UpdateValue::Number { value, .. } => value.to_bits(),
                         UpdateValue::Histogram { hist, .. } => {
-                            entry.put_complex(Complex::Histogram(hist))
+                            entry.put_complex(Complex::Histogram(*hist))
                         }
                         UpdateValue::Summary(sum) => entry.put_complex(Complex::Summary(sum)),
                     };
-                    entry.series.push(Series {
+                    series.push(Series {
                         fam: (u.family & !COMPLEX_BIT) | if complex { COMPLEX_BIT } else { 0 },
                         labels: u.labels,
                         payload,
@@ -406,19 +416,17 @@ impl Shard {
                     if u.family < 64 {
                         entry.mask |= 1u64 << u.family;
                     }
-                    created.push(u.family);
+                    bump(family_counts, u.family, true);
                     stored += 1;
                 }
             }
         }
-        let empty = entry.series.is_empty();
+        let empty = series.is_empty();
+        entry.series = series.into_boxed_slice();
         if empty {
-            self.resources.remove(&plan.resource);
+            resources.remove(&plan.resource);
         } else if is_new {
             limits.resources.fetch_add(1, Ordering::Relaxed);
-        }
-        for f in created {
-            self.bump_family(f, true);
         }
         stored
     }
@@ -430,9 +438,13 @@ impl Shard {
         let mut removed_resources = 0;
         let mut gone_families: Vec<FamilyId> = Vec::new();
         self.resources.retain(|_, e| {
+            if e.series.iter().all(|s| is_live(s.seen_s, now_s, exp_s)) {
+                return true;
+            }
             let before = e.series.len();
             let mut dead_slots = Vec::new();
-            e.series.retain(|s| {
+            let mut series = std::mem::take(&mut e.series).into_vec();
+            series.retain(|s| {
                 let live = is_live(s.seen_s, now_s, exp_s);
                 if !live {
                     gone_families.push(s.family());
@@ -442,16 +454,12 @@ impl Shard {
                 }
                 live
             });
-            if e.series.len() != before {
-                removed_series += before - e.series.len();
-                for slot in dead_slots {
-                    e.take_complex(slot);
-                }
-                e.recompute_mask();
-                if e.series.capacity() > 2 * e.series.len() + 4 {
-                    e.series.shrink_to_fit();
-                }
+            e.series = series.into_boxed_slice();
+            removed_series += before - e.series.len();
+            for slot in dead_slots {
+                e.take_complex(slot);
             }
+            e.recompute_mask();
             if e.series.is_empty() {
                 removed_resources += 1;
                 false
@@ -655,12 +663,12 @@ mod tests {
             labels: 0,
             time_s: 10,
             value: UpdateValue::Histogram {
-                hist: Histogram {
+                hist: Box::new(Histogram {
                     bounds: vec![1.0].into(),
                     counts: vec![c, 1].into(),
                     sum: 1.0,
                     count: c + 1,
-                },
+                }),
                 delta: true,
             },
         };

@@ -12,6 +12,9 @@ pub fn write_float(out: &mut String, v: f64) {
         out.push_str("NaN");
     } else if v.is_infinite() {
         out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else if v.fract() == 0.0 && v.abs() < 1e15 && !(v == 0.0 && v.is_sign_negative()) {
+        // Integral values (counters, 0/1 flags) skip the float formatter.
+        write_int(out, v as i64);
     } else {
         let a = v.abs();
         if a != 0.0 && !(1e-6..1e21).contains(&a) {
@@ -19,6 +22,26 @@ pub fn write_float(out: &mut String, v: f64) {
         } else {
             let _ = write!(out, "{v}");
         }
+    }
+}
+
+fn write_int(out: &mut String, v: i64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = v.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        out.push('-');
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
     }
 }
 
@@ -86,6 +109,10 @@ mod tests {
         assert_eq!(f(1e-7), "1e-7");
         assert_eq!(f(1.5e300), "1.5e300");
         assert_eq!(f(123456789.0), "123456789");
+        assert_eq!(f(-42.0), "-42");
+        assert_eq!(f(-0.0), "-0");
+        assert_eq!(f(999_999_999_999_999.0), "999999999999999");
+        assert_eq!(f(1e15), "1000000000000000");
         assert_eq!(f(f64::NAN), "NaN");
         assert_eq!(f(f64::INFINITY), "+Inf");
         assert_eq!(f(f64::NEG_INFINITY), "-Inf");

@@ -12,7 +12,7 @@
 //! Translation first runs against a shared (read) view of the intern tables and asks for
 //! the write lock only when something is new, so a known node's push takes no write lock.
 
-use component::otlp::{AnyValue, KeyValue, Metric, MetricKind, ResourceMetrics};
+use component::otlp::{AnyValue, AnyValueKind, KeyValue, Metric, MetricKind, ResourceMetrics};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, HistogramDataPoint, SummaryDataPoint,
 };
@@ -195,6 +195,7 @@ fn resolve_family(
 /// Reusable buffers for one `consume` call.
 #[derive(Debug, Default)]
 pub struct Scratch {
+    key: Vec<u8>,
     r: Vec<Pair>,
     d: Vec<Pair>,
     m: Vec<Pair>,
@@ -571,7 +572,10 @@ fn translate_metric(
         }
         Some(MetricKind::Histogram(h)) => {
             for dp in &h.data_points {
-                let v = histogram_value(dp).map(|hist| UpdateValue::Histogram { hist, delta });
+                let v = histogram_value(dp).map(|hist| UpdateValue::Histogram {
+                    hist: Box::new(hist),
+                    delta,
+                });
                 point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
             }
         }
@@ -600,7 +604,15 @@ fn point_labels(
 ) -> Result<SetId, Fail> {
     let mut d = std::mem::take(&mut sc.d);
     let result = (|| {
-        attr_labels(lk, &[attrs], no_skip, sc, &mut d)?;
+        raw_key(attrs, &mut sc.key);
+        let memo = lk.interner().memo_dset(&sc.key);
+        match memo {
+            Some(id) => {
+                d.clear();
+                d.extend_from_slice(lk.interner().sets.resolve(id));
+            }
+            None => attr_labels(lk, &[attrs], no_skip, sc, &mut d)?,
+        }
         let i = lk.interner();
         let r = i.sets.resolve(resource);
         if let Some(word) = reserved
@@ -611,27 +623,74 @@ fn point_labels(
             return Err(DropReason::ReservedLabel.into());
         }
         let collides = d.iter().any(|p| r.iter().any(|q| q[0] == p[0]));
-        if collides {
-            let mut m = std::mem::take(&mut sc.m);
-            let lists: &[&[KeyValue]] = if settings.resource_to_telemetry {
-                &[attrs, res_attrs]
-            } else {
-                &[attrs]
-            };
-            let merged = attr_labels(lk, lists, no_skip, sc, &mut m)
-                .and_then(|()| add_identity(lk, ids, Some(settings), sc, &mut m));
-            if merged.is_ok() {
-                let r = lk.interner().sets.resolve(resource);
-                d.clear();
-                d.extend(m.iter().filter(|p| !r.contains(p)));
+        if !collides {
+            if let Some(id) = memo {
+                return Ok(id);
             }
-            sc.m = m;
-            merged?;
+            let id = lk.set(&d)?;
+            if let Lookup::Write(i) = lk {
+                i.memoize_dset(&sc.key, id);
+            }
+            return Ok(id);
         }
+        let mut m = std::mem::take(&mut sc.m);
+        let lists: &[&[KeyValue]] = if settings.resource_to_telemetry {
+            &[attrs, res_attrs]
+        } else {
+            &[attrs]
+        };
+        let merged = attr_labels(lk, lists, no_skip, sc, &mut m)
+            .and_then(|()| add_identity(lk, ids, Some(settings), sc, &mut m));
+        if merged.is_ok() {
+            let r = lk.interner().sets.resolve(resource);
+            d.clear();
+            d.extend(m.iter().filter(|p| !r.contains(p)));
+        }
+        sc.m = m;
+        merged?;
         lk.set(&d)
     })();
     sc.d = d;
     result
+}
+
+/// An exact, unambiguous byte encoding of an attribute list (length-prefixed keys, typed
+/// values), the key of the data-point label-set memo.
+fn raw_key(attrs: &[KeyValue], out: &mut Vec<u8>) {
+    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out.clear();
+    for kv in attrs {
+        bytes(out, kv.key.as_bytes());
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            None => out.push(0),
+            Some(AnyValueKind::StringValue(s)) => {
+                out.push(1);
+                bytes(out, s.as_bytes());
+            }
+            Some(AnyValueKind::IntValue(i)) => {
+                out.push(2);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Some(AnyValueKind::DoubleValue(d)) => {
+                out.push(3);
+                out.extend_from_slice(&d.to_bits().to_le_bytes());
+            }
+            Some(AnyValueKind::BoolValue(b)) => {
+                out.push(4);
+                out.push(u8::from(*b));
+            }
+            Some(_) => {
+                // Rare composite values: their label text is their identity.
+                let mut text = String::new();
+                write_value(kv.value.as_ref(), &mut text);
+                out.push(5);
+                bytes(out, text.as_bytes());
+            }
+        }
+    }
 }
 
 fn histogram_value(dp: &HistogramDataPoint) -> Result<Histogram, DropReason> {

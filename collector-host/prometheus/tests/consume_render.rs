@@ -537,3 +537,42 @@ fn concurrent_consume_and_render() {
         .collect();
     assert_eq!(nodes.len(), 800);
 }
+
+#[test]
+fn a_known_point_shape_still_merges_with_a_colliding_resource() {
+    // The first resource teaches the exporter the point shape {x="dp"}; the second has
+    // its own `x`, which must win as the resource attribute does in contrib.
+    let e = default_exporter();
+    let shape = || vec![point(vec![kv_str("x", "dp")], now(), 1.0)];
+    e.consume(
+        &[rm(vec![kv_str("node", "a")], vec![gauge("g", "", shape())])],
+        ts(now()),
+    );
+    e.consume(
+        &[rm(
+            vec![kv_str("node", "b"), kv_str("x", "res")],
+            vec![gauge("g", "", shape())],
+        )],
+        ts(now()),
+    );
+    // And again, now that everything is interned (read path).
+    e.consume(
+        &[rm(
+            vec![kv_str("node", "b"), kv_str("x", "res")],
+            vec![gauge("g", "", shape())],
+        )],
+        ts(now()),
+    );
+    let mut got: Vec<_> = parse(&render(&e, now(), &[]))
+        .into_iter()
+        .map(|s| s.labels)
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            labels(&[("node", "a"), ("x", "dp")]),
+            labels(&[("node", "b"), ("x", "res")])
+        ]
+    );
+}
