@@ -49,10 +49,11 @@ pub enum Transition {
     Cleared,
 }
 
-/// One node's classifier state.
+/// One node's classifier state (8 bytes: the tick keeps one per node). The sum is stored
+/// as `f32`: it lives in [0, 2 * decision], where that precision is ample.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ShortfallCusum {
-    sum: f64,
+    sum: f32,
     straggler: bool,
 }
 
@@ -62,7 +63,7 @@ impl ShortfallCusum {
     }
 
     pub fn sum(&self) -> f64 {
-        self.sum
+        f64::from(self.sum)
     }
 
     /// Fold in one score against `threshold` with robust standard deviation `sigma`.
@@ -73,14 +74,19 @@ impl ShortfallCusum {
         threshold: f64,
         sigma: f64,
     ) -> Option<Transition> {
-        let z = (threshold - score) / sigma.max(MIN_SIGMA);
-        let next = self.sum + z - p.drift;
+        self.observe_z(p, (threshold - score) / sigma.max(MIN_SIGMA))
+    }
+
+    /// Fold in one standardised shortfall `z = (threshold - score) / sigma`.
+    pub fn observe_z(&mut self, p: &CusumParams, z: f64) -> Option<Transition> {
+        let next = f64::from(self.sum) + z - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
-        self.sum = next.max(0.0).min(p.cap());
-        if !self.straggler && self.sum >= p.decision {
+        let sum = next.max(0.0).min(p.cap());
+        self.sum = sum as f32;
+        if !self.straggler && sum >= p.decision {
             self.straggler = true;
             Some(Transition::Entered)
-        } else if self.straggler && self.sum <= 0.0 {
+        } else if self.straggler && sum <= 0.0 {
             self.straggler = false;
             Some(Transition::Cleared)
         } else {

@@ -9,14 +9,14 @@
 //! are accounted for and not expected to contribute. `coverage = active / expected` (1 when
 //! nothing is expected); `coverage_low = coverage < coverage_fraction`.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use component::Timestamp;
 
-use crate::classifier::{CusumParams, ShortfallCusum, Transition};
+use crate::classifier::{CusumParams, MIN_SIGMA, ShortfallCusum, Transition};
 use crate::config::IngeroConfig;
-use crate::table::{CLUSTER_WIDE_COHORT, NodeSample, NodeState};
+use crate::table::{CLUSTER_WIDE_COHORT, CohortId, NodeBudget, NodeSample, NodeState, NodeTable};
 use crate::threshold::{CohortThreshold, CohortUpdate, ThresholdParams};
 
 /// Everything a cluster tick depends on besides its nodes.
@@ -27,6 +27,8 @@ pub struct ClusterParams {
     pub cohorts_enabled: bool,
     pub coverage_fraction: f64,
     pub require_coverage: bool,
+    /// Nodes to pick for the diagnostics list (`diagnostics.max_nodes_per_cluster`).
+    pub diagnostics_max_nodes: usize,
 }
 
 impl ClusterParams {
@@ -37,6 +39,8 @@ impl ClusterParams {
             cohorts_enabled: cfg.cohorts.enabled,
             coverage_fraction: cfg.quorum.coverage_fraction,
             require_coverage: cfg.quorum.require_coverage,
+            diagnostics_max_nodes: usize::try_from(cfg.diagnostics.max_nodes_per_cluster)
+                .unwrap_or(usize::MAX),
         }
     }
 }
@@ -72,6 +76,8 @@ pub struct ClusterTick {
     pub straggler_count: u64,
     /// Indices (into the samples) of the nodes flagged as stragglers.
     pub stragglers: Vec<usize>,
+    /// Indices of the nodes to list in diagnostics ([`diagnostic_selection`] order).
+    pub diagnostic_nodes: Vec<usize>,
     pub transitions: Vec<NodeTransition>,
 }
 
@@ -89,20 +95,98 @@ pub struct ClusterTickState {
     /// Per table slot: (generation, classifier).
     classifiers: Vec<(u32, ShortfallCusum)>,
     ticks: u64,
-    /// Filled by the caller from `NodeTable::snapshot` before [`Self::compute`].
-    pub samples: Vec<NodeSample>,
-    /// Cohort names by id, filled with `samples`.
-    pub cohort_names: Vec<Option<Arc<str>>>,
-    /// Upper bound of `NodeSample::slot` (the table's slot count), filled with `samples`.
-    pub slot_capacity: usize,
+    samples: Vec<NodeSample>,
+    cohort_names: Vec<Option<Arc<str>>>,
+    /// Active live scores and node counts of `samples`, tallied while they were loaded.
     scores: Vec<f64>,
+    node_counts: NodeCounts,
+    /// `scores` / `node_counts` no longer describe `samples` (edited, or consumed).
+    stale_tally: bool,
     grouped: Vec<f64>,
     counts: Vec<usize>,
+    /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
     effective: Vec<Option<(f64, f64)>>,
     cohort_stragglers: Vec<u64>,
 }
 
+/// Node counts of one tick's samples.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NodeCounts {
+    pub active: u64,
+    pub idle: u64,
+    pub calibrating: u64,
+    /// Past the TTL, within the expected window, last state not idle.
+    pub silent: u64,
+}
+
+fn tally(counts: &mut NodeCounts, scores: &mut Vec<f64>, s: &NodeSample) {
+    if s.is_vacant() {
+        return;
+    }
+    match (s.live(), s.state) {
+        (true, NodeState::Active) => {
+            counts.active += 1;
+            scores.push(s.score);
+        }
+        (true, NodeState::Idle) => counts.idle += 1,
+        (true, NodeState::Calibrating) => counts.calibrating += 1,
+        (false, NodeState::Idle) => {}
+        (false, _) => counts.silent += 1,
+    }
+}
+
 impl ClusterTickState {
+    /// Copy a table out for a tick (call with the table's lock held; nothing else is done
+    /// under it): samples, cohort names, active scores and counts, in one pass. Returns the
+    /// number of records the table forgot (older than `forget_nanos`).
+    pub fn load(
+        &mut self,
+        table: &mut NodeTable,
+        now: u64,
+        ttl_nanos: u64,
+        forget_nanos: u64,
+        budget: &NodeBudget,
+    ) -> usize {
+        self.scores.clear();
+        self.node_counts = NodeCounts::default();
+        let (counts, scores) = (&mut self.node_counts, &mut self.scores);
+        let removed = table.snapshot(
+            now,
+            ttl_nanos,
+            forget_nanos,
+            budget,
+            &mut self.samples,
+            &mut self.cohort_names,
+            |s| tally(counts, scores, s),
+        );
+        self.stale_tally = false;
+        removed
+    }
+
+    /// Set the samples directly (tests; the processor uses [`Self::load`]). Sample `i`
+    /// stands for table slot `i`.
+    pub fn set_samples(&mut self, samples: Vec<NodeSample>, cohort_names: Vec<Option<Arc<str>>>) {
+        self.samples = samples;
+        self.cohort_names = cohort_names;
+        self.stale_tally = true;
+    }
+
+    /// This tick's samples, with `straggler` set by [`Self::compute`].
+    pub fn samples(&self) -> &[NodeSample] {
+        &self.samples
+    }
+
+    /// Edit the samples before another [`Self::compute`] (tests).
+    pub fn samples_mut(&mut self) -> &mut Vec<NodeSample> {
+        self.stale_tally = true;
+        &mut self.samples
+    }
+
+    /// The cohort key of cohort id `id` (empty for the cluster-wide cohort).
+    pub fn cohort_name(&self, id: CohortId) -> Option<&Arc<str>> {
+        self.cohort_names.get(id as usize).and_then(Option::as_ref)
+    }
+
     /// The cluster-wide threshold state (tests, diagnostics).
     pub fn cluster_wide(&self) -> &CohortThreshold {
         &self.cluster_wide
@@ -110,7 +194,7 @@ impl ClusterTickState {
 
     /// The threshold nodes of cohort `cohort` were classified against in the last
     /// [`Self::compute`] (their own cohort's, or the cluster-wide one as fallback).
-    pub fn threshold_for(&self, cohort: u32) -> Option<f64> {
+    pub fn threshold_for(&self, cohort: CohortId) -> Option<f64> {
         self.effective
             .get(cohort as usize)
             .copied()
@@ -128,21 +212,21 @@ impl ClusterTickState {
     ) -> ClusterTick {
         self.ticks += 1;
 
-        // Counts, coverage and the cluster-wide scores in one pass.
-        let (mut active, mut idle, mut calibrating, mut silent) = (0u64, 0u64, 0u64, 0u64);
-        self.scores.clear();
-        for s in &self.samples {
-            match (s.live, s.state) {
-                (true, NodeState::Active) => {
-                    active += 1;
-                    self.scores.push(s.score);
-                }
-                (true, NodeState::Idle) => idle += 1,
-                (true, NodeState::Calibrating) => calibrating += 1,
-                (false, NodeState::Idle) => {}
-                (false, _) => silent += 1,
+        if self.stale_tally {
+            self.scores.clear();
+            self.node_counts = NodeCounts::default();
+            for smp in &self.samples {
+                tally(&mut self.node_counts, &mut self.scores, smp);
             }
         }
+        // The statistic below consumes `scores`.
+        self.stale_tally = true;
+        let NodeCounts {
+            active,
+            idle,
+            calibrating,
+            silent,
+        } = self.node_counts;
         let expected = declared_expected.max(active + calibrating + silent);
         let coverage = if expected == 0 {
             1.0
@@ -156,7 +240,9 @@ impl ClusterTickState {
         let cluster_wide =
             self.cluster_wide
                 .update(&p.threshold, &mut self.scores, quorum_allowed, now);
-        let cw_effective = cluster_wide.threshold.zip(cluster_wide.sigma);
+        let cw_effective = cluster_wide
+            .threshold
+            .zip(cluster_wide.sigma.map(inverse_sigma));
 
         self.effective.clear();
         self.effective.resize(self.cohort_names.len().max(1), None);
@@ -172,33 +258,45 @@ impl ClusterTickState {
             self.cohorts.clear();
         }
 
-        // Classification.
-        if self.classifiers.len() < self.slot_capacity {
+        // Classification (sample `i` is table slot `i`).
+        if self.classifiers.len() < self.samples.len() {
             self.classifiers
-                .resize(self.slot_capacity, (u32::MAX, ShortfallCusum::default()));
+                .resize(self.samples.len(), (u32::MAX, ShortfallCusum::default()));
         }
         self.cohort_stragglers.clear();
         self.cohort_stragglers.resize(self.effective.len(), 0);
         let mut transitions = Vec::new();
         let mut stragglers = Vec::new();
-        for (i, s) in self.samples.iter_mut().enumerate() {
-            let Some(entry) = self.classifiers.get_mut(s.slot as usize) else {
+        let mut diagnostic = BottomK::new(p.diagnostics_max_nodes);
+        for ((i, s), entry) in self
+            .samples
+            .iter_mut()
+            .enumerate()
+            .zip(self.classifiers.iter_mut())
+        {
+            if s.is_vacant() {
+                // The previous occupant was reset when it expired, before it was removed.
+                *entry = (u32::MAX, ShortfallCusum::default());
                 continue;
-            };
+            }
             if entry.0 != s.generation {
                 *entry = (s.generation, ShortfallCusum::default());
             }
-            let eff = if s.live && s.state == NodeState::Active {
+            let eff = if s.live() && s.state == NodeState::Active {
                 self.effective.get(s.cohort as usize).copied().flatten()
             } else {
                 None
             };
             let t = match eff {
-                Some((threshold, sigma)) => entry.1.observe(&p.cusum, s.score, threshold, sigma),
+                // `effective` holds (threshold, 1 / sigma): a multiply per node, not a divide.
+                Some((threshold, inv_sigma)) => entry
+                    .1
+                    .observe_z(&p.cusum, (threshold - s.score) * inv_sigma),
                 None => entry.1.reset(),
             };
-            s.straggler = entry.1.is_straggler();
-            if s.straggler {
+            let straggler = entry.1.is_straggler();
+            s.set_straggler(straggler);
+            if straggler {
                 stragglers.push(i);
                 if let Some(c) = self.cohort_stragglers.get_mut(s.cohort as usize) {
                     *c += 1;
@@ -209,6 +307,9 @@ impl ClusterTickState {
                     sample: i,
                     transition,
                 });
+            }
+            if s.live() {
+                diagnostic.offer(diagnostic_key(s), i);
             }
         }
         let straggler_count = stragglers.len() as u64;
@@ -232,6 +333,7 @@ impl ClusterTickState {
             coverage_low,
             straggler_count,
             stragglers,
+            diagnostic_nodes: diagnostic.finish(),
             transitions,
         }
     }
@@ -247,7 +349,7 @@ impl ClusterTickState {
         self.counts.clear();
         self.counts.resize(n_ids + 1, 0);
         for s in &self.samples {
-            if s.live
+            if s.live()
                 && s.state == NodeState::Active
                 && s.cohort != CLUSTER_WIDE_COHORT
                 && let Some(c) = self.counts.get_mut(s.cohort as usize + 1)
@@ -268,7 +370,7 @@ impl ClusterTickState {
         // Fill using a cursor per cohort (reuses `counts[id]` as the write position).
         let mut cursor: Vec<usize> = self.counts.clone();
         for s in &self.samples {
-            if s.live
+            if s.live()
                 && s.state == NodeState::Active
                 && s.cohort != CLUSTER_WIDE_COHORT
                 && let Some(pos) = cursor.get_mut(s.cohort as usize)
@@ -297,7 +399,7 @@ impl ClusterTickState {
                 .threshold
                 .update(&p.threshold, scores, quorum_allowed, now);
             let own = if update.quorum_met {
-                update.threshold.zip(update.sigma)
+                update.threshold.zip(update.sigma.map(inverse_sigma))
             } else {
                 None
             };
@@ -317,41 +419,74 @@ impl ClusterTickState {
     }
 }
 
-/// Indices of up to `max` live samples to list in diagnostics: stragglers first, then
-/// active nodes, each by ascending score. O(n log max).
-pub fn diagnostic_selection(samples: &[NodeSample], max: usize) -> Vec<usize> {
-    if max == 0 {
-        return Vec::new();
-    }
-    // Key: rank in the top two bits, then the score's bit pattern (scores are in [0, 1],
-    // where the IEEE pattern orders like the value and stays below 2^62), then the index.
-    let key = |s: &NodeSample| -> u64 {
-        let rank: u64 = match (s.straggler, s.state) {
-            (true, _) => 0,
-            (false, NodeState::Active) => 1,
-            _ => 2,
-        };
-        (rank << 62) | (s.score.to_bits() & ((1 << 62) - 1))
+fn inverse_sigma(sigma: f64) -> f64 {
+    1.0 / sigma.max(MIN_SIGMA)
+}
+
+/// Ordering key of the diagnostics list: rank in the top two bits (stragglers, then
+/// active nodes, then the rest), then the score's bit pattern (scores are in [0, 1], where
+/// the IEEE pattern orders like the value and stays below 2^62).
+fn diagnostic_key(s: &NodeSample) -> u64 {
+    let rank: u64 = match (s.straggler(), s.state) {
+        (true, _) => 0,
+        (false, NodeState::Active) => 1,
+        _ => 2,
     };
-    let mut heap: BinaryHeap<(u64, usize)> = BinaryHeap::with_capacity(max + 1);
-    let mut worst = u64::MAX;
-    for (i, s) in samples.iter().enumerate() {
-        if !s.live {
-            continue;
-        }
-        let k = key(s);
-        if heap.len() < max {
-            heap.push((k, i));
-            if heap.len() == max {
-                worst = heap.peek().map_or(u64::MAX, |t| t.0);
-            }
-        } else if k < worst {
-            heap.pop();
-            heap.push((k, i));
-            worst = heap.peek().map_or(u64::MAX, |t| t.0);
+    (rank << 62) | (s.score.to_bits() & ((1 << 62) - 1))
+}
+
+/// The `max` smallest `(key, index)` pairs of a stream offered in increasing index order.
+/// A buffer of `2 * max` candidates is cut back to the best `max` by selection whenever it
+/// fills, so most offers cost one comparison: O(n + max log max) overall.
+#[derive(Debug)]
+struct BottomK {
+    max: usize,
+    buf: Vec<(u64, usize)>,
+    /// Once the buffer has been cut, a key >= cutoff cannot make the result (an equal key
+    /// arrives later, so it loses the tie on the index).
+    cutoff: u64,
+}
+
+impl BottomK {
+    fn new(max: usize) -> Self {
+        BottomK {
+            max,
+            buf: Vec::with_capacity(max.saturating_mul(2).min(1 << 20)),
+            cutoff: u64::MAX,
         }
     }
-    heap.into_sorted_vec().into_iter().map(|(_, i)| i).collect()
+
+    #[inline]
+    fn offer(&mut self, key: u64, index: usize) {
+        if self.max == 0 || key >= self.cutoff {
+            return;
+        }
+        self.buf.push((key, index));
+        if self.buf.len() >= self.max.saturating_mul(2) {
+            self.buf.select_nth_unstable(self.max - 1);
+            self.buf.truncate(self.max);
+            self.cutoff = self.buf.get(self.max - 1).map_or(u64::MAX, |e| e.0);
+        }
+    }
+
+    fn finish(mut self) -> Vec<usize> {
+        self.buf.sort_unstable();
+        self.buf.truncate(self.max);
+        self.buf.into_iter().map(|(_, i)| i).collect()
+    }
+}
+
+/// Indices of up to `max` live samples to list in diagnostics: stragglers first, then
+/// active nodes, each by ascending score (ties by position). [`ClusterTickState::compute`]
+/// does the same selection inside its classification pass.
+pub fn diagnostic_selection(samples: &[NodeSample], max: usize) -> Vec<usize> {
+    let mut k = BottomK::new(max);
+    for (i, s) in samples.iter().enumerate() {
+        if s.live() {
+            k.offer(diagnostic_key(s), i);
+        }
+    }
+    k.finish()
 }
 
 #[cfg(test)]
@@ -359,16 +494,15 @@ mod tests {
     use super::*;
     use crate::config::IngeroConfig;
 
-    fn sample(slot: u32, score: f64, state: NodeState, cohort: u32, live: bool) -> NodeSample {
-        NodeSample {
-            slot,
-            generation: 1,
-            score,
-            cohort,
-            state,
-            live,
-            straggler: false,
-        }
+    /// One occupied sample; `slot` documents the position it must have in the vector.
+    fn sample(
+        _slot: u32,
+        score: f64,
+        state: NodeState,
+        cohort: CohortId,
+        live: bool,
+    ) -> NodeSample {
+        NodeSample::new(1, score, cohort, state, live)
     }
 
     fn params(cohorts: bool) -> ClusterParams {
@@ -378,16 +512,9 @@ mod tests {
     }
 
     fn state_with(samples: Vec<NodeSample>, names: &[&str]) -> ClusterTickState {
-        ClusterTickState {
-            slot_capacity: samples
-                .iter()
-                .map(|s| s.slot as usize + 1)
-                .max()
-                .unwrap_or(0),
-            samples,
-            cohort_names: names.iter().map(|n| Some(Arc::from(*n))).collect(),
-            ..Default::default()
-        }
+        let mut st = ClusterTickState::default();
+        st.set_samples(samples, names.iter().map(|n| Some(Arc::from(*n))).collect());
+        st
     }
 
     fn spread(i: usize) -> f64 {
@@ -455,9 +582,12 @@ mod tests {
         let mut st = state_with(v, &[""]);
         let t = st.compute(&params(false), 0, Timestamp::from_secs(1));
         assert_eq!(t.straggler_count, 1);
-        assert!(st.samples[3].straggler);
+        assert!(st.samples()[3].straggler());
         assert_eq!(st.threshold_for(0), t.cluster_wide.threshold);
         assert_eq!(t.stragglers, vec![3]);
+        // The diagnostics list picked inside the classification pass is the standalone one.
+        assert_eq!(t.diagnostic_nodes, diagnostic_selection(st.samples(), 1000));
+        assert_eq!(t.diagnostic_nodes[0], 3);
         assert_eq!(
             t.transitions,
             vec![NodeTransition {
@@ -466,7 +596,7 @@ mod tests {
             }]
         );
         // It goes idle: cleared without a score comparison.
-        st.samples[3].state = NodeState::Idle;
+        st.samples_mut()[3].state = NodeState::Idle;
         let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
         assert_eq!(t.straggler_count, 0);
         assert_eq!(t.transitions[0].transition, Transition::Cleared);
@@ -516,7 +646,7 @@ mod tests {
         assert!(!pod.update.quorum_met && pod.uses_fallback);
         assert_eq!(st.threshold_for(2), t.cluster_wide.threshold);
         assert_ne!(st.threshold_for(1), t.cluster_wide.threshold);
-        assert!(st.samples[6].straggler);
+        assert!(st.samples()[6].straggler());
         assert_eq!(pod.straggler_count, 1);
         assert_eq!(fast.straggler_count, 0);
         assert_eq!(t.straggler_count, 1);
@@ -535,10 +665,10 @@ mod tests {
         assert_eq!(t.straggler_count, 0);
         assert!(t.cohorts.iter().all(|c| !c.uses_fallback));
         // A deep drop inside the a100 cohort is still found.
-        st.samples[8].score = 0.3;
+        st.samples_mut()[8].score = 0.3;
         let t = st.compute(&params(true), 0, Timestamp::from_secs(2));
         assert_eq!(t.straggler_count, 1);
-        assert!(st.samples[8].straggler);
+        assert!(st.samples()[8].straggler());
     }
 
     #[test]
@@ -549,11 +679,11 @@ mod tests {
         v[0].score = 0.1;
         let mut st = state_with(v, &[""]);
         st.compute(&params(false), 0, Timestamp::from_secs(1));
-        assert!(st.samples[0].straggler);
-        st.samples[0].generation = 2;
-        st.samples[0].score = 0.95;
+        assert!(st.samples()[0].straggler());
+        st.samples_mut()[0].generation = 2;
+        st.samples_mut()[0].score = 0.95;
         let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
-        assert!(!st.samples[0].straggler);
+        assert!(!st.samples()[0].straggler());
         assert!(
             t.transitions.is_empty(),
             "the old node's state is not carried over"
@@ -561,13 +691,57 @@ mod tests {
     }
 
     #[test]
+    fn diagnostic_selection_equals_a_full_sort() {
+        let mut x: u64 = 12345;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let v: Vec<NodeSample> = (0..5000)
+            .map(|i| {
+                let r = next();
+                let mut s = sample(
+                    i,
+                    (r % 1000) as f64 / 1000.0,
+                    NodeState::Active,
+                    0,
+                    r % 7 != 0,
+                );
+                s.set_straggler(r % 97 == 0);
+                if r % 11 == 0 {
+                    s.state = NodeState::Idle;
+                }
+                s
+            })
+            .collect();
+        for max in [1, 7, 100, 1000, 4999, 6000] {
+            let mut all: Vec<usize> = (0..v.len()).filter(|&i| v[i].live()).collect();
+            all.sort_by_key(|&i| {
+                let s = &v[i];
+                let rank = if s.straggler() {
+                    0
+                } else if s.state == NodeState::Active {
+                    1
+                } else {
+                    2
+                };
+                (rank, s.score.to_bits(), i)
+            });
+            all.truncate(max);
+            assert_eq!(diagnostic_selection(&v, max), all, "max {max}");
+        }
+    }
+
+    #[test]
     fn diagnostics_list_stragglers_first_then_lowest_scores() {
         let mut v: Vec<_> = (0..6)
             .map(|i| sample(i, 0.5 + 0.05 * i as f64, NodeState::Active, 0, true))
             .collect();
-        v[4].straggler = true;
+        v[4].set_straggler(true);
         v[1].state = NodeState::Idle;
-        v[0].live = false;
+        v[0].set_live(false);
         let sel = diagnostic_selection(&v, 3);
         assert_eq!(sel, vec![4, 2, 3]);
         assert_eq!(diagnostic_selection(&v, 100), vec![4, 2, 3, 5, 1]);

@@ -57,7 +57,8 @@ pub const DEFAULT_DIAGNOSTICS_MAX_NODES: u32 = 1_000;
 /// Hard upper bounds validation enforces on the caps (memory safety, not policy).
 pub const MAX_CLUSTERS_LIMIT: u32 = 65_536;
 pub const MAX_NODES_LIMIT: u32 = 16_777_216;
-pub const MAX_COHORTS_LIMIT: u32 = 65_536;
+/// Cohort ids are 16-bit with id 0 reserved for the cluster-wide cohort.
+pub const MAX_COHORTS_LIMIT: u32 = 65_535;
 
 /// The whole `processors.ingero` subtree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,10 +19,12 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use crate::classifier::Transition;
-use crate::cluster::{ClusterParams, ClusterTick, ClusterTickState, diagnostic_selection};
+use crate::cluster::{ClusterParams, ClusterTick, ClusterTickState};
 use crate::config::IngeroConfig;
 use crate::metrics::{self as m, Counters, DropReason, RejectReason};
-use crate::table::{NodeBudget, NodeState, NodeTable, RecordOutcome, ScoreUpdate, TableLimits};
+use crate::table::{
+    CohortId, NodeBudget, NodeSample, NodeState, NodeTable, RecordOutcome, ScoreUpdate, TableLimits,
+};
 use crate::threshold::PanicEvent;
 
 /// Longest accepted `ingero.cluster.id` / `ingero.node.id`, in bytes.
@@ -418,15 +420,12 @@ impl IngeroProcessor {
     ) -> (ClusterSummary, bool) {
         {
             let mut table = entry.table.lock();
-            let st = &mut side.state;
-            st.slot_capacity = table.slot_capacity();
-            table.snapshot(
+            side.state.load(
+                &mut table,
                 now.as_nanos(),
                 self.ttl_nanos,
                 self.forget_nanos,
                 &self.budget,
-                &mut st.samples,
-                &mut st.cohort_names,
             );
         }
         let declared = self
@@ -437,55 +436,36 @@ impl IngeroProcessor {
             .copied()
             .unwrap_or(0);
         let tick = side.state.compute(&self.params, declared, now);
-        let samples = &side.state.samples;
-
-        // Which node ids are needed: stragglers, the diagnostics list, transitions.
-        let diag = diagnostic_selection(
-            samples,
-            to_usize(self.cfg.diagnostics.max_nodes_per_cluster),
-        );
-        let mut needed: Vec<usize> = tick
-            .stragglers
-            .iter()
-            .copied()
-            .chain(diag.iter().copied())
-            .chain(tick.transitions.iter().map(|t| t.sample))
-            .collect();
-        needed.sort_unstable();
-        needed.dedup();
-        let infos: Vec<Option<(Arc<str>, u64)>> = {
+        let samples = side.state.samples();
+        let diag = &tick.diagnostic_nodes;
+        // One short lock: ids (and last-seen times) of exactly the nodes reported below.
+        let logged = tick.transitions.len().min(MAX_TRANSITION_LOGS_PER_TICK);
+        let (straggler_infos, diag_infos, transition_infos) = {
             let table = entry.table.lock();
-            needed
+            let info = |i: usize| {
+                samples
+                    .get(i)
+                    .and_then(|s| table.node_info(i, s.generation))
+            };
+            let a: Vec<_> = tick.stragglers.iter().map(|&i| info(i)).collect();
+            let b: Vec<_> = diag.iter().map(|&i| info(i)).collect();
+            let c: Vec<_> = tick.transitions[..logged]
                 .iter()
-                .map(|&i| {
-                    samples
-                        .get(i)
-                        .and_then(|s| table.node_info(s.slot, s.generation))
-                })
-                .collect()
+                .map(|t| info(t.sample))
+                .collect();
+            (a, b, c)
         };
-        let info_of = |i: usize| -> Option<&(Arc<str>, u64)> {
-            needed
-                .binary_search(&i)
-                .ok()
-                .and_then(|p| infos.get(p))
-                .and_then(Option::as_ref)
-        };
-        let id_of = |i: usize| info_of(i).map(|(id, _)| id.clone());
-        let cohort_of = |c: u32| -> Arc<str> {
+        let cohort_of = |c: CohortId| -> Arc<str> {
             side.state
-                .cohort_names
-                .get(c as usize)
+                .cohort_name(c)
                 .cloned()
-                .flatten()
                 .unwrap_or_else(|| Arc::from(""))
         };
-        let threshold_of = |c: u32| side.state.threshold_for(c).unwrap_or(f64::NAN);
+        let threshold_of = |c: CohortId| side.state.threshold_for(c).unwrap_or(f64::NAN);
 
         // Straggler metrics for downstream processors and exporters.
-        for &i in &tick.stragglers {
-            let Some(s) = samples.get(i) else { continue };
-            let Some((node_id, _)) = info_of(i) else {
+        for (&i, info) in tick.stragglers.iter().zip(&straggler_infos) {
+            let (Some(s), Some((node_id, _))) = (samples.get(i), info) else {
                 continue;
             };
             out_metrics.push(straggler_metric(
@@ -498,19 +478,17 @@ impl IngeroProcessor {
         }
 
         // Transition logs, bounded per tick.
-        for (n, t) in tick.transitions.iter().enumerate() {
+        for t in &tick.transitions {
             match t.transition {
                 Transition::Entered => side.entered += 1,
                 Transition::Cleared => side.cleared += 1,
             }
-            if n >= MAX_TRANSITION_LOGS_PER_TICK {
-                continue;
-            }
+        }
+        for (t, info) in tick.transitions.iter().zip(&transition_infos) {
             let Some(s) = samples.get(t.sample) else {
                 continue;
             };
-            let node = id_of(t.sample);
-            let node = node.as_deref().unwrap_or("?");
+            let node = info.as_ref().map_or("?", |(id, _)| id.as_ref());
             let cohort = cohort_of(s.cohort);
             match t.transition {
                 Transition::Entered => tracing::info!(
@@ -527,7 +505,7 @@ impl IngeroProcessor {
                     cgroup_path_hash = %cohort,
                     score = s.score,
                     state = s.state.as_str(),
-                    live = s.live,
+                    live = s.live(),
                     "straggler cleared"
                 ),
             }
@@ -552,16 +530,17 @@ impl IngeroProcessor {
 
         let nodes: Vec<NodeDiagnostics> = diag
             .iter()
-            .filter_map(|&i| {
+            .zip(diag_infos)
+            .filter_map(|(&i, info)| {
                 let s = samples.get(i)?;
-                let (node_id, last_seen) = info_of(i)?;
+                let (node_id, last_seen) = info?;
                 Some(NodeDiagnostics {
-                    node_id: node_id.clone(),
+                    node_id,
                     cohort: cohort_of(s.cohort),
                     state: s.state.as_str(),
                     score: s.score,
-                    last_seen_unix_nano: *last_seen,
-                    straggler: s.straggler,
+                    last_seen_unix_nano: last_seen,
+                    straggler: s.straggler(),
                 })
             })
             .collect();
@@ -570,7 +549,7 @@ impl IngeroProcessor {
             .cluster_wide
             .threshold
             .and_then(|t| ThresholdValue::new(t, tick.cluster_wide.quorum_met));
-        let empty = samples.is_empty();
+        let empty = samples.iter().all(NodeSample::is_vacant);
         let cohort_extra = std::iter::once((tick.straggler_count, tick.cluster_wide.panic))
             .chain(
                 tick.cohorts

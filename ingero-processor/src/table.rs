@@ -35,9 +35,12 @@ impl NodeState {
     }
 }
 
+/// An interned cohort key within one cluster (`cohorts.max_per_cluster` <= 65535).
+pub type CohortId = u16;
+
 /// The cohort id of the cluster-wide cohort (empty `ingero.cgroup_path_hash`, or cohort
 /// grouping disabled, or the cohort cap reached).
-pub const CLUSTER_WIDE_COHORT: u32 = 0;
+pub const CLUSTER_WIDE_COHORT: CohortId = 0;
 
 /// A node-record budget shared by every cluster (`limits.max_nodes_total`).
 #[derive(Debug)]
@@ -106,37 +109,99 @@ pub enum RecordOutcome {
     TotalCap,
 }
 
+/// The hot part of a node (24 bytes); its id lives in a parallel vector so the tick's
+/// copy-out reads only these.
 #[derive(Debug, Clone)]
 struct NodeRecord {
-    id: Option<Arc<str>>,
-    generation: u32,
     score: f64,
     last_seen: u64,
+    generation: u32,
+    cohort: CohortId,
     state: NodeState,
-    cohort: u32,
+    occupied: bool,
 }
 
-/// A compact copy of one node for the tick (24 bytes: the tick makes several passes over
-/// these). `straggler` is filled in by the tick computation.
+const LIVE: u8 = 1;
+const STRAGGLER: u8 = 2;
+const VACANT: u8 = 4;
+
+/// A compact copy of one table slot for the tick (16 bytes: the tick makes several passes
+/// over these). Samples are dense: sample `i` is table slot `i`, and a free slot is a
+/// vacant sample. The straggler flag is set by the tick computation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NodeSample {
-    pub slot: u32,
-    pub generation: u32,
     pub score: f64,
-    pub cohort: u32,
+    pub generation: u32,
+    pub cohort: CohortId,
     pub state: NodeState,
-    /// Within the TTL (takes part in the statistic when active).
-    pub live: bool,
-    pub straggler: bool,
+    flags: u8,
+}
+
+impl NodeSample {
+    /// An occupied slot. `live`: within the TTL (takes part in the statistic when active).
+    pub fn new(
+        generation: u32,
+        score: f64,
+        cohort: CohortId,
+        state: NodeState,
+        live: bool,
+    ) -> Self {
+        NodeSample {
+            score,
+            generation,
+            cohort,
+            state,
+            flags: if live { LIVE } else { 0 },
+        }
+    }
+
+    /// A free slot.
+    pub fn vacant() -> Self {
+        NodeSample {
+            score: 0.0,
+            generation: 0,
+            cohort: CLUSTER_WIDE_COHORT,
+            state: NodeState::Idle,
+            flags: VACANT,
+        }
+    }
+
+    pub fn is_vacant(&self) -> bool {
+        self.flags & VACANT != 0
+    }
+
+    pub fn live(&self) -> bool {
+        self.flags & LIVE != 0
+    }
+
+    pub fn straggler(&self) -> bool {
+        self.flags & STRAGGLER != 0
+    }
+
+    pub fn set_live(&mut self, live: bool) {
+        self.set(LIVE, live);
+    }
+
+    pub fn set_straggler(&mut self, straggler: bool) {
+        self.set(STRAGGLER, straggler);
+    }
+
+    fn set(&mut self, bit: u8, on: bool) {
+        if on {
+            self.flags |= bit;
+        } else {
+            self.flags &= !bit;
+        }
+    }
 }
 
 /// Interned cohort keys with reference counts; id 0 is the cluster-wide cohort.
 #[derive(Debug)]
 struct CohortInterner {
-    ids: HashMap<Arc<str>, u32>,
+    ids: HashMap<Arc<str>, CohortId>,
     names: Vec<Option<Arc<str>>>,
     refs: Vec<u64>,
-    free: Vec<u32>,
+    free: Vec<CohortId>,
 }
 
 impl CohortInterner {
@@ -150,7 +215,7 @@ impl CohortInterner {
     }
 
     /// Id for `name`, taking a reference; `None` when a new key would exceed `max`.
-    fn acquire(&mut self, name: &str, max: usize) -> Option<u32> {
+    fn acquire(&mut self, name: &str, max: usize) -> Option<CohortId> {
         if name.is_empty() {
             return Some(CLUSTER_WIDE_COHORT);
         }
@@ -167,9 +232,10 @@ impl CohortInterner {
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
+                let id = CohortId::try_from(self.names.len()).ok()?;
                 self.names.push(None);
                 self.refs.push(0);
-                u32::try_from(self.names.len() - 1).ok()?
+                id
             }
         };
         if let (Some(n), Some(r)) = (
@@ -183,7 +249,7 @@ impl CohortInterner {
         Some(id)
     }
 
-    fn release(&mut self, id: u32) {
+    fn release(&mut self, id: CohortId) {
         if id == CLUSTER_WIDE_COHORT {
             return;
         }
@@ -200,7 +266,7 @@ impl CohortInterner {
         }
     }
 
-    fn name(&self, id: u32) -> Option<&Arc<str>> {
+    fn name(&self, id: CohortId) -> Option<&Arc<str>> {
         self.names.get(id as usize).and_then(Option::as_ref)
     }
 
@@ -214,6 +280,8 @@ impl CohortInterner {
 pub struct NodeTable {
     index: HashMap<Arc<str>, u32>,
     slots: Vec<NodeRecord>,
+    /// Node id per slot (`None` for a free slot), parallel to `slots`.
+    ids: Vec<Option<Arc<str>>>,
     free: Vec<u32>,
     cohorts: CohortInterner,
     /// Records past their TTL at the last tick (eviction candidates at the node cap).
@@ -231,6 +299,7 @@ impl NodeTable {
         NodeTable {
             index: HashMap::new(),
             slots: Vec::new(),
+            ids: Vec::new(),
             free: Vec::new(),
             cohorts: CohortInterner::new(),
             evictable_hint: 0,
@@ -316,18 +385,23 @@ impl NodeTable {
                     return RecordOutcome::NodeCap;
                 };
                 self.slots.push(NodeRecord {
-                    id: None,
-                    generation: 0,
                     score: 0.0,
                     last_seen: 0,
-                    state: NodeState::Idle,
+                    generation: 0,
                     cohort: CLUSTER_WIDE_COHORT,
+                    state: NodeState::Idle,
+                    occupied: false,
                 });
+                self.ids.push(None);
                 s
             }
         };
-        if let Some(rec) = self.slots.get_mut(slot as usize) {
-            rec.id = Some(id.clone());
+        if let (Some(rec), Some(slot_id)) = (
+            self.slots.get_mut(slot as usize),
+            self.ids.get_mut(slot as usize),
+        ) {
+            *slot_id = Some(id.clone());
+            rec.occupied = true;
             rec.generation = rec.generation.wrapping_add(1);
             rec.score = u.score;
             rec.last_seen = u.received_at;
@@ -346,8 +420,8 @@ impl NodeTable {
         let found = self
             .slots
             .iter()
-            .position(|r| r.id.is_some() && r.last_seen < cutoff);
-        match found.and_then(|p| u32::try_from(p).ok()) {
+            .position(|r| r.occupied && r.last_seen < cutoff);
+        match found {
             Some(slot) => {
                 self.remove(slot, budget);
                 self.evictable_hint -= 1;
@@ -360,22 +434,28 @@ impl NodeTable {
         }
     }
 
-    fn remove(&mut self, slot: u32, budget: &NodeBudget) {
-        let Some(rec) = self.slots.get_mut(slot as usize) else {
+    fn remove(&mut self, slot: usize, budget: &NodeBudget) {
+        let (Some(rec), Some(slot_id)) = (self.slots.get_mut(slot), self.ids.get_mut(slot)) else {
             return;
         };
-        if let Some(id) = rec.id.take() {
+        rec.occupied = false;
+        if let Some(id) = slot_id.take() {
             let cohort = rec.cohort;
             self.index.remove(&id);
             self.cohorts.release(cohort);
-            self.free.push(slot);
+            if let Ok(slot) = u32::try_from(slot) {
+                self.free.push(slot);
+            }
             budget.give_back(1);
         }
     }
 
-    /// Copy every record out for a tick at `now`: records older than `forget_nanos` are
-    /// removed, records older than `ttl_nanos` are copied with `live = false`. Returns the
-    /// number of removed records. `cohort_names` receives the interned names by id.
+    /// Copy every slot out for a tick at `now`, densely (`out[i]` is slot `i`): records
+    /// older than `forget_nanos` are removed (their slot is vacant), records older than
+    /// `ttl_nanos` are copied with `live = false`. Returns the number of removed records.
+    /// `cohort_names` receives the interned names by id; `visit` sees each occupied sample
+    /// as it is copied (so callers can tally in the same pass).
+    #[allow(clippy::too_many_arguments)]
     pub fn snapshot(
         &mut self,
         now: u64,
@@ -384,40 +464,35 @@ impl NodeTable {
         budget: &NodeBudget,
         out: &mut Vec<NodeSample>,
         cohort_names: &mut Vec<Option<Arc<str>>>,
+        mut visit: impl FnMut(&NodeSample),
     ) -> usize {
         out.clear();
-        out.reserve(self.index.len());
+        out.reserve(self.slots.len());
         let mut removed = 0usize;
         let mut evictable = 0usize;
-        for slot in 0..self.slots.len() {
-            let Some(rec) = self.slots.get(slot) else {
-                break;
-            };
-            if rec.id.is_none() {
+        let mut forget = Vec::new();
+        for (slot, rec) in self.slots.iter().enumerate() {
+            if !rec.occupied {
+                out.push(NodeSample::vacant());
                 continue;
             }
             let age = now.saturating_sub(rec.last_seen);
-            let Ok(slot32) = u32::try_from(slot) else {
-                break;
-            };
             if age > forget_nanos {
-                self.remove(slot32, budget);
-                removed += 1;
+                forget.push(slot);
+                out.push(NodeSample::vacant());
                 continue;
             }
             let live = age <= ttl_nanos;
             if !live {
                 evictable += 1;
             }
-            out.push(NodeSample {
-                slot: slot32,
-                generation: rec.generation,
-                score: rec.score,
-                cohort: rec.cohort,
-                state: rec.state,
-                live,
-                straggler: false,
-            });
+            let sample = NodeSample::new(rec.generation, rec.score, rec.cohort, rec.state, live);
+            visit(&sample);
+            out.push(sample);
+        }
+        for slot in forget {
+            self.remove(slot, budget);
+            removed += 1;
         }
         self.evictable_hint = evictable;
         cohort_names.clear();
@@ -426,16 +501,18 @@ impl NodeTable {
     }
 
     /// The id of the node in `slot`, if it is still the same node (`generation`).
-    pub fn node_id(&self, slot: u32, generation: u32) -> Option<Arc<str>> {
+    pub fn node_id(&self, slot: usize, generation: u32) -> Option<Arc<str>> {
         self.node_info(slot, generation).map(|(id, _)| id)
     }
 
     /// The id and last-seen time (ns) of the node in `slot`, if it is still the same node.
-    pub fn node_info(&self, slot: u32, generation: u32) -> Option<(Arc<str>, u64)> {
-        self.slots
-            .get(slot as usize)
-            .filter(|r| r.generation == generation)
-            .and_then(|r| r.id.clone().map(|id| (id, r.last_seen)))
+    pub fn node_info(&self, slot: usize, generation: u32) -> Option<(Arc<str>, u64)> {
+        let rec = self
+            .slots
+            .get(slot)
+            .filter(|r| r.occupied && r.generation == generation)?;
+        let id = self.ids.get(slot)?.clone()?;
+        Some((id, rec.last_seen))
     }
 
     /// Number of slots (an upper bound on `NodeSample::slot`).
@@ -472,7 +549,15 @@ mod tests {
     fn snap(t: &mut NodeTable, now: u64, b: &NodeBudget) -> Vec<NodeSample> {
         let mut out = Vec::new();
         let mut names = Vec::new();
-        t.snapshot(now * SEC, 50 * SEC, 300 * SEC, b, &mut out, &mut names);
+        t.snapshot(
+            now * SEC,
+            50 * SEC,
+            300 * SEC,
+            b,
+            &mut out,
+            &mut names,
+            |_| {},
+        );
         out
     }
 
@@ -531,7 +616,7 @@ mod tests {
             RecordOutcome::NodeCap
         );
         let s = snap(&mut t, 60, &b);
-        assert_eq!(s.iter().filter(|s| !s.live).count(), 1);
+        assert_eq!(s.iter().filter(|s| !s.live()).count(), 1);
         assert!(matches!(
             t.record(&up("d", "", 0.9, 60), &l, &b),
             RecordOutcome::Stored { .. }
@@ -540,7 +625,9 @@ mod tests {
         assert_eq!(b.used(), 3);
         let ids: Vec<_> = snap(&mut t, 60, &b)
             .iter()
-            .map(|s| t.node_id(s.slot, s.generation).unwrap().to_string())
+            .enumerate()
+            .filter(|(_, s)| !s.is_vacant())
+            .map(|(slot, s)| t.node_id(slot, s.generation).unwrap().to_string())
             .collect();
         assert!(!ids.contains(&"old".to_string()));
         assert!(ids.contains(&"d".to_string()));
@@ -559,7 +646,8 @@ mod tests {
             RecordOutcome::TotalCap
         );
         // Past the forget window the records go and the budget comes back.
-        assert_eq!(snap(&mut t1, 301, &b).len(), 0);
+        assert!(snap(&mut t1, 301, &b).iter().all(NodeSample::is_vacant));
+        assert!(t1.is_empty());
         assert_eq!(b.used(), 1);
         assert!(matches!(
             t2.record(&up("c", "", 0.9, 301), &l, &b),
@@ -572,18 +660,33 @@ mod tests {
         let b = NodeBudget::new(100);
         let mut t = NodeTable::new();
         t.record(&up("a", "", 0.9, 100), &limits(), &b);
-        assert!(snap(&mut t, 150, &b)[0].live, "age == ttl is still live");
+        assert!(snap(&mut t, 150, &b)[0].live(), "age == ttl is still live");
         let mut out = Vec::new();
         let mut names = Vec::new();
-        t.snapshot(150 * SEC + 1, 50 * SEC, 300 * SEC, &b, &mut out, &mut names);
-        assert!(!out[0].live, "age > ttl expires");
-        assert_eq!(
-            snap(&mut t, 400, &b).len(),
-            1,
+        t.snapshot(
+            150 * SEC + 1,
+            50 * SEC,
+            300 * SEC,
+            &b,
+            &mut out,
+            &mut names,
+            |_| {},
+        );
+        assert!(!out[0].live(), "age > ttl expires");
+        assert!(
+            !snap(&mut t, 400, &b)[0].is_vacant(),
             "age == window is remembered"
         );
-        t.snapshot(400 * SEC + 1, 50 * SEC, 300 * SEC, &b, &mut out, &mut names);
-        assert!(out.is_empty());
+        t.snapshot(
+            400 * SEC + 1,
+            50 * SEC,
+            300 * SEC,
+            &b,
+            &mut out,
+            &mut names,
+            |_| {},
+        );
+        assert!(out[0].is_vacant(), "age > window is forgotten");
         assert!(t.is_empty());
     }
 
@@ -613,9 +716,9 @@ mod tests {
         );
         let mut out = Vec::new();
         let mut names = Vec::new();
-        t.snapshot(SEC, 50 * SEC, 300 * SEC, &b, &mut out, &mut names);
-        for s in &out {
-            let id = t.node_id(s.slot, s.generation).unwrap();
+        t.snapshot(SEC, 50 * SEC, 300 * SEC, &b, &mut out, &mut names, |_| {});
+        for (slot, s) in out.iter().enumerate() {
+            let id = t.node_id(slot, s.generation).unwrap();
             let cohort = names[s.cohort as usize].as_deref().unwrap();
             let expected = match id.as_ref() {
                 "a" | "b" => "h1",
@@ -623,6 +726,36 @@ mod tests {
             };
             assert_eq!(cohort, expected);
         }
+    }
+
+    #[test]
+    fn samples_are_dense_and_vacant_slots_are_marked() {
+        let b = NodeBudget::new(100);
+        let mut t = NodeTable::new();
+        let mut l = limits();
+        l.max_nodes = 10;
+        t.record(&up("a", "", 0.9, 0), &l, &b);
+        t.record(&up("b", "", 0.8, 200), &l, &b);
+        t.record(&up("c", "", 0.7, 200), &l, &b);
+        let mut seen = 0;
+        let mut out = Vec::new();
+        let mut names = Vec::new();
+        // "a" is forgotten at 301 s: its slot is vacant, the others keep their positions.
+        let removed = t.snapshot(
+            301 * SEC,
+            50 * SEC,
+            300 * SEC,
+            &b,
+            &mut out,
+            &mut names,
+            |_| seen += 1,
+        );
+        assert_eq!(removed, 1);
+        assert_eq!(seen, 2, "visit sees occupied samples only");
+        assert_eq!(out.len(), 3);
+        assert!(out[0].is_vacant() && !out[0].live());
+        assert_eq!((out[1].score, out[2].score), (0.8, 0.7));
+        assert_eq!(std::mem::size_of::<NodeSample>(), 16);
     }
 
     #[test]
@@ -645,13 +778,10 @@ mod tests {
         let first = snap(&mut t, 0, &b)[0];
         snap(&mut t, 1000, &b);
         t.record(&up("z", "", 0.9, 1000), &l, &b);
-        let second = snap(&mut t, 1000, &b)[0];
-        assert_eq!(first.slot, second.slot);
-        assert_ne!(first.generation, second.generation);
-        assert_eq!(t.node_id(first.slot, first.generation), None);
-        assert_eq!(
-            t.node_id(second.slot, second.generation).as_deref(),
-            Some("z")
-        );
+        let second = snap(&mut t, 1000, &b);
+        assert_eq!(second.len(), 1, "the freed slot was reused");
+        assert_ne!(first.generation, second[0].generation);
+        assert_eq!(t.node_id(0, first.generation), None);
+        assert_eq!(t.node_id(0, second[0].generation).as_deref(), Some("z"));
     }
 }

@@ -34,16 +34,8 @@ fn scores(max_len: usize) -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec(0.0f64..=1.0, 1..max_len)
 }
 
-fn sample(slot: u32, score: f64) -> NodeSample {
-    NodeSample {
-        slot,
-        generation: 1,
-        score,
-        cohort: 0,
-        state: NodeState::Active,
-        live: true,
-        straggler: false,
-    }
+fn sample(score: f64) -> NodeSample {
+    NodeSample::new(1, score, 0, NodeState::Active, true)
 }
 
 proptest! {
@@ -72,11 +64,12 @@ proptest! {
         let cp = ClusterParams::from_config(&IngeroConfig::default());
         let flagged = |order: &[f64]| {
             let mut st = ClusterTickState::default();
-            st.samples = order.iter().enumerate().map(|(i, s)| sample(i as u32, *s)).collect();
-            st.cohort_names = vec![Some("".into())];
-            st.slot_capacity = order.len();
+            st.set_samples(
+                order.iter().map(|s| sample(*s)).collect(),
+                vec![Some("".into())],
+            );
             st.compute(&cp, 0, NOW);
-            let mut f: Vec<u64> = st.samples.iter().filter(|s| s.straggler).map(|s| s.score.to_bits()).collect();
+            let mut f: Vec<u64> = st.samples().iter().filter(|s| s.straggler()).map(|s| s.score.to_bits()).collect();
             f.sort_unstable();
             f
         };
