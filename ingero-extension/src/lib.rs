@@ -13,8 +13,9 @@
 //! - **Header policy** ([`PushHeaders`]). `X-Ingero-Threshold` and `X-Ingero-Quorum-Met`
 //!   travel together or not at all (gRPC twin: `ingero-threshold` / `ingero-quorum-met`).
 //!   Values come from [`component::ThresholdValue`], which cannot hold `0`, `NaN` or anything
-//!   outside [0.1, 0.99]; the text is the shortest round-trip decimal and is the same text the
-//!   GET body carries. A cluster with nothing computed, or unknown, gets neither header.
+//!   outside [0.1, 0.99]; they are delivered with six decimals (`0.870348`), the same text in
+//!   the header and the GET body, and the header value is a static string (no reference count
+//!   on the push path). A cluster with nothing computed, or unknown, gets neither header.
 //! - **Cluster ids** ([`validate_cluster_id`], [`cluster_id_from_query`]). One rule everywhere:
 //!   non-empty, at most 256 bytes, no control characters or line breaks; query values are
 //!   percent-decoded strictly (a bad escape, invalid UTF-8 or a repeated parameter is an
@@ -33,6 +34,7 @@ pub mod listen_addr;
 pub mod metrics;
 pub mod routes;
 pub mod store;
+pub mod threshold_text;
 
 pub use cluster_id::{
     ClusterIdParam, MAX_CLUSTER_ID_LEN, cluster_id_from_query, validate_cluster_id,

@@ -1,17 +1,20 @@
 //! The published thresholds and the push-response header policy.
 //!
 //! The processor publishes once per tick; the push path reads on every request. The whole
-//! published state is one immutable [`Snapshot`] behind an [`ArcSwap`]: a publish builds a
+//! published state is one immutable `Snapshot` behind an [`ArcSwap`]: a publish builds a
 //! new snapshot off to the side (header values and GET bodies formatted once, here) and swaps
 //! it in; a read is an atomic load plus one hash lookup and never waits for a publish.
 //!
 //! Header policy (spec section 2.1 and 8.1 items 4 to 6):
 //! - a cluster with a threshold gets both `X-Ingero-Threshold` and `X-Ingero-Quorum-Met`;
 //! - an unknown cluster, or one with nothing computed yet, gets neither;
-//! - the threshold text is Rust's shortest round-trip decimal (`0.87`, never an exponent),
-//!   so Go's `strconv.ParseFloat` reads back exactly the published `f64`, which
-//!   [`ThresholdValue`] already guarantees is finite and within [0.1, 0.99]: `0`, `NaN` or an
-//!   out-of-range value cannot be sent;
+//! - the threshold is delivered with six decimals (`0.870348`, see
+//!   [`threshold_text`]); the rounded value is what the store keeps,
+//!   so header, GET body, [`ThresholdStore::get`] and the admin view agree digit for digit, and
+//!   Go's `strconv.ParseFloat` reads back exactly that value. [`ThresholdValue`] guarantees it
+//!   is finite and within [0.1, 0.99]: `0`, `NaN` or an out-of-range value cannot be sent;
+//! - the header value is a static `Bytes`, so handing it out on the push path is a copy of
+//!   two words, with no reference count to touch;
 //! - the GET body is built from the same text, so header and body digits are identical.
 //!
 //! A snapshot that is swapped out is kept on a retired list and freed by a later publish once
@@ -23,17 +26,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use component::threshold::{ClusterReport, ThresholdSink, ThresholdValue};
 use component::wire::http::{
     GRPC_META_QUORUM_MET, GRPC_META_THRESHOLD, HEADER_QUORUM_MET, HEADER_THRESHOLD,
 };
 use component::{MetricFamily, Timestamp};
+use foldhash::quality::RandomState;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 
 use crate::cluster_id::{ClusterIdParam, cluster_id_from_query, validate_cluster_id};
 use crate::config::DEFAULT_MAX_CLUSTERS;
 use crate::metrics;
+use crate::threshold_text;
 
 /// The GET body for a cluster with nothing computed (spec section 2.2, cold-start shape).
 pub const COLD_START_BODY: &[u8] = br#"{"threshold":0,"quorum_met":false}"#;
@@ -54,18 +60,14 @@ pub struct PushHeaders {
 }
 
 impl PushHeaders {
-    /// Headers for a deliverable value, plus the threshold text they carry.
-    fn for_value(value: ThresholdValue) -> Option<(PushHeaders, String)> {
-        let text = threshold_text(value.threshold());
-        let threshold = HeaderValue::try_from(text.clone()).ok()?;
-        let quorum_met = if value.quorum_met() { TRUE } else { FALSE };
-        Some((
-            PushHeaders {
-                threshold,
-                quorum_met,
-            },
-            text,
-        ))
+    /// Headers for a value as delivered (see [`threshold_text`]).
+    fn delivered(text: &'static str, quorum_met: bool) -> Option<PushHeaders> {
+        let threshold = HeaderValue::from_maybe_shared(Bytes::from_static(text.as_bytes())).ok()?;
+        let quorum_met = if quorum_met { TRUE } else { FALSE };
+        Some(PushHeaders {
+            threshold,
+            quorum_met,
+        })
     }
 
     /// HTTP response headers, names as the spec spells them.
@@ -97,13 +99,6 @@ impl PushHeaders {
     }
 }
 
-/// The decimal text of a threshold, shared by the header and the GET body. Rust's `Display`
-/// for `f64` writes the shortest string that parses back to the same value and never uses
-/// an exponent.
-fn threshold_text(threshold: f64) -> String {
-    format!("{threshold}")
-}
-
 /// One cluster as published.
 #[derive(Debug)]
 struct Entry {
@@ -115,15 +110,21 @@ struct Entry {
 
 impl Entry {
     fn new(mut report: ClusterReport) -> Entry {
-        let formatted = report
-            .value
-            .and_then(|v| PushHeaders::for_value(v).map(|h| (v, h)));
-        match formatted {
-            Some((value, (headers, text))) => {
+        let delivered = report.value.and_then(|v| {
+            let (rounded, text) = threshold_text::delivered(v)?;
+            Some((
+                rounded,
+                text,
+                PushHeaders::delivered(text, rounded.quorum_met())?,
+            ))
+        });
+        match delivered {
+            Some((value, text, headers)) => {
                 let body = format!(
                     r#"{{"threshold":{text},"quorum_met":{}}}"#,
                     value.quorum_met()
                 );
+                report.value = Some(value);
                 Entry {
                     report,
                     headers: Some(headers),
@@ -131,7 +132,7 @@ impl Entry {
                 }
             }
             None => {
-                // Nothing computed (or, in theory, a value `http` would not encode): the
+                // Nothing computed (or, in theory, a value that cannot be delivered): the
                 // cluster answers as cold start everywhere, never half of it.
                 report.value = None;
                 Entry {
@@ -144,10 +145,15 @@ impl Entry {
     }
 }
 
+/// Cluster id -> entry. foldhash (seeded per map from a per-process random seed) instead of
+/// SipHash: about 4x cheaper for short ids on the push path, and still keyed so that colliding
+/// ids cannot be precomputed.
+type ClusterMap = HashMap<Arc<str>, Entry, RandomState>;
+
 /// The whole published state at one publish.
 #[derive(Default)]
 pub(crate) struct Snapshot {
-    clusters: HashMap<Arc<str>, Entry>,
+    clusters: ClusterMap,
     /// Cluster ids in byte order, for paginated diagnostics.
     sorted_ids: Vec<Arc<str>>,
     published_at: Option<Timestamp>,
@@ -274,7 +280,8 @@ impl ThresholdStore {
         }
     }
 
-    /// The deliverable value of a cluster; `None` when unknown or nothing was computed.
+    /// The value as delivered to agents (rounded to six decimals); `None` when unknown or
+    /// nothing was computed.
     pub fn get(&self, cluster_id: &str) -> Option<ThresholdValue> {
         self.current
             .load()
@@ -285,7 +292,7 @@ impl ThresholdStore {
 
     /// The push-response headers for a cluster (both) or `None` (neither), counted as
     /// `outcome="set"` / `"absent"`. An id that fails
-    /// [`validate_cluster_id`](crate::validate_cluster_id) is never stored, so it is always
+    /// [`validate_cluster_id`] is never stored, so it is always
     /// `None` here; the host still validates first to count it as `invalid`.
     pub fn push_headers(&self, cluster_id: &str) -> Option<PushHeaders> {
         let headers = self
@@ -303,7 +310,7 @@ impl ThresholdStore {
     }
 
     /// The push path in one call: read `cluster_id` from a raw request query (strictly, see
-    /// [`cluster_id_from_query`](crate::cluster_id_from_query)) and look it up. No parameter:
+    /// [`cluster_id_from_query`]) and look it up. No parameter:
     /// `None`, not counted. A malformed or repeated parameter: `None`, counted as
     /// `outcome="invalid"`.
     pub fn push_headers_for_query(&self, query: Option<&str>) -> Option<PushHeaders> {
@@ -360,8 +367,10 @@ impl ThresholdStore {
         let mut retired = self.retired.lock();
         let generation = self.current.load().generation.saturating_add(1);
         let mut dropped = Dropped::default();
-        let mut clusters: HashMap<Arc<str>, Entry> =
-            HashMap::with_capacity(reports.len().min(self.max_clusters));
+        let mut clusters: ClusterMap = HashMap::with_capacity_and_hasher(
+            reports.len().min(self.max_clusters),
+            RandomState::default(),
+        );
         let mut with_threshold = 0;
         for report in reports {
             if validate_cluster_id(&report.cluster_id).is_err() {
@@ -561,7 +570,7 @@ pub(crate) mod tests {
             Timestamp::from_secs(10),
         );
         let h = s.push_headers("prod").unwrap();
-        assert_eq!(header_strs(&h), ("0.87".into(), "true".into()));
+        assert_eq!(header_strs(&h), ("0.870000".into(), "true".into()));
         let pairs = h.pairs();
         assert_eq!(pairs[0].0, "X-Ingero-Threshold");
         assert_eq!(pairs[1].0, "X-Ingero-Quorum-Met");
@@ -596,10 +605,10 @@ pub(crate) mod tests {
             Timestamp::from_secs(2),
         );
         let h = s.push_headers("c").unwrap();
-        assert_eq!(header_strs(&h), ("0.9".into(), "false".into()));
+        assert_eq!(header_strs(&h), ("0.900000".into(), "false".into()));
         assert_eq!(
             s.threshold_body("c"),
-            br#"{"threshold":0.9,"quorum_met":false}"#
+            br#"{"threshold":0.900000,"quorum_met":false}"#
         );
     }
 
@@ -624,9 +633,9 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn header_and_body_digits_are_identical_and_round_trip() {
+    fn header_body_and_get_agree_digit_for_digit() {
         let s = ThresholdStore::new();
-        // Boundaries, values with long shortest representations, and a sweep.
+        // Bounds, one ulp inside them, long shortest forms, a seed example, and a sweep.
         let mut values = vec![
             0.1,
             0.99,
@@ -649,15 +658,20 @@ pub(crate) mod tests {
                 Timestamp::from_secs(1),
             );
             let (text, quorum) = header_strs(&s.push_headers(&id).unwrap());
-            assert!(
-                text.bytes().all(|b| b.is_ascii_digit() || b == b'.'),
-                "{v} formatted as {text}"
-            );
+            let delivered = s.get(&id).unwrap();
+            assert_eq!(text.len(), 8, "{v} formatted as {text}");
+            assert!(text.starts_with("0."), "{text}");
+            assert!(text[2..].bytes().all(|b| b.is_ascii_digit()), "{text}");
             assert_eq!(
                 text.parse::<f64>().unwrap(),
-                *v,
-                "{text} does not round-trip"
+                delivered.threshold(),
+                "{text}"
             );
+            assert!(
+                (delivered.threshold() - v).abs() <= 0.5e-6 + 1e-15,
+                "{v} -> {text}"
+            );
+            assert_eq!(quorum, delivered.quorum_met().to_string());
             assert_ne!(text, "0");
             let body = String::from_utf8(s.threshold_body(&id)).unwrap();
             assert_eq!(
@@ -674,6 +688,31 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn header_values_are_static_so_clones_share_nothing_refcounted() {
+        let s = ThresholdStore::new();
+        s.publish(
+            vec![report("c", Some((0.5, true)))],
+            Timestamp::from_secs(1),
+        );
+        let a = s.push_headers("c").unwrap();
+        let b = s.push_headers("c").unwrap();
+        // Both clones point at the same process-lifetime text.
+        assert_eq!(
+            a.threshold.as_bytes().as_ptr(),
+            b.threshold.as_bytes().as_ptr()
+        );
+        s.publish(
+            vec![report("d", Some((0.5, false)))],
+            Timestamp::from_secs(2),
+        );
+        let c = s.push_headers("d").unwrap();
+        assert_eq!(
+            a.threshold.as_bytes().as_ptr(),
+            c.threshold.as_bytes().as_ptr()
+        );
+    }
+
+    #[test]
     fn apply_enforces_both_or_neither_on_a_response() {
         let s = ThresholdStore::new();
         s.publish(
@@ -687,9 +726,31 @@ pub(crate) mod tests {
         assert!(map.get(THRESHOLD_HEADER).is_none());
         assert!(map.get(QUORUM_MET_HEADER).is_none());
         PushHeaders::apply(s.push_headers("c").as_ref(), &mut map);
-        assert_eq!(map.get("X-Ingero-Threshold").unwrap(), "0.5");
+        assert_eq!(map.get("X-Ingero-Threshold").unwrap(), "0.500000");
         assert_eq!(map.get("x-ingero-quorum-met").unwrap(), "false");
         assert_eq!(map.len(), 2);
+    }
+
+    #[test]
+    fn pairs_insert_into_a_header_map_as_the_host_does() {
+        let s = ThresholdStore::new();
+        s.publish(
+            vec![report("c", Some((0.42, true)))],
+            Timestamp::from_secs(1),
+        );
+        let h = s.push_headers("c").unwrap();
+        let mut map = HeaderMap::new();
+        for (name, value) in h.pairs() {
+            map.insert(name, value.clone());
+        }
+        assert_eq!(map.get(THRESHOLD_HEADER).unwrap(), "0.420000");
+        assert_eq!(map.get(QUORUM_MET_HEADER).unwrap(), "true");
+        let mut grpc = HeaderMap::new();
+        for (name, value) in h.grpc_pairs() {
+            grpc.insert(name, value.clone());
+        }
+        assert_eq!(grpc.get("ingero-threshold").unwrap(), "0.420000");
+        assert_eq!(grpc.get("ingero-quorum-met").unwrap(), "true");
     }
 
     #[test]

@@ -20,8 +20,9 @@ const CHECKPOINT_EVERY: u64 = 25;
 const READERS: usize = 3;
 
 /// The value generation `g` publishes (unique per generation, so a read names its publish).
+/// On the six-decimal grid, so the delivered value is exactly the published one.
 fn threshold(g: u64) -> f64 {
-    0.1 + g as f64 * 4e-4
+    (100_000 + g * 800) as f64 / 1e6
 }
 
 fn quorum(g: u64) -> bool {
@@ -39,7 +40,7 @@ fn missing(g: u64, c: u64) -> bool {
 }
 
 fn generation_of(t: f64) -> u64 {
-    let g = ((t - 0.1) / 4e-4).round() as u64;
+    let g = ((t * 1e6).round() as u64 - 100_000) / 800;
     assert_eq!(threshold(g), t, "{t} is not a value any publish wrote");
     g
 }

@@ -171,7 +171,7 @@ fn start_and_shutdown_twice_are_safe_and_keep_state() {
         path: THRESHOLD_API_PATH,
         query: Some("cluster_id=prod"),
     });
-    assert_eq!(resp.body, br#"{"threshold":0.8,"quorum_met":true}"#);
+    assert_eq!(resp.body, br#"{"threshold":0.800000,"quorum_met":true}"#);
     ext.start(&EmptyHost).unwrap();
     assert!(ext.is_running());
     ext.shutdown();
@@ -192,7 +192,7 @@ fn the_processor_finds_the_store_through_the_host() {
     // The sink is the very store the extension serves from.
     assert_eq!(ext.store().get("c"), ThresholdValue::new(0.7, false));
     let h = ext.store().push_headers("c").unwrap();
-    assert_eq!(h.threshold, "0.7");
+    assert_eq!(h.threshold, "0.700000");
     assert_eq!(h.quorum_met, "false");
 }
 

@@ -151,16 +151,17 @@ fn the_agent_accepts_every_header_pair_and_body_we_send() {
         });
         assert_eq!(resp.status, 200);
         cases.push(format!("B\t{}", String::from_utf8(resp.body).unwrap()));
-        match value {
-            Some(v) => {
-                want.push(Some((v.threshold(), v.quorum_met())));
-                want.push(Some((v.threshold(), v.quorum_met())));
-            }
-            None => {
-                want.push(None);
-                want.push(None);
-            }
+        // What the agent must end up with: the value as delivered (six decimals), which is
+        // within half a micro-unit of the published one.
+        let delivered = store.get(id);
+        if let (Some(p), Some(d)) = (value, delivered) {
+            assert!((p.threshold() - d.threshold()).abs() <= 0.5e-6 + 1e-15);
+            assert_eq!(p.quorum_met(), d.quorum_met());
         }
+        assert_eq!(value.is_some(), delivered.is_some(), "{id}");
+        let want_one = delivered.map(|v| (v.threshold(), v.quorum_met()));
+        want.push(want_one);
+        want.push(want_one);
     }
     let verdicts = go_model(&cases);
     for ((case, verdict), want) in cases.iter().zip(&verdicts).zip(&want) {
