@@ -62,6 +62,8 @@ pub const DEFAULT_MAX_RANKS: u32 = 4096;
 pub const DEFAULT_MAX_NODES_PER_CLUSTER: u32 = 4096;
 pub const DEFAULT_MAX_NAMED_RANKS_PER_CLUSTER: u32 = 64;
 pub const DEFAULT_MAX_PENDING_OUTPUT: u32 = 1 << 18;
+/// Rolling per-(comm, op_type, rank) windows a cluster keeps.
+pub const DEFAULT_MAX_RANK_SERIES_PER_CLUSTER: u32 = 1 << 16;
 /// A communicator with no points for this long is forgotten (frees its cap slot).
 pub const DEFAULT_COMM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Worst ranks shown per communicator and operation in diagnostics.
@@ -142,6 +144,7 @@ pub struct LimitsConfig {
     pub max_nodes_per_cluster: u32,
     pub max_named_ranks_per_cluster: u32,
     pub max_pending_output: u32,
+    pub max_rank_series_per_cluster: u32,
     #[serde(with = "duration")]
     pub comm_idle_timeout: Duration,
 }
@@ -225,6 +228,7 @@ impl Default for LimitsConfig {
             max_nodes_per_cluster: DEFAULT_MAX_NODES_PER_CLUSTER,
             max_named_ranks_per_cluster: DEFAULT_MAX_NAMED_RANKS_PER_CLUSTER,
             max_pending_output: DEFAULT_MAX_PENDING_OUTPUT,
+            max_rank_series_per_cluster: DEFAULT_MAX_RANK_SERIES_PER_CLUSTER,
             comm_idle_timeout: DEFAULT_COMM_IDLE_TIMEOUT,
         }
     }
@@ -454,6 +458,13 @@ impl ComponentConfig for NcclConfig {
             l.max_pending_output,
             1,
             1 << 26,
+        );
+        u32_in(
+            &mut e,
+            "limits.max_rank_series_per_cluster",
+            l.max_rank_series_per_cluster,
+            0,
+            1 << 24,
         );
         duration_in(
             &mut e,

@@ -43,6 +43,10 @@ pub struct Transition {
     pub period: Option<u32>,
 }
 
+/// Once every node of an instance is settled, residuals are taken from one instance in this
+/// many.
+pub const REFINE_SETTLED_EVERY: u64 = 8;
+
 /// Transitions kept between ticks; more are counted, not stored.
 pub const MAX_TRANSITIONS: usize = 256;
 
@@ -57,6 +61,10 @@ pub(crate) struct Emitter {
     times: Vec<i64>,
     /// Lags of monotonic entries, for the offset refinement of their node.
     pub(crate) residuals: Vec<(Arc<str>, u16, f64)>,
+    /// Rolling rank windows held by the cluster (capped by `limits.max_rank_series_per_cluster`).
+    pub(crate) rank_series: usize,
+    /// Instances finalised (for sampling the refinement of settled nodes).
+    pub(crate) instances: u64,
     /// A node proposed as the cluster's clock anchor (an instance had no reference entry).
     pub(crate) anchor_request: Option<Arc<str>>,
 }
@@ -253,8 +261,14 @@ impl Emitter {
                 e.calibrating = true;
             }
         }
+        // Residuals for the offset refinement: from every instance while some node in it is
+        // calibrating; once all are settled, from one instance in REFINE_SETTLED_EVERY (that
+        // only has to follow slow drift).
+        self.instances = self.instances.wrapping_add(1);
         if let Some(q) = s.mono_refine_quantile
             && !inst.all_wall()
+            && (inst.entries.iter().any(|e| e.calibrating)
+                || self.instances.is_multiple_of(REFINE_SETTLED_EVERY))
         {
             self.refinement_residuals(comm, &inst, q);
         }
@@ -311,6 +325,13 @@ impl Emitter {
                 let Some(slot) = ranks.get_mut(r) else {
                     continue;
                 };
+                if slot.is_none() {
+                    if self.rank_series >= s.max_rank_series {
+                        counts.drop_points(DropReason::CapRankSeries, 1);
+                        continue;
+                    }
+                    self.rank_series += 1;
+                }
                 let w = slot.get_or_insert_with(Box::default);
                 let was_named = w.is_named(&params);
                 let step = Step {

@@ -1,7 +1,7 @@
 //! Names of everything this processor emits, and its self-metric counters.
 //!
 //! OTLP output: [`component::wire::metric::NCCL_PEER_LAG_MS`] with the `nccl.*` attributes
-//! from [`component::wire::attr`] plus [`ATTR_LAG_CLOCK`]. Self-metrics (Prometheus names)
+//! from [`component::wire::attr`]; resource attribute [`ATTR_LAG_CLOCK`]. Self-metrics (Prometheus names)
 //! are the `*_TOTAL` / gauge constants below.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use component::MetricFamily;
 pub const SCOPE_NAME: &str = "ingero-fleet/nccl_peer_lag";
 /// Unit of the lag gauge.
 pub const LAG_UNIT: &str = "ms";
-/// Data-point attribute saying how the lag's entry times were put on one axis:
+/// Resource attribute of the lag output saying how the entry times were put on one axis:
 /// [`CLOCK_WALL`] (every rank sent wall-clock times) or [`CLOCK_MONOTONIC`] (at least one
 /// rank's monotonic time was shifted by an arrival-estimated offset; see `clock.rs`).
 pub const ATTR_LAG_CLOCK: &str = "nccl.peer_lag.clock";
@@ -27,6 +27,8 @@ pub const LAG_POINTS_TOTAL: &str = "ingero_nccl_lag_points_total";
 pub const TRACKED_COMMS: &str = "ingero_nccl_tracked_comms";
 pub const OPEN_BUCKETS: &str = "ingero_nccl_open_buckets";
 pub const BUFFERED_POINTS: &str = "ingero_nccl_buffered_points";
+pub const RANK_SERIES: &str = "ingero_nccl_rank_series";
+pub const MONOTONIC_CLOCKS: &str = "ingero_nccl_monotonic_clocks";
 pub const RANK_LAG_MS: &str = "ingero_nccl_rank_lag_ms";
 pub const RANK_BEHIND_RATIO: &str = "ingero_nccl_rank_behind_ratio";
 pub const RANK_LAG_PERIOD_STEPS: &str = "ingero_nccl_rank_lag_period_steps";
@@ -38,6 +40,7 @@ pub const LABEL_CLUSTER_ID: &str = "cluster_id";
 pub const LABEL_COMM_ID_HASH: &str = "comm_id_hash";
 pub const LABEL_OP_TYPE: &str = "op_type";
 pub const LABEL_RANK: &str = "rank";
+pub const LABEL_STATE: &str = "state";
 
 /// What happened to an incoming NCCL point (label `outcome` of [`POINTS_TOTAL`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,10 +97,13 @@ pub enum DropReason {
     UnderQuorum,
     /// Discarded by `shutdown` (open instances and unsent output).
     Shutdown,
+    /// A rank's step was not added to rolling statistics: the cluster already holds
+    /// `limits.max_rank_series_per_cluster` rank windows (its lag point is still emitted).
+    CapRankSeries,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::CapComms,
         DropReason::CapBuckets,
         DropReason::CapClusters,
@@ -111,6 +117,7 @@ impl DropReason {
         DropReason::ClockWarmup,
         DropReason::UnderQuorum,
         DropReason::Shutdown,
+        DropReason::CapRankSeries,
     ];
 
     pub fn label(self) -> &'static str {
@@ -128,6 +135,7 @@ impl DropReason {
             DropReason::ClockWarmup => "clock_warmup",
             DropReason::UnderQuorum => "under_quorum",
             DropReason::Shutdown => "shutdown",
+            DropReason::CapRankSeries => "cap_rank_series",
         }
     }
 

@@ -1,6 +1,8 @@
-//! Lag records as OTLP: one `ResourceMetrics` per (cluster, node) with a
+//! Lag records as OTLP: one `ResourceMetrics` per (cluster, node, clock) with a
 //! `nccl.collective.peer_lag_ms` gauge (unit `ms`, double) holding one point per rank and
-//! collective instance.
+//! collective instance. The clock attribute sits on the resource (a node's entries are all
+//! wall-clock or all monotonic), which keeps the per-point attributes to the four (five with
+//! `nccl.op_seq`) the contract names: output cost is dominated by allocating them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,9 +29,9 @@ pub fn build(
     if records.is_empty() {
         return;
     }
-    let mut by_node: HashMap<Option<Arc<str>>, Vec<_>> = HashMap::new();
+    let mut by_node: HashMap<(Option<Arc<str>>, bool), Vec<_>> = HashMap::new();
     for r in records {
-        let mut attrs: Vec<KeyValue> = Vec::with_capacity(6);
+        let mut attrs: Vec<KeyValue> = Vec::with_capacity(5);
         attrs.push(kv_str(attr::NCCL_COMM_ID_HASH, format_comm_hash(r.comm)));
         attrs.push(kv_str(attr::NCCL_OP_TYPE, ops.name(r.op)));
         attrs.push(kv_i64(attr::NCCL_RANK, i64::from(r.rank)));
@@ -37,27 +39,23 @@ pub fn build(
         if let Some(seq) = r.op_seq {
             attrs.push(kv_i64(attr::NCCL_OP_SEQ, seq));
         }
-        attrs.push(kv_str(
-            ATTR_LAG_CLOCK,
-            if r.wall_clock {
-                CLOCK_WALL
-            } else {
-                CLOCK_MONOTONIC
-            },
-        ));
         let t = r.time_ns.unwrap_or(now.as_nanos());
         by_node
-            .entry(r.node)
+            .entry((r.node, r.wall_clock))
             .or_default()
             .push(point_f64(attrs, t, r.lag_ms));
     }
     let mut groups: Vec<_> = by_node.into_iter().collect();
     groups.sort_by(|a, b| a.0.cmp(&b.0));
-    for (node, points) in groups {
+    for ((node, wall), points) in groups {
         let mut res = vec![kv_str(resource::CLUSTER_ID, cluster)];
         if let Some(n) = node {
             res.push(kv_str(resource::NODE_ID, n.as_ref()));
         }
+        res.push(kv_str(
+            ATTR_LAG_CLOCK,
+            if wall { CLOCK_WALL } else { CLOCK_MONOTONIC },
+        ));
         out.push(resource_metrics(
             res,
             SCOPE_NAME,
@@ -72,7 +70,7 @@ mod tests {
     use component::otlp::{get_i64, get_str, number_points, point_value, resource_attrs};
 
     #[test]
-    fn groups_by_node_and_spells_every_attribute() {
+    fn groups_by_node_and_clock_and_spells_every_attribute() {
         let ops = OpTypes::new(&["ncclAllReduce".to_string()]);
         let rec = |rank: u32, node: Option<&str>, seq: Option<i64>, time: Option<u64>| LagRecord {
             comm: 0xabc,
@@ -125,12 +123,16 @@ mod tests {
         assert_eq!(get_i64(a, attr::NCCL_RANK), Some(2));
         assert_eq!(get_i64(a, attr::NCCL_NRANKS), Some(4));
         assert_eq!(get_i64(a, attr::NCCL_OP_SEQ), Some(5));
-        assert_eq!(get_str(a, ATTR_LAG_CLOCK), Some(CLOCK_WALL));
+        assert_eq!(get_str(a, ATTR_LAG_CLOCK), None, "on the resource");
+        assert_eq!(
+            get_str(resource_attrs(&out[1]), ATTR_LAG_CLOCK),
+            Some(CLOCK_WALL)
+        );
         let b = &number_points(&out[2].scope_metrics[0].metrics[0])[0];
         assert_eq!(b.time_unix_nano, 999);
         assert_eq!(get_i64(&b.attributes, attr::NCCL_OP_SEQ), None);
         assert_eq!(
-            get_str(&b.attributes, ATTR_LAG_CLOCK),
+            get_str(resource_attrs(&out[2]), ATTR_LAG_CLOCK),
             Some(CLOCK_MONOTONIC)
         );
     }

@@ -17,8 +17,8 @@ use crate::config::NcclConfig;
 use crate::ingest::{NcclPoint, collect_points, format_comm_hash, is_nccl_metric};
 use crate::metrics::{
     BUFFERED_POINTS, ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID,
-    LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK, OPEN_BUCKETS, RANK_BEHIND_RATIO, RANK_LAG_MS,
-    RANK_LAG_PERIOD_STEPS, TRACKED_COMMS,
+    LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK, LABEL_STATE, MONOTONIC_CLOCKS, OPEN_BUCKETS,
+    RANK_BEHIND_RATIO, RANK_LAG_MS, RANK_LAG_PERIOD_STEPS, RANK_SERIES, TRACKED_COMMS,
 };
 use crate::output;
 use crate::report::{comm_reports, named_ranks};
@@ -251,6 +251,14 @@ impl Processor for NcclPeerLagProcessor {
             BUFFERED_POINTS,
             "NCCL points held in open instances per cluster.",
         );
+        let mut series = MetricFamily::gauge(
+            RANK_SERIES,
+            "Rolling per-rank windows held per cluster (capped by limits.max_rank_series_per_cluster).",
+        );
+        let mut clocks = MetricFamily::gauge(
+            MONOTONIC_CLOCKS,
+            "Nodes with monotonic NCCL clocks per cluster, by calibration state.",
+        );
         let mut lag = MetricFamily::gauge(
             RANK_LAG_MS,
             "Median lag (ms) over the behind steps of ranks named chronic or periodic.",
@@ -264,12 +272,16 @@ impl Processor for NcclPeerLagProcessor {
             "Steps between recurring lag episodes of a named rank, when periodic.",
         );
         for (cluster, tracker) in self.trackers() {
-            let (n_comms, n_open, n_buffered, named) = {
+            let (n_comms, n_open, n_buffered, n_series, settled, calibrating, named) = {
                 let t = tracker.lock();
+                let settled = t.node_clocks().filter(|(_, c)| c.is_settled()).count();
                 (
                     t.tracked_comms(),
                     t.open_instances(),
                     t.buffered_points(),
+                    t.rank_series(),
+                    settled,
+                    t.node_clocks().count() - settled,
                     named_ranks(&t, &self.settings),
                 )
             };
@@ -277,6 +289,13 @@ impl Processor for NcclPeerLagProcessor {
             comms.push(&l, n_comms as f64);
             open.push(&l, n_open as f64);
             buffered.push(&l, n_buffered as f64);
+            series.push(&l, n_series as f64);
+            for (state, n) in [("settled", settled), ("calibrating", calibrating)] {
+                clocks.push(
+                    &[(LABEL_CLUSTER_ID, cluster.as_ref()), (LABEL_STATE, state)],
+                    n as f64,
+                );
+            }
             for r in named {
                 let comm = format_comm_hash(r.comm);
                 let rank = r.rank.to_string();
@@ -296,6 +315,8 @@ impl Processor for NcclPeerLagProcessor {
         out.push(comms);
         out.push(open);
         out.push(buffered);
+        out.push(series);
+        out.push(clocks);
         out.push(lag);
         out.push(ratio);
         out.push(period);
@@ -328,6 +349,7 @@ impl Processor for NcclPeerLagProcessor {
                 "tracked_comms": t.tracked_comms(),
                 "open_buckets": t.open_instances(),
                 "buffered_points": t.buffered_points(),
+                "rank_series": t.rank_series(),
                 "pending_output": t.pending_output(),
                 "monotonic_clocks": clocks,
                 "communicators": comms,

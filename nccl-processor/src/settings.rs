@@ -34,6 +34,7 @@ pub struct Settings {
     pub max_nodes: usize,
     pub max_named: usize,
     pub max_pending_output: usize,
+    pub max_rank_series: usize,
     pub comm_idle_ns: u64,
     pub point_limits: PointLimits,
     pub top_ranks: usize,
@@ -74,6 +75,7 @@ impl Settings {
             max_nodes: cfg.limits.max_nodes_per_cluster as usize,
             max_named: cfg.limits.max_named_ranks_per_cluster as usize,
             max_pending_output: cfg.limits.max_pending_output as usize,
+            max_rank_series: cfg.limits.max_rank_series_per_cluster as usize,
             comm_idle_ns: nanos(cfg.limits.comm_idle_timeout),
             point_limits: PointLimits {
                 max_ranks: cfg.limits.max_ranks,

@@ -85,6 +85,15 @@ impl CommState {
                 .sum::<usize>()
     }
 
+    /// Rolling rank windows held by this communicator's streams.
+    pub fn rank_series(&self) -> usize {
+        self.streams
+            .iter()
+            .flatten()
+            .map(|st| st.ranks.iter().flatten().count())
+            .sum()
+    }
+
     /// Every open instance of the communicator (exact and time buckets).
     fn open_iter(&self) -> impl Iterator<Item = &Instance> {
         self.exact.open.values().chain(
@@ -171,6 +180,11 @@ impl ClusterTracker {
 
     pub fn buffered_points(&self) -> usize {
         self.budget.buffered_points
+    }
+
+    /// Rolling per-rank windows held (see `limits.max_rank_series_per_cluster`).
+    pub fn rank_series(&self) -> usize {
+        self.emitter.rank_series
     }
 
     pub fn pending_output(&self) -> usize {
@@ -443,9 +457,11 @@ impl ClusterTracker {
             }
         }
         let budget = &mut self.budget;
+        let series = &mut self.emitter.rank_series;
         self.comms.retain(|_, c| {
             let idle = now.as_nanos().saturating_sub(c.last_seen.as_nanos()) >= s.comm_idle_ns;
             if idle {
+                *series = series.saturating_sub(c.rank_series());
                 for inst in c.open_iter() {
                     counts.drop_points(DropReason::UnderQuorum, inst.len() as u64);
                     budget.open_instances = budget.open_instances.saturating_sub(1);

@@ -388,3 +388,55 @@ fn named_rank_gauges_are_capped() {
         "diagnostics list every named rank up to diagnostics_top_ranks"
     );
 }
+
+/// A flood of distinct communicators and never-completing instances: the caps hold and
+/// everything refused is counted, so memory is bounded by the limits.
+#[test]
+fn caps_hold_under_a_flood() {
+    let v = parse_yaml(
+        b"limits: {max_comms_per_cluster: 8, max_open_buckets_per_cluster: 32, \
+          max_buffered_points_per_cluster: 100, max_clusters: 2}\n",
+    )
+    .unwrap();
+    let p = create(&v).unwrap();
+    let mut sent = 0u64;
+    for cluster in ["a", "b", "c"] {
+        for comm in 1..=20u64 {
+            let mut pts = Vec::new();
+            for seq in 0..10i64 {
+                // rank 0 of 64 only: never complete
+                pts.push(dp(
+                    "ncclAllReduce",
+                    &format!("{comm:016x}"),
+                    0,
+                    64,
+                    Some(seq),
+                    T0,
+                ));
+            }
+            sent += pts.len() as u64;
+            let mut b = vec![rm(Some(cluster), "n", pts)];
+            p.process(&mut b, &ctx(None, T0));
+        }
+    }
+    let mut fams = Vec::new();
+    p.telemetry(&mut fams);
+    for cluster in ["a", "b"] {
+        let l = [("cluster_id", cluster)];
+        assert_eq!(sample(family(&fams, "ingero_nccl_tracked_comms"), &l), 8.0);
+        assert!(sample(family(&fams, "ingero_nccl_open_buckets"), &l) <= 32.0);
+        assert!(sample(family(&fams, "ingero_nccl_buffered_points"), &l) <= 100.0);
+    }
+    let c = p.counts();
+    let accepted = c.outcomes[Outcome::Accepted as usize];
+    assert_eq!(
+        accepted,
+        2 * 32,
+        "32 open instances of one point each per cluster"
+    );
+    let refused = c.dropped(DropReason::CapComms)
+        + c.dropped(DropReason::CapBuckets)
+        + c.dropped(DropReason::CapClusters);
+    assert_eq!(accepted + refused, sent, "every point is accounted for");
+    assert_eq!(c.dropped(DropReason::CapClusters), 200);
+}

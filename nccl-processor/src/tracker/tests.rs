@@ -370,3 +370,20 @@ fn discard_counts_everything_it_throws_away() {
         (0, 0, 0)
     );
 }
+
+#[test]
+fn rank_series_cap_keeps_lags_but_not_statistics() {
+    let mut cfg = NcclConfig::default();
+    cfg.limits.max_rank_series_per_cluster = 3;
+    let s = Settings::new(&cfg);
+    let mut t = ClusterTracker::new(&s);
+    let mut c = Counts::default();
+    let pts: Vec<_> = (0..4).map(|r| pt(r, 4, 1, T0 + u64::from(r))).collect();
+    t.ingest(None, &pts, Timestamp(T0), &s, &mut c);
+    assert_eq!(t.drain().len(), 4, "every lag is still emitted");
+    assert_eq!(t.rank_series(), 3);
+    assert_eq!(c.dropped(DropReason::CapRankSeries), 1);
+    // Forgetting the communicator frees its windows.
+    t.tick(Timestamp(T0 + s.comm_idle_ns), &s, &mut c);
+    assert_eq!(t.rank_series(), 0);
+}
