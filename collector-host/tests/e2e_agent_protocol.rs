@@ -136,11 +136,11 @@ fn agent_payloads_get_thresholds_after_quorum_and_keep_them_when_quorum_is_lost(
     // threshold is still served, with quorum_met=false.
     let lost = wait_for(Duration::from_secs(20), || {
         let mut last = None;
-        for i in 0..3 {
+        for (i, score) in SCORES.iter().enumerate().take(3) {
             let r = push_json(
                 f.http(),
                 "alpha",
-                &AgentPush::new("alpha", &format!("alpha-node-{i:02}"), SCORES[i]).to_json(),
+                &AgentPush::new("alpha", &format!("alpha-node-{i:02}"), *score).to_json(),
             );
             last = threshold_headers(&r);
         }

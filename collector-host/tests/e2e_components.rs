@@ -208,3 +208,82 @@ fn provider_label_and_straggler_cost_reach_prometheus() {
     let t2 = total(&get(f.prometheus(), "/metrics").text());
     assert!(t2 > t1, "cumulative straggler cost grows: {t1} -> {t2}");
 }
+
+/// Every metric the example dashboard and recording rules read (listed in
+/// examples/exported-metrics.txt, which provider-processor's tests tie to those files)
+/// has samples on the live Prometheus endpoint once a realistic cluster pushes.
+#[test]
+fn dashboard_and_rule_metrics_are_really_exported() {
+    let f = fleet();
+    let model = "NVIDIA A100-SXM4-80GB";
+    let comm = "aa00bb11cc22dd33";
+    let base = now_ns() - 15_000_000_000;
+    let mut step = 0u64;
+    let listed: Vec<String> = std::fs::read_to_string(format!(
+        "{}/../examples/exported-metrics.txt",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+    .lines()
+    .map(|l| l.split('#').next().unwrap().trim().to_string())
+    .filter(|l| !l.is_empty())
+    .collect();
+    assert!(listed.len() > 15);
+    let missing = |page: &str| -> Vec<String> {
+        listed
+            .iter()
+            .filter(|name| {
+                !page.lines().any(|l| {
+                    !l.starts_with('#')
+                        && (l.starts_with(&format!("{name}{{"))
+                            || l.starts_with(&format!("{name} ")))
+                })
+            })
+            .cloned()
+            .collect()
+    };
+    let result = wait_for(Duration::from_secs(30), || {
+        for rank in 0..8i64 {
+            let node = format!("gpu-node-{rank:02}");
+            let score = if rank == 5 {
+                0.5
+            } else {
+                0.95 - 0.003 * rank as f64
+            };
+            let p = AgentPush::new("all", &node, score)
+                .gpu(model, 8)
+                .provider("gcp")
+                .world(8, rank);
+            assert_eq!(push_json(f.http(), "all", &p.to_json()).status, 200);
+            let late = if rank == 5 { 80_000_000 } else { 0 };
+            let mut np =
+                NcclPoint::all_reduce(comm, rank, 8, 9.0, base + step * 100_000_000 + late);
+            np.op_seq = Some(step as i64);
+            let body = nccl_export_json(Some("all"), &node, &[np]);
+            assert_eq!(
+                post(
+                    f.http(),
+                    "/v1/metrics",
+                    "application/json",
+                    body.as_bytes(),
+                    &[]
+                )
+                .status,
+                200
+            );
+        }
+        // One node with a GPU the rate tables do not know.
+        let odd = AgentPush::new("all", "odd-node", 0.94)
+            .gpu("Imaginary GPU 1TB", 1)
+            .provider("gcp");
+        assert_eq!(push_json(f.http(), "all", &odd.to_json()).status, 200);
+        step += 1;
+        std::thread::sleep(Duration::from_millis(300));
+        let page = get(f.prometheus(), "/metrics").text();
+        missing(&page).is_empty().then_some(())
+    });
+    if result.is_none() {
+        let page = get(f.prometheus(), "/metrics").text();
+        panic!("listed but not exported: {:?}", missing(&page));
+    }
+}

@@ -300,13 +300,14 @@ pub fn request_cluster(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<str>>, String> {
-    let values = component::api::query_values(query, wire_http::PARAM_CLUSTER_ID);
-    if values.len() > 1 {
-        return Err("cluster_id: given more than once".into());
-    }
-    if let Some(v) = values.into_iter().next() {
-        ingero_extension::validate_cluster_id(&v).map_err(|e| format!("cluster_id: {e}"))?;
-        return Ok(Some(v.into()));
+    // Strict decoding: a malformed escape, invalid UTF-8 or a repeated parameter is an
+    // error, never a lossily repaired id.
+    match ingero_extension::cluster_id_from_query(query) {
+        ingero_extension::ClusterIdParam::Valid(v) => return Ok(Some(Arc::from(v.as_ref()))),
+        ingero_extension::ClusterIdParam::Invalid(e) => {
+            return Err(format!("{}: {e}", wire_http::PARAM_CLUSTER_ID));
+        }
+        ingero_extension::ClusterIdParam::Missing => {}
     }
     if let Some(h) = headers.get(wire_http::REQUEST_HEADER_CLUSTER_ID) {
         let v = h
@@ -369,6 +370,8 @@ mod tests {
             "cluster_id=a%0d%0aX-Evil:%201",
             "cluster_id=a&cluster_id=b",
             "cluster_id=%00",
+            "cluster_id=%ff%fe",
+            "cluster_id=a%zz",
         ] {
             assert!(request_cluster(Some(q), &h).is_err(), "{q}");
         }
