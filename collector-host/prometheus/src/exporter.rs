@@ -16,11 +16,12 @@ use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
 use crate::config::PrometheusExporterConfig;
 use crate::intern::{FamilyId, FamilyKind, Interner, NONE, remap};
+use crate::labels::Scratch;
 use crate::metrics::{self, Counters};
 use crate::render::{self, ExtraReject};
 use crate::store::{DropCounts, DropReason, Limits, ResourcePlan, Shard};
 use crate::text::{escape_label_value, write_header};
-use crate::translate::{Lookup, Scratch, Settings, translate};
+use crate::translate::{Lookup, Settings, translate};
 
 /// Number of series shards (resources are spread by label-set id).
 pub const SHARDS: usize = 16;

@@ -31,14 +31,19 @@
 //!   description gets a generated HELP text (`OTLP metric <name>, unit <unit>`) instead of
 //!   an empty one; labels are written sorted by name (client_golang does the same).
 //!
-//! # Memory
-//! Strings and label sets are interned ([`intern`]); a series is 24 bytes in a small
-//! `Vec` per resource ([`store`]). Expiry removes series; when enough was removed, a
-//! compaction rebuilds the intern tables without the entries no live series uses.
+//! # Memory and speed
+//! Strings and label sets are interned ([`intern`]); a series is 24 bytes in an
+//! exact-size slice per resource label set ([`store`]), so a node's labels are stored once.
+//! Expiry removes series; when enough was removed, a compaction rebuilds the intern tables
+//! without the entries no live series uses. Label sets are built in [`labels`]; translation
+//! ([`translate`]) runs under a shared lock and memoises data-point attribute lists, so a
+//! known agent's push costs a few lookups and one shard mutex. Measured numbers are in the
+//! README.
 
 pub mod config;
 pub mod exporter;
 pub mod intern;
+pub mod labels;
 pub mod metrics;
 pub mod naming;
 pub mod render;

@@ -11,23 +11,23 @@
 //!
 //! Translation first runs against a shared (read) view of the intern tables and asks for
 //! the write lock only when something is new, so a known node's push takes no write lock.
+//! A data point's plain label set is memoised by the exact encoding of its attributes
+//! (`labels::raw_key`); the resource-collision check still runs on every point.
 
-use component::otlp::{AnyValue, AnyValueKind, KeyValue, Metric, MetricKind, ResourceMetrics};
+use component::otlp::{KeyValue, Metric, MetricKind, ResourceMetrics};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, HistogramDataPoint, SummaryDataPoint,
 };
 
 use crate::intern::{Family, FamilyId, FamilyKind, Interner, Pair, SetId, Sym};
+use crate::labels::{
+    Scratch, add_identity, attr_labels, is_service_identity, job_instance, no_skip, raw_key,
+};
 use crate::naming::{NameKind, label_name, metric_name};
 use crate::store::{
     DropCounts, DropReason, Histogram, MAX_FAMILIES, ResourcePlan, Summary, Update, UpdateValue,
 };
-use crate::text::{escape_label_value, needs_escape};
-use crate::value::{as_plain_str, write_value};
 
-const SERVICE_NAME: &str = component::wire::resource::SERVICE_NAME;
-const SERVICE_INSTANCE_ID: &str = component::wire::resource::SERVICE_INSTANCE_ID;
-const SERVICE_NAMESPACE: &str = "service.namespace";
 /// OTLP data-point flag: no recorded value (a staleness marker).
 const FLAG_NO_RECORDED_VALUE: u32 = 1;
 
@@ -83,7 +83,7 @@ impl Lookup<'_> {
         }
     }
 
-    fn sym(&mut self, s: &str) -> Result<Sym, Fail> {
+    pub(crate) fn sym(&mut self, s: &str) -> Result<Sym, Fail> {
         let miss = self.miss();
         match self {
             Lookup::Read { interner, .. } => interner.strings.get(s).ok_or(miss),
@@ -94,7 +94,7 @@ impl Lookup<'_> {
         }
     }
 
-    fn set(&mut self, pairs: &[Pair]) -> Result<SetId, Fail> {
+    pub(crate) fn set(&mut self, pairs: &[Pair]) -> Result<SetId, Fail> {
         let miss = self.miss();
         match self {
             Lookup::Read { interner, .. } => interner.sets.get(pairs).ok_or(miss),
@@ -106,7 +106,7 @@ impl Lookup<'_> {
     }
 
     /// Label-name symbol of an attribute key; `Drop(InvalidLabelName)` if it has none.
-    fn label_key(&mut self, key: &str) -> Result<Sym, Fail> {
+    pub(crate) fn label_key(&mut self, key: &str) -> Result<Sym, Fail> {
         let miss = self.miss();
         let sym = match self.interner().cached_label_key(key) {
             Some(c) => c,
@@ -190,173 +190,6 @@ fn resolve_family(
         kind: fk,
     })
     .ok_or(DropReason::InternerFull)
-}
-
-/// Reusable buffers for one `consume` call.
-#[derive(Debug, Default)]
-pub struct Scratch {
-    key: Vec<u8>,
-    r: Vec<Pair>,
-    d: Vec<Pair>,
-    m: Vec<Pair>,
-    raw: String,
-    esc: String,
-}
-
-/// Symbol of an attribute value's escaped label text.
-fn value_sym(lk: &mut Lookup<'_>, v: Option<&AnyValue>, sc: &mut Scratch) -> Result<Sym, Fail> {
-    if let Some(s) = as_plain_str(v)
-        && !needs_escape(s)
-    {
-        return lk.sym(s);
-    }
-    sc.raw.clear();
-    write_value(v, &mut sc.raw);
-    escaped_sym(lk, sc)
-}
-
-/// Symbol of `sc.raw`, escaped.
-fn escaped_sym(lk: &mut Lookup<'_>, sc: &mut Scratch) -> Result<Sym, Fail> {
-    if !needs_escape(&sc.raw) {
-        return lk.sym(&sc.raw);
-    }
-    sc.esc.clear();
-    escape_label_value(&sc.raw, &mut sc.esc);
-    lk.sym(&sc.esc)
-}
-
-fn sort_by_name(i: &Interner, pairs: &mut [Pair]) {
-    pairs.sort_unstable_by(|a, b| i.strings.resolve(a[0]).cmp(i.strings.resolve(b[0])));
-}
-
-fn has_duplicate_names(pairs: &[Pair]) -> bool {
-    pairs.windows(2).any(|w| w[0][0] == w[1][0])
-}
-
-/// Labels from attribute lists, later lists overriding earlier ones key by key, keys that
-/// sanitise alike joined with `;` in key order. Keys for which `skip` is true are left out.
-/// Result in `out`, sorted by label name.
-fn attr_labels(
-    lk: &mut Lookup<'_>,
-    lists: &[&[KeyValue]],
-    skip: fn(&str) -> bool,
-    sc: &mut Scratch,
-    out: &mut Vec<Pair>,
-) -> Result<(), Fail> {
-    out.clear();
-    if let [single] = lists {
-        for kv in single.iter().filter(|kv| !skip(&kv.key)) {
-            let name = lk.label_key(&kv.key)?;
-            let value = value_sym(lk, kv.value.as_ref(), sc)?;
-            out.push([name, value]);
-        }
-        sort_by_name(lk.interner(), out);
-        if !has_duplicate_names(out) {
-            return Ok(());
-        }
-        out.clear();
-    }
-    // General path: resolve key overrides, then join colliding names in key order.
-    let mut entries: Vec<(&str, Option<&AnyValue>)> = Vec::new();
-    for list in lists {
-        for kv in list.iter().filter(|kv| !skip(&kv.key)) {
-            match entries.iter_mut().find(|(k, _)| *k == kv.key) {
-                Some(e) => e.1 = kv.value.as_ref(),
-                None => entries.push((&kv.key, kv.value.as_ref())),
-            }
-        }
-    }
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    let mut named: Vec<(Sym, &str, Option<&AnyValue>)> = Vec::with_capacity(entries.len());
-    for (k, v) in entries {
-        named.push((lk.label_key(k)?, k, v));
-    }
-    // Stable: equal names keep key order.
-    named.sort_by_key(|(n, _, _)| *n);
-    let mut idx = 0;
-    while let Some(&(name, _, first)) = named.get(idx) {
-        sc.raw.clear();
-        write_value(first, &mut sc.raw);
-        idx += 1;
-        while let Some(&(n, _, v)) = named.get(idx) {
-            if n != name {
-                break;
-            }
-            sc.raw.push(';');
-            write_value(v, &mut sc.raw);
-            idx += 1;
-        }
-        let value = escaped_sym(lk, sc)?;
-        out.push([name, value]);
-    }
-    sort_by_name(lk.interner(), out);
-    Ok(())
-}
-
-fn upsert(pairs: &mut Vec<Pair>, name: Sym, value: Sym) {
-    match pairs.iter_mut().find(|p| p[0] == name) {
-        Some(p) => p[1] = value,
-        None => pairs.push([name, value]),
-    }
-}
-
-/// `job` (`service.namespace/service.name`) and `instance` (`service.instance.id`) from
-/// resource attributes, as raw strings.
-fn job_instance(attrs: &[KeyValue]) -> (Option<String>, Option<String>) {
-    let get = |key: &str| {
-        attrs
-            .iter()
-            .find(|kv| kv.key == key)
-            .map(|kv| kv.value.as_ref())
-    };
-    let text = |v: Option<&AnyValue>| {
-        let mut s = String::new();
-        write_value(v, &mut s);
-        s
-    };
-    let job = get(SERVICE_NAME).map(|name| match get(SERVICE_NAMESPACE) {
-        Some(ns) => format!("{}/{}", text(ns), text(name)),
-        None => text(name),
-    });
-    let instance = get(SERVICE_INSTANCE_ID).map(text);
-    (job, instance)
-}
-
-/// Add `job`/`instance` (and, when `with_const`, the const labels) to `out`, overriding
-/// labels of the same name, and sort.
-fn add_identity(
-    lk: &mut Lookup<'_>,
-    ids: &(Option<String>, Option<String>),
-    settings: Option<&Settings>,
-    sc: &mut Scratch,
-    out: &mut Vec<Pair>,
-) -> Result<(), Fail> {
-    for (label, v) in [("job", &ids.0), ("instance", &ids.1)] {
-        if let Some(v) = v {
-            let name = lk.sym(label)?;
-            sc.raw.clear();
-            sc.raw.push_str(v);
-            let value = escaped_sym(lk, sc)?;
-            upsert(out, name, value);
-        }
-    }
-    if let Some(settings) = settings {
-        for (n, v) in &settings.const_labels {
-            let name = lk.sym(n)?;
-            let value = lk.sym(v)?;
-            upsert(out, name, value);
-        }
-    }
-    sort_by_name(lk.interner(), out);
-    Ok(())
-}
-
-fn is_service_identity(key: &str) -> bool {
-    key == SERVICE_NAME || key == SERVICE_NAMESPACE || key == SERVICE_INSTANCE_ID
-}
-
-fn no_skip(_: &str) -> bool {
-    false
 }
 
 fn time_secs(time_unix_nano: u64, now_s: u32) -> u32 {
@@ -652,45 +485,6 @@ fn point_labels(
     })();
     sc.d = d;
     result
-}
-
-/// An exact, unambiguous byte encoding of an attribute list (length-prefixed keys, typed
-/// values), the key of the data-point label-set memo.
-fn raw_key(attrs: &[KeyValue], out: &mut Vec<u8>) {
-    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
-        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(b);
-    }
-    out.clear();
-    for kv in attrs {
-        bytes(out, kv.key.as_bytes());
-        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-            None => out.push(0),
-            Some(AnyValueKind::StringValue(s)) => {
-                out.push(1);
-                bytes(out, s.as_bytes());
-            }
-            Some(AnyValueKind::IntValue(i)) => {
-                out.push(2);
-                out.extend_from_slice(&i.to_le_bytes());
-            }
-            Some(AnyValueKind::DoubleValue(d)) => {
-                out.push(3);
-                out.extend_from_slice(&d.to_bits().to_le_bytes());
-            }
-            Some(AnyValueKind::BoolValue(b)) => {
-                out.push(4);
-                out.push(u8::from(*b));
-            }
-            Some(_) => {
-                // Rare composite values: their label text is their identity.
-                let mut text = String::new();
-                write_value(kv.value.as_ref(), &mut text);
-                out.push(5);
-                bytes(out, text.as_bytes());
-            }
-        }
-    }
 }
 
 fn histogram_value(dp: &HistogramDataPoint) -> Result<Histogram, DropReason> {

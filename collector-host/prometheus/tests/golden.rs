@@ -155,3 +155,49 @@ fn a_page_with_every_family_kind_passes_promtool() {
     assert!(code == 0 || code == 3, "promtool exit {code}: {problems:?}");
     assert_eq!(problems, Vec::<String>::new());
 }
+
+#[test]
+fn names_the_example_rules_and_dashboard_read() {
+    // examples/exported-metrics.txt (read by examples/prometheus/ingero-rules.yaml and the
+    // Grafana dashboard) expects these names and labels from the default config.
+    let e = default_exporter();
+    e.consume(&[health_push(&golden_push())], ts(T0));
+    let lag = rm(
+        vec![
+            kv_str("ingero.cluster.id", "c1"),
+            kv_str("ingero.node.id", "n1"),
+            kv_str("nccl.lag_clock", "wall"),
+        ],
+        vec![gauge(
+            "nccl.collective.peer_lag_ms",
+            "ms",
+            vec![point(
+                vec![
+                    kv_str("nccl.comm_id_hash", "0x1f"),
+                    kv_str("nccl.op_type", "ncclAllReduce"),
+                    component::otlp::kv_i64("nccl.rank", 3),
+                    component::otlp::kv_i64("nccl.nranks", 8),
+                ],
+                T0,
+                12.5,
+            )],
+        )],
+    );
+    e.consume(&[lag], ts(T0));
+    let s = parse(&render(&e, T0, &[]));
+    let score = named(&s, "ingero_node_health_score_ratio");
+    assert_eq!(score[0].labels["ingero_cluster_id"], "c1");
+    assert_eq!(score[0].labels["ingero_node_id"], "n1");
+    let lag = named(&s, "nccl_collective_peer_lag_ms_milliseconds");
+    assert_eq!(lag.len(), 1);
+    for l in [
+        "ingero_cluster_id",
+        "ingero_node_id",
+        "nccl_comm_id_hash",
+        "nccl_op_type",
+        "nccl_rank",
+    ] {
+        assert!(lag[0].labels.contains_key(l), "{l}");
+    }
+    assert_eq!(lag[0].value, 12.5);
+}
