@@ -82,7 +82,11 @@ impl ShortfallCusum {
         let next = f64::from(self.sum) + z - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
         let sum = next.max(0.0).min(p.cap());
-        self.sum = sum as f32;
+        let stored = sum as f32;
+        // Healthy nodes stay at 0: skipping the unchanged store keeps their cache lines clean.
+        if stored != self.sum {
+            self.sum = stored;
+        }
         if !self.straggler && sum >= p.decision {
             self.straggler = true;
             Some(Transition::Entered)

@@ -16,7 +16,9 @@ use component::Timestamp;
 
 use crate::classifier::{CusumParams, MIN_SIGMA, ShortfallCusum, Transition};
 use crate::config::IngeroConfig;
-use crate::table::{CLUSTER_WIDE_COHORT, CohortId, NodeBudget, NodeSample, NodeState, NodeTable};
+use crate::table::{
+    CLUSTER_WIDE_COHORT, CohortId, NodeBudget, NodeCounts, NodeSample, NodeState, NodeTable,
+};
 use crate::threshold::{CohortThreshold, CohortUpdate, ThresholdParams};
 
 /// Everything a cluster tick depends on besides its nodes.
@@ -109,29 +111,9 @@ pub struct ClusterTickState {
     cohort_stragglers: Vec<u64>,
 }
 
-/// Node counts of one tick's samples.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct NodeCounts {
-    pub active: u64,
-    pub idle: u64,
-    pub calibrating: u64,
-    /// Past the TTL, within the expected window, last state not idle.
-    pub silent: u64,
-}
-
 fn tally(counts: &mut NodeCounts, scores: &mut Vec<f64>, s: &NodeSample) {
-    if s.is_vacant() {
-        return;
-    }
-    match (s.live(), s.state) {
-        (true, NodeState::Active) => {
-            counts.active += 1;
-            scores.push(s.score);
-        }
-        (true, NodeState::Idle) => counts.idle += 1,
-        (true, NodeState::Calibrating) => counts.calibrating += 1,
-        (false, NodeState::Idle) => {}
-        (false, _) => counts.silent += 1,
+    if counts.add(s) {
+        scores.push(s.score);
     }
 }
 
@@ -147,18 +129,16 @@ impl ClusterTickState {
         forget_nanos: u64,
         budget: &NodeBudget,
     ) -> usize {
-        self.scores.clear();
-        self.node_counts = NodeCounts::default();
-        let (counts, scores) = (&mut self.node_counts, &mut self.scores);
-        let removed = table.snapshot(
+        let (counts, removed) = table.snapshot(
             now,
             ttl_nanos,
             forget_nanos,
             budget,
             &mut self.samples,
+            &mut self.scores,
             &mut self.cohort_names,
-            |s| tally(counts, scores, s),
         );
+        self.node_counts = counts;
         self.stale_tally = false;
         removed
     }

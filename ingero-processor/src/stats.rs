@@ -41,22 +41,100 @@ impl RobustStats {
     }
 }
 
-/// The median of `values` by quickselect (average of the two middle values for even
-/// lengths). Reorders the slice. `None` when empty.
+/// Inputs at least this long first try [`bracketed_pair`]; shorter ones quickselect.
+pub const BRACKET_MIN_LEN: usize = 4096;
+/// Evenly strided elements sampled to bracket the median.
+const BRACKET_SAMPLE: usize = 1024;
+/// Half-width of the bracket in sample ranks (about four standard deviations of the
+/// sample rank of the median, `sqrt(1024) / 2 = 16`).
+const BRACKET_HALF_WIDTH: usize = 64;
+
+/// The median of `values` (average of the two middle values for even lengths). Reorders
+/// the slice. `None` when empty. O(n): see [`middle_pair`].
 pub fn median_in_place(values: &mut [f64]) -> Option<f64> {
+    let (lower, upper) = middle_pair(values)?;
+    Some(lower + (upper - lower) / 2.0)
+}
+
+/// The values at sorted ranks `(n-1)/2` and `n/2`. Long inputs try a bracketing pass
+/// first; anything it cannot settle goes to quickselect (`select_nth_unstable`), so the
+/// result is always exact.
+fn middle_pair(values: &mut [f64]) -> Option<(f64, f64)> {
     let n = values.len();
     if n == 0 {
         return None;
     }
-    let mid = n / 2;
-    let (left, upper, _) = values.select_nth_unstable_by(mid, f64::total_cmp);
-    let upper = *upper;
-    if n % 2 == 1 {
-        return Some(upper);
+    let (r1, r2) = ((n - 1) / 2, n / 2);
+    if n >= BRACKET_MIN_LEN
+        && let Some(pair) = bracketed_pair(values, r1, r2)
+    {
+        return Some(pair);
     }
-    // For even n the lower middle value is the largest element left of `mid`.
+    let (left, upper, _) = values.select_nth_unstable_by(r2, f64::total_cmp);
+    let upper = *upper;
+    if r1 == r2 {
+        return Some((upper, upper));
+    }
+    // For even n the lower middle value is the largest element left of `r2`.
     let lower = left.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(lower + (upper - lower) / 2.0)
+    Some((lower, upper))
+}
+
+/// Floyd-Rivest-style selection of ranks `r1 <= r2`: a strided sample of the input gives a
+/// narrow value bracket `[lo, hi]` that almost surely contains both ranks; one branch-light
+/// pass counts the values below `lo` and gathers those inside the bracket (a few percent of
+/// the input), and a quickselect over that small buffer finishes. `None` when the bracket
+/// missed or overflowed (then the caller quickselects the whole input).
+fn bracketed_pair(values: &[f64], r1: usize, r2: usize) -> Option<(f64, f64)> {
+    let n = values.len();
+    let stride = n / BRACKET_SAMPLE;
+    if stride == 0 {
+        return None;
+    }
+    let mut sample: Vec<f64> = values
+        .iter()
+        .step_by(stride)
+        .take(BRACKET_SAMPLE)
+        .copied()
+        .collect();
+    sample.sort_unstable_by(f64::total_cmp);
+    let m = sample.len();
+    // Where ranks r1..=r2 of n fall in the sample, widened by the margin.
+    let centre_lo = r1 * m / n;
+    let centre_hi = (r2 * m).div_ceil(n);
+    let lo = *sample.get(centre_lo.saturating_sub(BRACKET_HALF_WIDTH))?;
+    let hi = *sample.get((centre_hi + BRACKET_HALF_WIDTH).min(m - 1))?;
+    // Expected share inside the bracket is about 2 * 64 / 1024; allow three times that.
+    let cap = n * 3 * (2 * BRACKET_HALF_WIDTH + 1) / m + 64;
+    let mut buf = vec![0.0f64; cap];
+    let mut len = 0usize;
+    let mut below = 0usize;
+    for &x in values {
+        below += usize::from(x < lo);
+        if let Some(slot) = buf.get_mut(len) {
+            *slot = x;
+        }
+        len += usize::from(x >= lo && x <= hi);
+    }
+    if len > cap || below > r1 || r2 >= below + len {
+        return None;
+    }
+    let inside = buf.get_mut(..len)?;
+    let v1 = select(inside, r1 - below)?;
+    let v2 = if r2 == r1 {
+        v1
+    } else {
+        select(inside, r2 - below)?
+    };
+    Some((v1, v2))
+}
+
+fn select(v: &mut [f64], k: usize) -> Option<f64> {
+    if k >= v.len() {
+        return None;
+    }
+    let (_, x, _) = v.select_nth_unstable_by(k, f64::total_cmp);
+    Some(*x)
 }
 
 #[cfg(test)]
@@ -86,6 +164,44 @@ mod tests {
             assert!((s.median - m).abs() < 1e-12, "{c:?}: {} vs {m}", s.median);
             assert!((s.mad - d).abs() < 1e-12, "{c:?}: {} vs {d}", s.mad);
             assert_eq!(s.n, c.len());
+        }
+    }
+
+    #[test]
+    fn long_inputs_match_statrs_on_the_bracketed_path_and_its_fallback() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = BRACKET_MIN_LEN;
+        let clustered: Vec<f64> = (0..n + 1).map(|_| 0.95 + 0.02 * (next() - 0.5)).collect();
+        let spread: Vec<f64> = (0..n * 3 + 2).map(|_| next()).collect();
+        let dupes: Vec<f64> = (0..n * 2).map(|_| (next() * 10.0).floor() / 10.0).collect();
+        let equal = vec![0.9; n + 3];
+        // The strided sample sees only zeros: the bracket misses and quickselect decides.
+        let stride = n / BRACKET_SAMPLE;
+        let adversarial: Vec<f64> = (0..n)
+            .map(|i| {
+                if i % stride == 0 {
+                    0.0
+                } else {
+                    0.5 + 0.4 * next()
+                }
+            })
+            .collect();
+        let sorted: Vec<f64> = (0..n * 2).map(|i| i as f64 / (n * 2) as f64).collect();
+        // Both paths are really taken.
+        let (r1, r2) = ((n - 1) / 2, n / 2);
+        assert!(bracketed_pair(&clustered, r1, r2).is_some());
+        assert!(bracketed_pair(&adversarial[..n], r1, r2).is_none());
+        for c in [clustered, spread, dupes, equal, adversarial, sorted] {
+            let (m, d) = oracle(&c);
+            let s = RobustStats::compute(&mut c.clone()).unwrap();
+            assert!((s.median - m).abs() < 1e-15, "median {} vs {m}", s.median);
+            assert!((s.mad - d).abs() < 1e-15, "mad {} vs {d}", s.mad);
         }
     }
 

@@ -195,6 +195,36 @@ impl NodeSample {
     }
 }
 
+/// Node counts of one tick's samples.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NodeCounts {
+    pub active: u64,
+    pub idle: u64,
+    pub calibrating: u64,
+    /// Past the TTL, within the expected window, last state not idle.
+    pub silent: u64,
+}
+
+impl NodeCounts {
+    /// Count one sample; true when it is active and live, i.e. enters the statistic.
+    pub fn add(&mut self, s: &NodeSample) -> bool {
+        if s.is_vacant() {
+            return false;
+        }
+        match (s.live(), s.state) {
+            (true, NodeState::Active) => {
+                self.active += 1;
+                return true;
+            }
+            (true, NodeState::Idle) => self.idle += 1,
+            (true, NodeState::Calibrating) => self.calibrating += 1,
+            (false, NodeState::Idle) => {}
+            (false, _) => self.silent += 1,
+        }
+        false
+    }
+}
+
 /// Interned cohort keys with reference counts; id 0 is the cluster-wide cohort.
 #[derive(Debug)]
 struct CohortInterner {
@@ -452,9 +482,9 @@ impl NodeTable {
 
     /// Copy every slot out for a tick at `now`, densely (`out[i]` is slot `i`): records
     /// older than `forget_nanos` are removed (their slot is vacant), records older than
-    /// `ttl_nanos` are copied with `live = false`. Returns the number of removed records.
-    /// `cohort_names` receives the interned names by id; `visit` sees each occupied sample
-    /// as it is copied (so callers can tally in the same pass).
+    /// `ttl_nanos` are copied with `live = false`. In the same pass the active live scores
+    /// go to `active_scores` and the states are counted. Returns the counts and the number
+    /// of removed records. `cohort_names` receives the interned names by id.
     #[allow(clippy::too_many_arguments)]
     pub fn snapshot(
         &mut self,
@@ -463,41 +493,49 @@ impl NodeTable {
         forget_nanos: u64,
         budget: &NodeBudget,
         out: &mut Vec<NodeSample>,
+        active_scores: &mut Vec<f64>,
         cohort_names: &mut Vec<Option<Arc<str>>>,
-        mut visit: impl FnMut(&NodeSample),
-    ) -> usize {
-        out.clear();
-        out.reserve(self.slots.len());
-        let mut removed = 0usize;
+    ) -> (NodeCounts, usize) {
+        // Work on owned locals: with no aliasing through `&mut`, the vectors' lengths stay
+        // in registers and each push is a store plus a predictable capacity check.
+        let mut samples = std::mem::take(out);
+        let mut scores = std::mem::take(active_scores);
+        samples.clear();
+        samples.reserve(self.slots.len());
+        scores.clear();
+        scores.reserve(self.index.len());
+        let mut counts = NodeCounts::default();
         let mut evictable = 0usize;
         let mut forget = Vec::new();
         for (slot, rec) in self.slots.iter().enumerate() {
             if !rec.occupied {
-                out.push(NodeSample::vacant());
+                samples.push(NodeSample::vacant());
                 continue;
             }
             let age = now.saturating_sub(rec.last_seen);
             if age > forget_nanos {
                 forget.push(slot);
-                out.push(NodeSample::vacant());
+                samples.push(NodeSample::vacant());
                 continue;
             }
             let live = age <= ttl_nanos;
-            if !live {
-                evictable += 1;
-            }
+            evictable += usize::from(!live);
             let sample = NodeSample::new(rec.generation, rec.score, rec.cohort, rec.state, live);
-            visit(&sample);
-            out.push(sample);
+            if counts.add(&sample) {
+                scores.push(rec.score);
+            }
+            samples.push(sample);
         }
+        *out = samples;
+        *active_scores = scores;
+        let removed = forget.len();
         for slot in forget {
             self.remove(slot, budget);
-            removed += 1;
         }
         self.evictable_hint = evictable;
         cohort_names.clear();
         cohort_names.extend(self.cohorts.names.iter().cloned());
-        removed
+        (counts, removed)
     }
 
     /// The id of the node in `slot`, if it is still the same node (`generation`).
@@ -555,8 +593,8 @@ mod tests {
             300 * SEC,
             b,
             &mut out,
+            &mut Vec::new(),
             &mut names,
-            |_| {},
         );
         out
     }
@@ -669,8 +707,8 @@ mod tests {
             300 * SEC,
             &b,
             &mut out,
+            &mut Vec::new(),
             &mut names,
-            |_| {},
         );
         assert!(!out[0].live(), "age > ttl expires");
         assert!(
@@ -683,8 +721,8 @@ mod tests {
             300 * SEC,
             &b,
             &mut out,
+            &mut Vec::new(),
             &mut names,
-            |_| {},
         );
         assert!(out[0].is_vacant(), "age > window is forgotten");
         assert!(t.is_empty());
@@ -716,7 +754,15 @@ mod tests {
         );
         let mut out = Vec::new();
         let mut names = Vec::new();
-        t.snapshot(SEC, 50 * SEC, 300 * SEC, &b, &mut out, &mut names, |_| {});
+        t.snapshot(
+            SEC,
+            50 * SEC,
+            300 * SEC,
+            &b,
+            &mut out,
+            &mut Vec::new(),
+            &mut names,
+        );
         for (slot, s) in out.iter().enumerate() {
             let id = t.node_id(slot, s.generation).unwrap();
             let cohort = names[s.cohort as usize].as_deref().unwrap();
@@ -735,23 +781,44 @@ mod tests {
         let mut l = limits();
         l.max_nodes = 10;
         t.record(&up("a", "", 0.9, 0), &l, &b);
-        t.record(&up("b", "", 0.8, 200), &l, &b);
-        t.record(&up("c", "", 0.7, 200), &l, &b);
-        let mut seen = 0;
+        t.record(&up("b", "", 0.8, 260), &l, &b);
+        t.record(&up("c", "", 0.7, 260), &l, &b);
         let mut out = Vec::new();
+        let mut scores = Vec::new();
         let mut names = Vec::new();
         // "a" is forgotten at 301 s: its slot is vacant, the others keep their positions.
-        let removed = t.snapshot(
+        t.record(
+            &ScoreUpdate {
+                state: NodeState::Idle,
+                ..up("c", "", 0.7, 260)
+            },
+            &l,
+            &b,
+        );
+        let (counts, removed) = t.snapshot(
             301 * SEC,
             50 * SEC,
             300 * SEC,
             &b,
             &mut out,
+            &mut scores,
             &mut names,
-            |_| seen += 1,
         );
         assert_eq!(removed, 1);
-        assert_eq!(seen, 2, "visit sees occupied samples only");
+        assert_eq!(
+            counts,
+            NodeCounts {
+                active: 1,
+                idle: 1,
+                calibrating: 0,
+                silent: 0
+            }
+        );
+        assert_eq!(
+            scores,
+            vec![0.8],
+            "only active live scores enter the statistic"
+        );
         assert_eq!(out.len(), 3);
         assert!(out[0].is_vacant() && !out[0].live());
         assert_eq!((out[1].score, out[2].score), (0.8, 0.7));
