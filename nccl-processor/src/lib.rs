@@ -6,17 +6,22 @@
 //! collective instance from every rank of a communicator, and emits
 //! `nccl.collective.peer_lag_ms` per rank.
 //!
-//! Design notes:
+//! Design notes (the README has the full rules, definitions and limits):
 //! - **Alignment** ([`align`]): exactly by `(cluster, comm, op_seq)` when points carry
 //!   `nccl.op_seq` (this project's agent); otherwise by time bucket of `alignment.window`
-//!   per `(cluster, comm, op_type)`, with skew tolerance.
+//!   per `(cluster, comm, op_type)`, with skew tolerance and arrival-order repair.
 //! - **Clocks** ([`clock`]): wall-clock timestamps are used as they are; monotonic
-//!   (since-boot) timestamps from the Ingero agent are shifted by a per-node offset
-//!   estimated from batch arrival times (windowed minimum delivery delay).
+//!   (since-boot) timestamps from the Ingero agent get a per-node offset: an arrival bound
+//!   (windowed minimum delivery delay), refined from the data against reference nodes,
+//!   normalised against the tightest bound; lags of a node are held until it has settled.
 //! - **Lag** ([`lag`]): `lag_r = t_r - median(t)` over the ranks present; positive = behind.
-//! - **Completion**: an instance is emitted as soon as all `nranks` ranks arrived, or at the
-//!   first tick after its grace period if it has a quorum; otherwise discarded and counted.
-//! - **Output**: the batch passes through unchanged; lag points are returned by `tick`.
+//! - **Completion** ([`emit`]): an instance is closed as soon as all `nranks` ranks arrived, or
+//!   at the first tick after its grace period if it has a quorum; otherwise discarded and
+//!   counted. Closing computes the lags, feeds the per-rank statistics and queues records.
+//! - **Statistics** ([`stats`], [`report`]): rolling per-rank windows name chronic and
+//!   periodic laggards for telemetry and diagnostics.
+//! - **Output** ([`output`]): the batch passes through unchanged; lag points are returned by
+//!   `tick` as `nccl.collective.peer_lag_ms`.
 //! - **State** is per cluster ([`tracker::ClusterTracker`]) behind one mutex each; every
 //!   map keyed by outside data has a cap and a drop counter ([`metrics::DropReason`]).
 //! - Components never read the clock: arrival comes from `BatchContext::received_at`,

@@ -9,13 +9,17 @@ use std::sync::Arc;
 
 use component::Timestamp;
 use component::otlp::{
-    KeyValue, ResourceMetrics, gauge_f64, kv_i64, kv_str, point_f64, resource_metrics,
+    KeyValue, NumberDataPoint, ResourceMetrics, gauge_f64, kv_i64, kv_str, point_f64,
+    resource_metrics,
 };
 use component::wire::{attr, metric, resource};
 
 use crate::ingest::{OpTypes, format_comm_hash};
 use crate::metrics::{ATTR_LAG_CLOCK, CLOCK_MONOTONIC, CLOCK_WALL, LAG_UNIT, SCOPE_NAME};
 use crate::tracker::LagRecord;
+
+/// Output resource: (node, all entries wall-clock).
+type GroupKey = (Option<Arc<str>>, bool);
 
 /// Build the OTLP output of one cluster's records. Points without a known wall-clock time
 /// are stamped `now`.
@@ -29,7 +33,11 @@ pub fn build(
     if records.is_empty() {
         return;
     }
-    let mut by_node: HashMap<(Option<Arc<str>>, bool), Vec<_>> = HashMap::new();
+    // Records of one node come in runs (an instance's entries arrive per node batch), so the
+    // previous record's group is tried before the map.
+    let mut groups: Vec<(GroupKey, Vec<NumberDataPoint>)> = Vec::new();
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
+    let mut last: Option<usize> = None;
     for r in records {
         let mut attrs: Vec<KeyValue> = Vec::with_capacity(5);
         attrs.push(kv_str(attr::NCCL_COMM_ID_HASH, format_comm_hash(r.comm)));
@@ -40,12 +48,20 @@ pub fn build(
             attrs.push(kv_i64(attr::NCCL_OP_SEQ, seq));
         }
         let t = r.time_ns.unwrap_or(now.as_nanos());
-        by_node
-            .entry((r.node, r.wall_clock))
-            .or_default()
-            .push(point_f64(attrs, t, r.lag_ms));
+        let point = point_f64(attrs, t, r.lag_ms);
+        let key = (r.node, r.wall_clock);
+        let slot = match last {
+            Some(i) if groups.get(i).is_some_and(|g| g.0 == key) => i,
+            _ => *index.entry(key.clone()).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            }),
+        };
+        if let Some(g) = groups.get_mut(slot) {
+            g.1.push(point);
+        }
+        last = Some(slot);
     }
-    let mut groups: Vec<_> = by_node.into_iter().collect();
     groups.sort_by(|a, b| a.0.cmp(&b.0));
     for ((node, wall), points) in groups {
         let mut res = vec![kv_str(resource::CLUSTER_ID, cluster)];

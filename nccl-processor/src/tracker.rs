@@ -117,7 +117,8 @@ impl CommState {
 pub struct StreamState {
     /// Open time buckets (points without `nccl.op_seq`).
     pub buckets: TimeBuckets,
-    /// Collective instances emitted.
+    /// Collective instances closed with a quorum (including those whose lags were held back
+    /// while clocks calibrated).
     pub steps: u64,
     /// Points refused because their instance already had that rank.
     pub duplicates: u64,
