@@ -36,8 +36,11 @@ cargo fmt --all -- --check
 log "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+log "cargo build -p ingero-ffi (the C smoke test links target/debug/libingero_fleet.a)"
+cargo build --locked -p ingero-ffi
+
 log "cargo test"
-cargo test --workspace --locked -- --test-threads=2
+cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
