@@ -52,7 +52,7 @@ cargo bench --workspace --locked --no-run
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
 log "go-shim: libingero_fleet.a, go test -race"
 go-shim/scripts/build-rust.sh
-(cd go-shim && go test -race -count=1 ./...)
+(cd go-shim && go test -race -count=1 -ldflags "$(scripts/lib-ldflags.sh)" ./...)
 log "go-shim: OCB build and parity e2e against ingero-fleet"
 go-shim/e2e/run.sh
 

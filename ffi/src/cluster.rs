@@ -8,9 +8,7 @@
 //! 3. else the first resource's `ingero.cluster.id` attribute that passes the id rule (the
 //!    host checks it with `ingero_validate_cluster_id`).
 
-use component::api::query_values;
-use component::wire::http::PARAM_CLUSTER_ID;
-use ingero_extension::validate_cluster_id;
+use ingero_extension::{header_cluster_id, validate_cluster_id};
 
 use crate::buf::{INGERO_MAX_QUERY_BYTES, ingero_buf, input, out, text};
 use crate::result::{Failure, INGERO_ERR_INVALID_ARGUMENT, INGERO_OK, guard, ingero_result};
@@ -41,22 +39,10 @@ pub unsafe extern "C" fn ingero_query_cluster(
 }
 
 fn query_cluster(query: &str) -> Result<Option<String>, Failure> {
-    let mut values = query_values(Some(query), PARAM_CLUSTER_ID);
-    if values.len() > 1 {
-        return Err(Failure::with(
-            INGERO_ERR_INVALID_ARGUMENT,
-            "cluster_id: given more than once",
-        ));
-    }
-    match values.pop() {
-        None => Ok(None),
-        Some(v) => {
-            validate_cluster_id(&v).map_err(|e| {
-                Failure::with(INGERO_ERR_INVALID_ARGUMENT, format!("cluster_id: {e}"))
-            })?;
-            Ok(Some(v))
-        }
-    }
+    // The host's rule, message for message (`ingero_extension::push_cluster`).
+    ingero_extension::push_cluster(Some(query), None)
+        .map(|c| c.map(|c| c.into_owned()))
+        .map_err(|e| Failure::with(INGERO_ERR_INVALID_ARGUMENT, e))
 }
 
 /// Check a cluster id taken from a request header or gRPC metadata value: visible ASCII
@@ -75,19 +61,7 @@ pub unsafe extern "C" fn ingero_validate_header_cluster_id(
     guard(|| {
         // SAFETY: forwarded contract.
         let bytes = unsafe { input(value, value_len, INGERO_MAX_QUERY_BYTES, "value") }?;
-        // `http::HeaderValue::to_str` (what the Rust host uses) accepts tab and 0x20..=0x7e.
-        if !bytes
-            .iter()
-            .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-        {
-            return Err(Failure::with(
-                INGERO_ERR_INVALID_ARGUMENT,
-                "not visible ASCII",
-            ));
-        }
-        let s = std::str::from_utf8(bytes)
-            .map_err(|_| Failure::with(INGERO_ERR_INVALID_ARGUMENT, "not visible ASCII"))?;
-        validate_cluster_id(s).map_err(|e| Failure::with(INGERO_ERR_INVALID_ARGUMENT, e))?;
+        header_cluster_id(bytes).map_err(|e| Failure::with(INGERO_ERR_INVALID_ARGUMENT, e))?;
         Ok(INGERO_OK)
     })
 }
@@ -139,7 +113,7 @@ mod tests {
             ("cluster_id=", "cluster_id: cluster_id is empty"),
             (
                 "cluster_id=a&cluster_id=b",
-                "cluster_id: given more than once",
+                "cluster_id: query parameter cluster_id given more than once",
             ),
             (
                 "cluster_id=a%0d%0aX-Evil:%201",

@@ -684,7 +684,10 @@ fn request_cluster_helpers_follow_the_rust_host() {
         unsafe { ingero_query_cluster(q.as_ptr(), q.len(), &mut b) },
         INGERO_ERR_INVALID_ARGUMENT
     );
-    assert_eq!(last_error_text(), "cluster_id: given more than once");
+    assert_eq!(
+        last_error_text(),
+        "cluster_id: query parameter cluster_id given more than once"
+    );
     let v = "gamma";
     assert_eq!(
         unsafe { ingero_validate_header_cluster_id(v.as_ptr(), v.len()) },

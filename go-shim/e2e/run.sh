@@ -30,7 +30,7 @@ if ! "$gobin/builder" version 2>/dev/null | grep -q "${BUILDER_VERSION#v}"; then
 fi
 
 step "building the Go collector (dist.cgo_enabled: true)"
-"$gobin/builder" --config builder-config.yaml > "$work/ocb.log" 2>&1 || { cat "$work/ocb.log"; exit 1; }
+"$gobin/builder" --config builder-config.yaml --ldflags "$(go-shim/scripts/lib-ldflags.sh)" > "$work/ocb.log" 2>&1 || { cat "$work/ocb.log"; exit 1; }
 otelcol="$root/go-shim/e2e/_build/otelcol-ingero"
 "$otelcol" components | grep -E 'ingero|provider_lookup|nccl_peer_lag' | head -n 8 || true
 

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use component::wire::http::PARAM_CLUSTER_ID;
+use component::wire::http::{PARAM_CLUSTER_ID, REQUEST_HEADER_CLUSTER_ID};
 
 /// Longest accepted cluster id, in bytes (Kubernetes object names stop at 253).
 pub const MAX_CLUSTER_ID_LEN: usize = 256;
@@ -69,6 +69,43 @@ pub fn cluster_id_from_query(query: Option<&str>) -> ClusterIdParam<'_> {
                 Err(msg) => ClusterIdParam::Invalid(msg),
             },
         },
+    }
+}
+
+/// Check a cluster id carried in a request header or gRPC metadata value: visible ASCII
+/// (0x20..=0x7e) and tab only, as `http::HeaderValue::to_str` accepts, then
+/// [`validate_cluster_id`]. The message names neither the header nor the value; callers
+/// prefix the header or metadata key.
+pub fn header_cluster_id(value: &[u8]) -> Result<&str, &'static str> {
+    if !value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return Err("not visible ASCII");
+    }
+    let s = std::str::from_utf8(value).map_err(|_| "not visible ASCII")?;
+    validate_cluster_id(s)?;
+    Ok(s)
+}
+
+/// The cluster a push names at the HTTP layer, the one rule both `ingero-fleet` and the Go
+/// shim apply: the `cluster_id` query parameter (strictly decoded), else the
+/// `ingero.cluster.id` request header. `Err` carries the full 400 message, prefixed with
+/// where the bad value came from (`cluster_id: ...` or `ingero.cluster.id header: ...`).
+pub fn push_cluster<'a>(
+    query: Option<&'a str>,
+    header: Option<&'a [u8]>,
+) -> Result<Option<Cow<'a, str>>, String> {
+    match cluster_id_from_query(query) {
+        ClusterIdParam::Valid(v) => return Ok(Some(v)),
+        ClusterIdParam::Invalid(e) => return Err(format!("{PARAM_CLUSTER_ID}: {e}")),
+        ClusterIdParam::Missing => {}
+    }
+    match header {
+        None => Ok(None),
+        Some(h) => header_cluster_id(h)
+            .map(|s| Some(Cow::Borrowed(s)))
+            .map_err(|e| format!("{REQUEST_HEADER_CLUSTER_ID} header: {e}")),
     }
 }
 
@@ -194,6 +231,38 @@ mod tests {
         ] {
             assert!(validate_cluster_id(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn push_cluster_prefers_the_query_then_the_header() {
+        assert_eq!(
+            push_cluster(Some("cluster_id=q"), Some(b"h"))
+                .unwrap()
+                .as_deref(),
+            Some("q")
+        );
+        assert_eq!(
+            push_cluster(Some("x=1"), Some(b"h")).unwrap().as_deref(),
+            Some("h")
+        );
+        assert_eq!(push_cluster(None, None).unwrap(), None);
+        assert_eq!(
+            push_cluster(Some("cluster_id=a&cluster_id=b"), Some(b"h")).unwrap_err(),
+            "cluster_id: query parameter cluster_id given more than once"
+        );
+        assert_eq!(
+            push_cluster(None, Some(b"a\xffb")).unwrap_err(),
+            "ingero.cluster.id header: not visible ASCII"
+        );
+        assert_eq!(
+            push_cluster(None, Some(b"")).unwrap_err(),
+            "ingero.cluster.id header: cluster_id is empty"
+        );
+        // A header with a tab passes `to_str` but not the id rule.
+        assert_eq!(
+            push_cluster(None, Some(b"a\tb")).unwrap_err(),
+            "ingero.cluster.id header: cluster_id contains a control character or line break"
+        );
     }
 
     #[test]

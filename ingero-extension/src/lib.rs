@@ -37,7 +37,8 @@ pub mod store;
 pub mod threshold_text;
 
 pub use cluster_id::{
-    ClusterIdParam, MAX_CLUSTER_ID_LEN, cluster_id_from_query, validate_cluster_id,
+    ClusterIdParam, MAX_CLUSTER_ID_LEN, cluster_id_from_query, header_cluster_id, push_cluster,
+    validate_cluster_id,
 };
 pub use config::ThresholdExtensionConfig;
 pub use extension::{ThresholdExtension, create};

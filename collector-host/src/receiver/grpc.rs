@@ -57,10 +57,7 @@ fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, Status> {
         wire_http::REQUEST_HEADER_CLUSTER_ID,
     ] {
         if let Some(v) = md.get(key) {
-            let v = v.to_str().map_err(|_| {
-                Status::invalid_argument(format!("{key} metadata: not visible ASCII"))
-            })?;
-            ingero_extension::validate_cluster_id(v)
+            let v = ingero_extension::header_cluster_id(v.as_bytes())
                 .map_err(|e| Status::invalid_argument(format!("{key} metadata: {e}")))?;
             return Ok(Some(Arc::from(v)));
         }

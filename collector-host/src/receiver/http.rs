@@ -300,24 +300,10 @@ pub fn request_cluster(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<str>>, String> {
-    // Strict decoding: a malformed escape, invalid UTF-8 or a repeated parameter is an
-    // error, never a lossily repaired id.
-    match ingero_extension::cluster_id_from_query(query) {
-        ingero_extension::ClusterIdParam::Valid(v) => return Ok(Some(Arc::from(v.as_ref()))),
-        ingero_extension::ClusterIdParam::Invalid(e) => {
-            return Err(format!("{}: {e}", wire_http::PARAM_CLUSTER_ID));
-        }
-        ingero_extension::ClusterIdParam::Missing => {}
-    }
-    if let Some(h) = headers.get(wire_http::REQUEST_HEADER_CLUSTER_ID) {
-        let v = h
-            .to_str()
-            .map_err(|_| "ingero.cluster.id header: not visible ASCII".to_string())?;
-        ingero_extension::validate_cluster_id(v)
-            .map_err(|e| format!("ingero.cluster.id header: {e}"))?;
-        return Ok(Some(v.into()));
-    }
-    Ok(None)
+    let header = headers
+        .get(wire_http::REQUEST_HEADER_CLUSTER_ID)
+        .map(|h| h.as_bytes());
+    ingero_extension::push_cluster(query, header).map(|c| c.map(|c| Arc::from(c.as_ref())))
 }
 
 /// The first `ingero.cluster.id` resource attribute of a batch, if well formed.

@@ -137,7 +137,7 @@ static void test_cluster_helpers(void) {
   CHECK_RC(ingero_query_cluster(NULL, 0, &b), INGERO_OK);
   CHECK(b.ptr == NULL && b.len == 0);
   CHECK_RC(ingero_query_cluster(S("cluster_id=a&cluster_id=b"), &b), INGERO_ERR_INVALID_ARGUMENT);
-  CHECK(strcmp(last_error(), "cluster_id: given more than once") == 0);
+  CHECK(strcmp(last_error(), "cluster_id: query parameter cluster_id given more than once") == 0);
   CHECK_RC(ingero_query_cluster(S("cluster_id=x"), NULL), INGERO_ERR_NULL_ARGUMENT);
   CHECK_RC(ingero_query_cluster(NULL, 4, &b), INGERO_ERR_NULL_ARGUMENT);
   CHECK_RC(ingero_query_cluster((const uint8_t *)"x", INGERO_MAX_QUERY_BYTES + 1, &b),

@@ -207,7 +207,7 @@ func TestMiddlewareRefusesMalformedClusterIDs(t *testing.T) {
 	before := f.sink.DataPointCount()
 	for target, want := range map[string]string{
 		"/v1/metrics?cluster_id=":                   "cluster_id: cluster_id is empty",
-		"/v1/metrics?cluster_id=a&cluster_id=b":     "cluster_id: given more than once",
+		"/v1/metrics?cluster_id=a&cluster_id=b":     "cluster_id: query parameter cluster_id given more than once",
 		"/v1/metrics?cluster_id=a%0d%0aX-Evil:%201": "cluster_id: cluster_id contains a control character or line break",
 	} {
 		b, _ := (&pmetric.ProtoMarshaler{}).MarshalMetrics(testagent.Push("a", "n", 0.9))

@@ -40,6 +40,12 @@ const (
 	CodeWrongKind       = uint32(C.INGERO_ERR_WRONG_KIND)
 )
 
+// LinkedLibSHA256 is the sha256 of the libingero_fleet.a this binary was linked against,
+// stamped at link time by `-ldflags "$(go-shim/scripts/lib-ldflags.sh)"`; empty when the
+// build did not pass it. The stamp also makes a rebuilt archive force a relink (the Go
+// build cache does not hash archives named by #cgo LDFLAGS).
+var LinkedLibSHA256 string
+
 // HeaderABIVersion is the ABI version of the header this package was compiled against.
 const HeaderABIVersion = uint32(C.INGERO_ABI_VERSION)
 

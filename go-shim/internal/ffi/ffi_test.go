@@ -199,7 +199,7 @@ func TestClusterHelpersFollowTheRustHost(t *testing.T) {
 	if c, err := QueryCluster(""); err != nil || c != "" {
 		t.Fatalf("%q %v", c, err)
 	}
-	if _, err := QueryCluster("cluster_id=a&cluster_id=b"); err == nil || err.Error() != "cluster_id: given more than once" {
+	if _, err := QueryCluster("cluster_id=a&cluster_id=b"); err == nil || err.Error() != "cluster_id: query parameter cluster_id given more than once" {
 		t.Fatalf("repeated: %v", err)
 	}
 	if err := ValidateHeaderClusterID("bad\r\nid"); err == nil {
