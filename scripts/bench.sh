@@ -31,7 +31,7 @@ service:
     metrics: {readers: [{pull: {exporter: {prometheus: {host: 127.0.0.1, port: 18888}}}}]}
 YAML
 
-run_fleet() { "$BIN/ingero-fleet" --config "$cfg" 2>/tmp/fleet-bench.log & echo $!; }
+run_fleet() { "$BIN/ingero-fleet" --config "$cfg" >/dev/null 2>/tmp/fleet-bench.log & echo $!; }
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 

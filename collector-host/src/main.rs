@@ -10,6 +10,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use collector_host::config::{Plan, source};
 use collector_host::service::{self, RunOptions};
 
+// mimalloc instead of glibc malloc: on the push path (a request body, a decoded OTLP
+// message and its strings per push) glibc's malloc/free were a quarter of server CPU.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ingero-fleet",
