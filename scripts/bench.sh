@@ -55,11 +55,20 @@ wait_port 14318
    | sed "s/^{/{\"case\":\"closed-loop\",\"server\":\"bare-hyper\",/" | tee -a "$OUT"
 kill "$hp"; wait "$hp" 2>/dev/null || true
 
-echo "== ingero-fleet, 100,000 distinct nodes pushing every 10s (paced)"
+echo "== ingero-fleet, 100,000 distinct nodes pushing every 10s (paced), scraped every 5s"
 pid=$(run_fleet); wait_port 14318
+( sleep 12; for _ in 1 2 3 4; do
+    curl -s -o /dev/null -w '{"case":"scrape-100k","server":"ingero-fleet","page_bytes":%{size_download},"seconds":%{time_total}}\n' \
+      http://127.0.0.1:18889/metrics | tee -a "$OUT"
+    sleep 5
+  done ) &
+scraper=$!
 "$BIN/fleet-loadgen" --endpoint http://127.0.0.1:14318 --agents 100000 --clusters 10 --interval 10s \
    --duration 35s --encoding json --server-pid "$pid" --json \
    | sed "s/^{/{\"case\":\"paced-100k\",\"server\":\"ingero-fleet\",/" | tee -a "$OUT"
+wait "$scraper"
+peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+echo "{\"case\":\"paced-100k\",\"server\":\"ingero-fleet\",\"peak_rss_kb\":$peak}" | tee -a "$OUT"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 rm -f "$cfg"
 echo "results in $OUT"

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -19,7 +21,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-pub type Body = Full<Bytes>;
+/// Response bodies: complete ([`response`]) or streamed ([`streaming_response`]).
+pub type Body = BoxBody<Bytes, std::io::Error>;
 pub type BoxFut = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// A request handler: the request and the peer address in, a complete response out.
 pub type Handler = Arc<dyn Fn(Request<Incoming>, SocketAddr) -> BoxFut + Send + Sync>;
@@ -137,9 +140,28 @@ pub async fn serve(
 
 /// A complete response with a body and content type.
 pub fn response(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Full::new(body.into()));
+    let body = Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed();
+    let mut r = Response::new(body);
     *r.status_mut() =
         http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// A 200 whose body is streamed from `chunks` (sent with chunked transfer encoding on
+/// HTTP/1.1). An `Err` item aborts the response: the connection is closed without the
+/// final chunk, so the client sees a failed request, never a silently short page.
+pub fn streaming_response(
+    content_type: &str,
+    chunks: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> Response<Body> {
+    use tokio_stream::StreamExt;
+    let frames = tokio_stream::wrappers::ReceiverStream::new(chunks).map(|c| c.map(Frame::data));
+    let mut r = Response::new(StreamBody::new(frames).boxed());
     if let Ok(v) = http::HeaderValue::from_str(content_type) {
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
     }

@@ -20,11 +20,11 @@ use crate::config::model::{HealthCheckConfig, MetricsLevel};
 use crate::config::{ExporterPlan, ExtensionPlan, PipelineSignal, Plan, ReceiverPlan};
 use crate::exporter::debug::DebugExporter;
 use crate::exporter::otlp::OtlpExporter;
-use crate::exporter::prometheus::{PromExporter, scrape};
+use crate::exporter::prometheus::PromExporter;
 use crate::pipeline::{Exporter, Fanout, MetricsPipeline, PassPipeline, Stage};
 use crate::receiver::grpc::{self, GrpcReceiver};
 use crate::receiver::http::HttpReceiver;
-use crate::server::{self, Handler, ListenerStats, ServerOptions, response};
+use crate::server::{self, Handler, ListenerStats, ServerOptions, response, streaming_response};
 use crate::telemetry::{Telemetry, render_text};
 
 /// Run-time options from the command line.
@@ -115,20 +115,56 @@ fn health_handler(cfg: &HealthCheckConfig, healthy: Arc<AtomicBool>, started: In
     })
 }
 
-fn metrics_handler(render: Arc<dyn Fn() -> String + Send + Sync>) -> Handler {
+/// Writes a scrape page into the buffer, calling `flush` wherever the buffer's text is
+/// final; `flush` may take it (and returns false to stop the render, which then returns
+/// false too). See `PrometheusExporter::render_chunked`.
+pub type PageRender =
+    Arc<dyn Fn(&mut String, &mut dyn FnMut(&mut String) -> bool) -> bool + Send + Sync>;
+
+/// Scrape pages are sent in chunks of about this size, so memory per scrape stays near
+/// `SCRAPE_CHUNK_BYTES * (SCRAPE_CHUNKS_QUEUED + 1)` plus one shard's part of one family,
+/// whatever the number of series (a 100k-node page is ~270 MB of text).
+const SCRAPE_CHUNK_BYTES: usize = 256 * 1024;
+const SCRAPE_CHUNKS_QUEUED: usize = 2;
+/// A scraper that reads nothing for this long loses the scrape (the render holds the
+/// exporter's render gate, which compaction waits for).
+const SCRAPE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn metrics_handler(render: PageRender) -> Handler {
     Arc::new(move |req, _| {
         let render = render.clone();
         Box::pin(async move {
             if req.uri().path() != "/metrics" {
                 return response(404, "text/plain", "not found; scrape /metrics\n");
             }
-            if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+            if req.method() == http::Method::HEAD {
+                return response(200, fleet_prometheus::CONTENT_TYPE, "");
+            }
+            if req.method() != http::Method::GET {
                 return response(405, "text/plain", "GET only\n");
             }
-            let body = tokio::task::spawn_blocking(move || render())
-                .await
-                .unwrap_or_default();
-            response(200, "text/plain; version=0.0.4; charset=utf-8", body)
+            let (tx, rx) = tokio::sync::mpsc::channel(SCRAPE_CHUNKS_QUEUED);
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                let send = |chunk: String| {
+                    let chunk = Ok(bytes::Bytes::from(chunk.into_bytes()));
+                    rt.block_on(tokio::time::timeout(SCRAPE_STALL_TIMEOUT, tx.send(chunk)))
+                        .is_ok_and(|sent| sent.is_ok())
+                };
+                let mut buf = String::with_capacity(SCRAPE_CHUNK_BYTES);
+                let complete = render(&mut buf, &mut |b: &mut String| {
+                    b.len() < SCRAPE_CHUNK_BYTES
+                        || send(std::mem::replace(
+                            b,
+                            String::with_capacity(SCRAPE_CHUNK_BYTES),
+                        ))
+                });
+                if !complete || (!buf.is_empty() && !send(buf)) {
+                    tracing::debug!("scrape abandoned: the client stopped reading or left");
+                    let _ = tx.try_send(Err(std::io::Error::other("scrape abandoned")));
+                }
+            });
+            streaming_response(fleet_prometheus::CONTENT_TYPE, rx)
         })
     })
 }
@@ -257,7 +293,9 @@ pub async fn run(
                         &id.to_string(),
                         &format!("exporters.{id}.endpoint"),
                         &c.endpoint,
-                        metrics_handler(Arc::new(move || scrape(&scr, &fams()))),
+                        metrics_handler(Arc::new(move |buf, flush| {
+                            scr.render_chunked(Timestamp::now(), &fams(), buf, flush)
+                        })),
                         None,
                     )
                     .await?;
@@ -483,16 +521,15 @@ pub async fn run(
         let tel = telemetry.clone();
         let fams = component_families.clone();
         let proms = prom.clone();
-        let render = Arc::new(move || {
+        let render: PageRender = Arc::new(move |s, _flush| {
             let mut all = tel.families();
             all.extend(fams());
             for e in &proms {
                 e.telemetry(&mut all);
             }
-            let mut s = String::new();
-            render_text(&all, &mut s);
-            tel.render_histograms(&mut s);
-            s
+            render_text(&all, s);
+            tel.render_histograms(s);
+            true
         });
         listeners
             .http(

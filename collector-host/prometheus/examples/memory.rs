@@ -148,7 +148,40 @@ fn main() {
         took,
         mib(PEAK.load(Relaxed).saturating_sub(before + page.capacity()))
     );
+    let whole_len = page.len();
     drop(page);
+
+    // Streamed render, as ingero-fleet serves a scrape: 256 KiB chunks handed off (here:
+    // dropped after counting) at the exporter's flush points.
+    PEAK.store(BYTES.load(Relaxed), Relaxed);
+    let before = BYTES.load(Relaxed);
+    let (mut sent, mut chunks) = (0usize, 0usize);
+    let mut buf = String::with_capacity(256 * 1024);
+    let start = std::time::Instant::now();
+    e.render_chunked(
+        Timestamp::from_secs(t0 + 10),
+        &[],
+        &mut buf,
+        &mut |b: &mut String| {
+            if b.len() >= 256 * 1024 {
+                sent += b.len();
+                chunks += 1;
+                b.clear();
+            }
+            true
+        },
+    );
+    sent += buf.len();
+    let took = start.elapsed();
+    assert_eq!(sent, whole_len, "streamed page differs in length");
+    println!(
+        "streamed render       {:.1} MiB in {} chunks, {:?}, peak heap during it {:.1} MiB above the store",
+        mib(sent),
+        chunks + 1,
+        took,
+        mib(PEAK.load(Relaxed).saturating_sub(before))
+    );
+    drop(buf);
 
     // Half the fleet goes away: expiry frees series and compaction the interned strings.
     load(&e, nodes / 2, with_sums, t0 + 200);

@@ -357,6 +357,23 @@ impl PrometheusExporter {
     /// one HELP and TYPE line; an `extra` family with the name of a stored family of the
     /// same type is merged into it.
     pub fn render(&self, now: Timestamp, extra: &[MetricFamily], out: &mut String) {
+        self.render_chunked(now, extra, out, &mut |_| true);
+    }
+
+    /// [`Self::render`] for a streamed response: `flush` is called at points where the
+    /// text in `out` is final (after a family, or after a shard's part of one once the
+    /// family has a series), with no shard or intern lock held, so it may block on a slow
+    /// client without stalling pushes. It may take any prefix of `out` (typically all of
+    /// it, once it passes a chunk size). Returns false (and stops) as soon as `flush` does;
+    /// `out` then holds an incomplete page. A page is bounded by the chunk size plus one
+    /// shard's part of one family, not by the number of series.
+    pub fn render_chunked(
+        &self,
+        now: Timestamp,
+        extra: &[MetricFamily],
+        out: &mut String,
+        flush: &mut dyn FnMut(&mut String) -> bool,
+    ) -> bool {
         let window = render::Window {
             now_s: secs(now),
             exp_s: self.exp_s,
@@ -441,33 +458,38 @@ impl PrometheusExporter {
             let mark = out.len();
             write_header(out, &e.name, &e.help, e.kind);
             let mut n = 0;
-            match e.source {
-                Source::Stored(f, kind) => {
-                    for shard in self.shards.iter() {
-                        let i = self.interner.read();
-                        let shard = shard.lock();
-                        if shard.family_count(f) == 0 {
-                            continue;
+            let stored = !matches!(e.source, Source::None);
+            for shard in self.shards.iter().filter(|_| stored) {
+                // Locks for one shard's part only; released before `flush`.
+                let wrote = {
+                    let i = self.interner.read();
+                    let shard = shard.lock();
+                    match e.source {
+                        Source::Stored(f, kind) if shard.family_count(f) > 0 => {
+                            render::write_family(out, (&e.name, kind, f), &i, &shard, window)
                         }
-                        n += render::write_family(out, (&e.name, kind, f), &i, &shard, window);
+                        Source::TargetInfo => {
+                            render::write_target_info(out, &e.name, &i, &shard, window)
+                        }
+                        _ => 0,
                     }
+                };
+                n += wrote;
+                // Once the family has a series its header is final, and so is `out`.
+                if wrote > 0 && !flush(out) {
+                    return false;
                 }
-                Source::TargetInfo => {
-                    for shard in self.shards.iter() {
-                        let i = self.interner.read();
-                        let shard = shard.lock();
-                        n += render::write_target_info(out, &e.name, &i, &shard, window);
-                    }
-                }
-                Source::None => {}
             }
             if let Some(g) = e.extra {
                 n += render::write_extra(out, g);
             }
             if n == 0 {
                 out.truncate(mark);
+            } else if !flush(out) {
+                return false;
             }
         }
+        true
     }
 
     /// Append this exporter's self-metrics.

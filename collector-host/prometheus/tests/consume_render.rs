@@ -576,3 +576,55 @@ fn a_known_point_shape_still_merges_with_a_colliding_resource() {
         ]
     );
 }
+
+#[test]
+fn chunked_render_streams_the_same_page_in_bounded_pieces() {
+    let e = default_exporter();
+    for node in 0..300 {
+        let p = AgentPush::fleet_node(node, node % 7 != 0, now() * 1_000_000_000);
+        e.consume(&[health_push(&p)], ts(now()));
+    }
+    let extra = vec![MetricFamily::gauge("ingero_fleet_test_extra", "extra family").with(&[], 1.0)];
+    let whole = render(&e, now(), &extra);
+    assert!(whole.len() > 64 * 1024, "page of {} bytes", whole.len());
+
+    // Take everything at each flush point once past 4 KiB, as the HTTP handler does.
+    let mut chunks: Vec<String> = Vec::new();
+    let mut buf = String::new();
+    let done = e.render_chunked(ts(now()), &extra, &mut buf, &mut |b: &mut String| {
+        if b.len() >= 4096 {
+            chunks.push(std::mem::take(b));
+        }
+        true
+    });
+    assert!(done);
+    chunks.push(buf);
+    assert!(chunks.len() > 5, "{} chunks", chunks.len());
+    assert_eq!(chunks.concat(), whole);
+    // Every chunk ends at a line end, and no family's HELP line is without its series.
+    for c in &chunks[..chunks.len() - 1] {
+        assert!(c.ends_with('\n'));
+        assert!(
+            !c.ends_with(" gauge\n") && !c.ends_with(" counter\n"),
+            "{c}"
+        );
+    }
+    // Bounded: no chunk is more than the threshold plus one shard's part of one family.
+    let biggest = chunks.iter().map(String::len).max().unwrap();
+    assert!(
+        biggest < whole.len() / 4,
+        "biggest chunk {biggest} of {}",
+        whole.len()
+    );
+
+    // A flush that refuses stops the render at once.
+    let mut calls = 0;
+    let mut buf = String::new();
+    let done = e.render_chunked(ts(now()), &extra, &mut buf, &mut |b: &mut String| {
+        calls += 1;
+        b.clear();
+        false
+    });
+    assert!(!done);
+    assert_eq!(calls, 1);
+}

@@ -32,10 +32,3 @@ impl Exporter for PromExporter {
             .fetch_add(count_points(data), Relaxed);
     }
 }
-
-/// Render one scrape: data points, then component self-metrics.
-pub fn scrape(exporter: &PrometheusExporter, extra: &[MetricFamily]) -> String {
-    let mut out = String::with_capacity(64 * 1024);
-    exporter.render(Timestamp::now(), extra, &mut out);
-    out
-}
