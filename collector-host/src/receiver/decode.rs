@@ -4,6 +4,7 @@
 
 use std::io::Read;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message;
 use serde::de::DeserializeOwned;
 
@@ -96,7 +97,8 @@ pub fn decompress(
     }
 }
 
-/// Decode an OTLP request message in the given encoding.
+/// Decode an OTLP request message in the given encoding (JSON through opentelemetry-proto's
+/// serde impls; metrics use [`decode_metrics`]).
 pub fn decode<T: Message + Default + DeserializeOwned>(
     enc: BodyEncoding,
     body: &[u8],
@@ -107,6 +109,22 @@ pub fn decode<T: Message + Default + DeserializeOwned>(
         }
         BodyEncoding::Json => {
             serde_json::from_slice(body).map_err(|e| DecodeError::BadJson(e.to_string()))
+        }
+    }
+}
+
+/// Decode an `ExportMetricsServiceRequest`: protobuf through prost, JSON through the
+/// streaming decoder of [`super::otlp_json`] (no serde `Content` buffering; its doc lists
+/// where it differs from [`decode`]).
+pub fn decode_metrics(
+    enc: BodyEncoding,
+    body: &[u8],
+) -> Result<ExportMetricsServiceRequest, DecodeError> {
+    match enc {
+        BodyEncoding::Protobuf => ExportMetricsServiceRequest::decode(body)
+            .map_err(|e| DecodeError::BadProtobuf(e.to_string())),
+        BodyEncoding::Json => {
+            super::otlp_json::decode_metrics(body).map_err(|e| DecodeError::BadJson(e.to_string()))
         }
     }
 }
@@ -228,9 +246,14 @@ mod tests {
         let body = testkit::AgentPush::new("prod", "gpu-node-01", 0.92)
             .gpu("NVIDIA H100 80GB HBM3", 8)
             .to_json();
-        let req: ExportMetricsServiceRequest = decode(BodyEncoding::Json, body.as_bytes()).unwrap();
+        let req = decode_metrics(BodyEncoding::Json, body.as_bytes()).unwrap();
         let expected = testkit::json_to_proto(&body);
         assert_eq!(req.resource_metrics, expected);
+        let generic: ExportMetricsServiceRequest =
+            decode(BodyEncoding::Json, body.as_bytes()).unwrap();
+        assert_eq!(generic, req);
+        let pb = decode_metrics(BodyEncoding::Protobuf, &req.encode_to_vec()).unwrap();
+        assert_eq!(pb, req);
     }
 
     #[test]
@@ -238,7 +261,7 @@ mod tests {
         let body = r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"x","sum":{"dataPoints":[
             {"timeUnixNano":1700000000000000000,"asInt":"42"},{"timeUnixNano":"5","asInt":7}],
             "aggregationTemporality":2,"isMonotonic":true}}]}]}]}"#;
-        let req: ExportMetricsServiceRequest = decode(BodyEncoding::Json, body.as_bytes()).unwrap();
+        let req = decode_metrics(BodyEncoding::Json, body.as_bytes()).unwrap();
         let pts =
             component::otlp::number_points(&req.resource_metrics[0].scope_metrics[0].metrics[0]);
         assert_eq!(pts[0].time_unix_nano, 1_700_000_000_000_000_000);
@@ -253,7 +276,18 @@ mod tests {
             let r: Result<ExportMetricsServiceRequest, _> =
                 decode(BodyEncoding::Protobuf, &bytes[..cut]);
             assert!(r.is_err(), "cut at {cut}");
+            assert!(decode_metrics(BodyEncoding::Protobuf, &bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn bad_metrics_json_is_a_bad_json_error() {
+        let e = decode_metrics(BodyEncoding::Json, b"{\"resourceMetrics\": [").unwrap_err();
+        assert!(
+            matches!(&e, DecodeError::BadJson(m) if m.contains("line 1")),
+            "{e}"
+        );
+        assert_eq!((e.status(), e.reason()), (400, "bad_json"));
     }
 
     #[test]

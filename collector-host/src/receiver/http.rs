@@ -239,7 +239,7 @@ impl HttpReceiver {
     }
 
     fn metrics(&self, enc: BodyEncoding, body: &[u8], cluster: Option<Arc<str>>) -> Response<Body> {
-        let req = match decode::decode::<ExportMetricsServiceRequest>(enc, body) {
+        let req = match decode::decode_metrics(enc, body) {
             Ok(r) => r,
             Err(e) => return self.decode_failed(Route::Metrics, enc, &e, cluster.as_deref()),
         };

@@ -3,3 +3,4 @@
 pub mod decode;
 pub mod grpc;
 pub mod http;
+pub mod otlp_json;

@@ -1,0 +1,178 @@
+//! OTLP/JSON metrics decoding: the generic serde path (`serde_json::from_slice` through
+//! opentelemetry-proto's serde impls) against the streaming decoder the receiver uses
+//! (`receiver::otlp_json::decode_metrics`), on the bodies agents send: the health push
+//! exactly as `fleet-loadgen` builds it, the straggler-event push, and an `ingero trace`
+//! NCCL export of 64 collectives.
+//!
+//! Run short on the shared machine:
+//! `cargo bench -p collector-host --bench otlp_json -- --warm-up-time 1 --measurement-time 3`
+//!
+//! The allocator is mimalloc, as in `ingero-fleet`. `scan_only` is serde_json checking
+//! the syntax and building nothing: the floor for any decoder on top of it.
+//!
+//! Every group runs twice: wall time (criterion's default) and, as `<group>_cpu`, the
+//! benchmark thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the time
+//! the thread spends descheduled while other builds run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Bench setup.
+
+use std::hint::black_box;
+
+use collector_host::receiver::otlp_json::decode_metrics;
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+
+// As in `ingero-fleet`'s main.rs: decoding allocates per string and per repeated field.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The bodies, named.
+fn bodies() -> Vec<(&'static str, Vec<u8>)> {
+    // `fleet-loadgen`'s body for agent 0 (`build_payloads`).
+    let push = testkit::AgentPush::new("cluster-0", "node-000000", 0.9)
+        .gpu("NVIDIA H100 80GB HBM3", 8)
+        .to_json();
+    let event = testkit::AgentPush::new("cluster-0", "node-000000", 0.4).straggler_event_json(
+        1,
+        0.81,
+        "5b1f2c3e-7d4a-4b8e-9f00-1a2b3c4d5e6f",
+    );
+    let points: Vec<_> = (0..64)
+        .map(|i| {
+            testkit::NcclPoint::all_reduce(
+                "9f3a61c2",
+                i % 8,
+                8,
+                12.5 + f64::from(i as u8) * 0.01,
+                1_763_769_600_000_000_000 + i as u64,
+            )
+        })
+        .collect();
+    let nccl = testkit::nccl_export_json(Some("cluster-0"), "node-000000", &points);
+    vec![
+        ("agent_push", push.into_bytes()),
+        ("straggler_event", event.into_bytes()),
+        ("nccl_export_64", nccl.into_bytes()),
+    ]
+}
+
+fn decode<M: Measurement>(c: &mut Criterion<M>) {
+    let mut g = c.benchmark_group(group_name::<M>("otlp_json_metrics"));
+    for (name, body) in bodies() {
+        // Both paths must read the body the same way, or the comparison is meaningless.
+        let old: ExportMetricsServiceRequest = serde_json::from_slice(&body).unwrap();
+        assert_eq!(decode_metrics(&body).unwrap(), old, "{name}");
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_with_input(BenchmarkId::new("serde_generic", name), &body, |b, body| {
+            b.iter(|| {
+                black_box(
+                    serde_json::from_slice::<ExportMetricsServiceRequest>(black_box(body)).unwrap(),
+                )
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("streaming", name), &body, |b, body| {
+            b.iter(|| black_box(decode_metrics(black_box(body)).unwrap()))
+        });
+        // The floor: serde_json checking the syntax and building nothing.
+        g.bench_with_input(BenchmarkId::new("scan_only", name), &body, |b, body| {
+            b.iter(|| {
+                black_box(serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body)).unwrap())
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The calling thread's CPU time, in nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Criterion measurement: the benchmark thread's CPU time.
+struct ThreadCpuTime;
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+
+    fn end(&self, started: u64) -> u64 {
+        thread_cpu_nanos().saturating_sub(started)
+    }
+
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+
+    fn zero(&self) -> u64 {
+        0
+    }
+
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &NanosFormatter
+    }
+}
+
+struct NanosFormatter;
+
+impl ValueFormatter for NanosFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical < 1e3 {
+            (1.0, "ns")
+        } else if typical < 1e6 {
+            (1e-3, "µs")
+        } else if typical < 1e9 {
+            (1e-6, "ms")
+        } else {
+            (1e-9, "s")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+
+    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
+        let per_iter = match *t {
+            Throughput::Elements(n) | Throughput::ElementsAndBytes { elements: n, .. } => n,
+            Throughput::Bytes(n) | Throughput::BytesDecimal(n) => n,
+            Throughput::Bits(n) => n,
+        } as f64;
+        values.iter_mut().for_each(|v| *v = per_iter * 1e9 / *v);
+        "B/s (cpu)"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+/// A group name, suffixed `_cpu` under [`ThreadCpuTime`].
+fn group_name<M: Measurement>(base: &str) -> String {
+    if std::any::type_name::<M>().ends_with("ThreadCpuTime") {
+        format!("{base}_cpu")
+    } else {
+        base.to_string()
+    }
+}
+
+criterion_group!(wall, decode);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = decode
+}
+criterion_main!(wall, cpu);

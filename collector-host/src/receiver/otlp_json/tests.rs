@@ -1,0 +1,616 @@
+//! Hand-written fixtures for the OTLP/JSON metrics decoder, each checked against the
+//! generic serde path (`old`) where the two must agree. Property tests against the same
+//! path are in `collector-host/tests/otlp_json_differential.rs`.
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyKind;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Metric, NumberDataPoint, exemplar, metric::Data, number_data_point,
+};
+
+use super::{MAX_ANY_VALUE_DEPTH, decode_metrics};
+
+fn new(body: &str) -> Result<ExportMetricsServiceRequest, String> {
+    decode_metrics(body.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn old(body: &str) -> Result<ExportMetricsServiceRequest, String> {
+    serde_json::from_str(body).map_err(|e| e.to_string())
+}
+
+/// Both paths accept `body` and agree; returns the message.
+fn same(body: &str) -> ExportMetricsServiceRequest {
+    let n = new(body).unwrap_or_else(|e| panic!("new path refused {body}: {e}"));
+    let o = old(body).unwrap_or_else(|e| panic!("old path refused {body}: {e}"));
+    assert!(equal(&n, &o), "paths disagree on {body}:\n{n:?}\n{o:?}");
+    n
+}
+
+/// Equal, with NaN equal to itself (same bits on the wire).
+fn equal(a: &ExportMetricsServiceRequest, b: &ExportMetricsServiceRequest) -> bool {
+    use prost::Message;
+    a == b || a.encode_to_vec() == b.encode_to_vec()
+}
+
+/// A request with one metric holding `metric_json` (the members after `"name":"m"`).
+fn one_metric(metric_json: &str) -> String {
+    format!(
+        r#"{{"resourceMetrics":[{{"scopeMetrics":[{{"metrics":[{{"name":"m",{metric_json}}}]}}]}}]}}"#
+    )
+}
+
+/// A request with one gauge point holding `point_json`.
+fn one_point(point_json: &str) -> String {
+    one_metric(&format!(r#""gauge":{{"dataPoints":[{{{point_json}}}]}}"#))
+}
+
+/// A request whose resource has one attribute with value `value_json`.
+fn one_attr(value_json: &str) -> String {
+    format!(
+        r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"k","value":{value_json}}}]}}}}]}}"#
+    )
+}
+
+fn metric(req: &ExportMetricsServiceRequest) -> &Metric {
+    &req.resource_metrics[0].scope_metrics[0].metrics[0]
+}
+
+fn point(req: &ExportMetricsServiceRequest) -> &NumberDataPoint {
+    match &metric(req).data {
+        Some(Data::Gauge(g)) => &g.data_points[0],
+        other => panic!("not a gauge: {other:?}"),
+    }
+}
+
+fn attr(req: &ExportMetricsServiceRequest) -> &KeyValue {
+    &req.resource_metrics[0]
+        .resource
+        .as_ref()
+        .expect("resource")
+        .attributes[0]
+}
+
+#[test]
+fn agent_pushes_decode_exactly_as_before() {
+    let pushes = [
+        testkit::AgentPush::new("prod", "gpu-node-01", 0.92).to_json(),
+        testkit::AgentPush::new("prod", "gpu-node-01", 0.92)
+            .gpu("NVIDIA H100 80GB HBM3", 8)
+            .world(4, 1)
+            .provider("aws")
+            .state("calibrating")
+            .to_json(),
+        {
+            let mut p = testkit::AgentPush::new("c", "n", 0.4);
+            p.with_cgroup_sums = true;
+            p.to_json()
+        },
+        testkit::AgentPush::new("c", "n", 0.4).straggler_event_json(1, 0.81, "0b9c6c1e"),
+        testkit::nccl_export_json(
+            Some("c"),
+            "n",
+            &[testkit::NcclPoint::all_reduce(
+                "ab12",
+                3,
+                8,
+                12.5,
+                1_763_769_600_000_000_000,
+            )],
+        ),
+    ];
+    for body in &pushes {
+        let req = same(body);
+        assert_eq!(req.resource_metrics, testkit::json_to_proto(body), "{body}");
+    }
+}
+
+#[test]
+fn int64_as_strings_or_numbers() {
+    let a = same(&one_point(
+        r#""timeUnixNano":"1700000000000000000","asInt":"-42""#,
+    ));
+    let b = same(&one_point(
+        r#""timeUnixNano":1700000000000000000,"asInt":-42"#,
+    ));
+    assert_eq!(a, b);
+    assert_eq!(point(&a).time_unix_nano, 1_700_000_000_000_000_000);
+    assert_eq!(point(&a).value, Some(number_data_point::Value::AsInt(-42)));
+    let max = same(&one_point(
+        r#""timeUnixNano":"18446744073709551615","startTimeUnixNano":18446744073709551615"#,
+    ));
+    assert_eq!(point(&max).time_unix_nano, u64::MAX);
+    assert_eq!(point(&max).start_time_unix_nano, u64::MAX);
+    // Rust's integer parser, like the old path: a leading '+' is fine.
+    assert_eq!(
+        point(&same(&one_point(r#""timeUnixNano":"+7""#))).time_unix_nano,
+        7
+    );
+    let i = same(&one_attr(r#"{"intValue":"-9223372036854775808"}"#));
+    assert_eq!(
+        attr(&i).value,
+        Some(AnyValue {
+            value: Some(AnyKind::IntValue(i64::MIN))
+        })
+    );
+}
+
+#[test]
+fn out_of_range_and_fractional_integers_are_errors() {
+    for v in [
+        r#""18446744073709551616""#,
+        "18446744073709551616",
+        "-1",
+        r#""-1""#,
+        "1.5",
+        "1e3",
+        r#""0x10""#,
+        r#"" 5""#,
+        "true",
+        "[]",
+    ] {
+        let body = one_attr(&format!(r#"{{"intValue":{v}}}"#));
+        // intValue is an i64: 18446744073709551616 and 1.5 fail, -1 passes.
+        if v == "-1" || v == r#""-1""# {
+            same(&body);
+        } else {
+            assert!(new(&body).is_err(), "intValue {v}");
+            assert!(old(&body).is_err(), "old intValue {v}");
+        }
+        let body = one_point(&format!(r#""timeUnixNano":{v}"#));
+        assert!(new(&body).is_err(), "timeUnixNano {v}");
+    }
+    let body = one_attr(r#"{"intValue":"9223372036854775808"}"#);
+    assert!(new(&body).is_err() && old(&body).is_err());
+}
+
+#[test]
+fn snake_case_names_are_the_same_fields() {
+    let camel = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"a","value":{"stringValue":"x"}},
+        {"key":"b","value":{"arrayValue":{"values":[{"intValue":"1"},{"kvlistValue":{"values":[{"key":"c","value":{"bytesValue":"AQI="}}]}}]}}}],
+        "droppedAttributesCount":2},"schemaUrl":"s",
+      "scopeMetrics":[{"scope":{"name":"sc","droppedAttributesCount":1},"schemaUrl":"t","metrics":[
+        {"name":"g","gauge":{"dataPoints":[{"startTimeUnixNano":"1","timeUnixNano":"2","asDouble":0.5,
+          "exemplars":[{"filteredAttributes":[{"key":"e","value":{"boolValue":true}}],"timeUnixNano":"3","spanId":"0102030405060708","traceId":"0102030405060708090a0b0c0d0e0f10","asInt":"4"}]}]}},
+        {"name":"s","sum":{"dataPoints":[{"timeUnixNano":"2","asInt":"5"}],"aggregationTemporality":2,"isMonotonic":true}},
+        {"name":"h","histogram":{"dataPoints":[{"count":"3","sum":1.5,"bucketCounts":["1","2"],"explicitBounds":[1.0],"min":0.1,"max":2.0}],"aggregationTemporality":1}},
+        {"name":"e","exponentialHistogram":{"dataPoints":[{"count":"3","scale":2,"zeroCount":"1","zeroThreshold":0.01,
+          "positive":{"offset":-1,"bucketCounts":["1","1"]}}],"aggregationTemporality":2}},
+        {"name":"q","summary":{"dataPoints":[{"count":"2","sum":3.0,"quantileValues":[{"quantile":0.5,"value":1.0}]}]}}]}]}]}"#;
+    let snake = camel
+        .replace("resourceMetrics", "resource_metrics")
+        .replace("droppedAttributesCount", "dropped_attributes_count")
+        .replace("schemaUrl", "schema_url")
+        .replace("scopeMetrics", "scope_metrics")
+        .replace("stringValue", "string_value")
+        .replace("arrayValue", "array_value")
+        .replace("intValue", "int_value")
+        .replace("kvlistValue", "kvlist_value")
+        .replace("bytesValue", "bytes_value")
+        .replace("boolValue", "bool_value")
+        .replace("dataPoints", "data_points")
+        .replace("startTimeUnixNano", "start_time_unix_nano")
+        .replace("timeUnixNano", "time_unix_nano")
+        .replace("asDouble", "as_double")
+        .replace("asInt", "as_int")
+        .replace("filteredAttributes", "filtered_attributes")
+        .replace("spanId", "span_id")
+        .replace("traceId", "trace_id")
+        .replace("aggregationTemporality", "aggregation_temporality")
+        .replace("isMonotonic", "is_monotonic")
+        .replace("bucketCounts", "bucket_counts")
+        .replace("explicitBounds", "explicit_bounds")
+        .replace("exponentialHistogram", "exponential_histogram")
+        .replace("zeroCount", "zero_count")
+        .replace("zeroThreshold", "zero_threshold")
+        .replace("quantileValues", "quantile_values");
+    assert!(!snake.contains("Value\""), "every camelCase name replaced");
+    let want = same(camel);
+    assert_eq!(want.resource_metrics[0].scope_metrics[0].metrics.len(), 5);
+    assert_eq!(new(&snake).unwrap(), want);
+    // The old path skipped the snake_case names as unknown fields.
+    assert_eq!(old(&snake).unwrap(), ExportMetricsServiceRequest::default());
+}
+
+#[test]
+fn both_spellings_of_one_field_is_a_duplicate() {
+    let body = one_point(r#""timeUnixNano":"1","time_unix_nano":"2""#);
+    let e = new(&body).unwrap_err();
+    assert!(e.contains("duplicate field `timeUnixNano`"), "{e}");
+    let e = new(r#"{"resourceMetrics":[],"resourceMetrics":[]}"#).unwrap_err();
+    assert!(e.contains("duplicate field `resourceMetrics`"), "{e}");
+    assert!(old(r#"{"resourceMetrics":[],"resourceMetrics":[]}"#).is_err());
+    let e =
+        new(&one_attr(r#"{"stringValue":"a"}"#).replace(r#""key":"k""#, r#""key":"k","key":"j""#))
+            .unwrap_err();
+    assert!(e.contains("duplicate field `key`"), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_skipped_everywhere() {
+    let junk = r#""zz":{"a":[1,{"b":null}],"c":"\u0041"},"yy":[[]],"xx":-1.5e300"#;
+    let body = format!(
+        r#"{{{junk},"resourceMetrics":[{{{junk},"resource":{{{junk},"attributes":[{{{junk},"key":"k","value":{{{junk},"stringValue":"v"}}}}]}},
+        "scopeMetrics":[{{{junk},"scope":{{{junk},"name":"s"}},"metrics":[{{{junk},"name":"m","gauge":{{{junk},"dataPoints":[{{{junk},"asDouble":1,
+        "exemplars":[{{{junk},"asInt":2}}]}}]}}}},{{"name":"h","histogram":{{"dataPoints":[{{{junk},"count":1}}]}}}},
+        {{"name":"q","summary":{{"dataPoints":[{{{junk},"quantileValues":[{{{junk},"value":1}}]}}]}}}},
+        {{"name":"e","exponentialHistogram":{{"dataPoints":[{{{junk},"positive":{{{junk},"offset":1}}}}]}}}}]}}]}}]}}"#
+    );
+    let req = same(&body);
+    let clean = same(&body.replace(&format!("{junk},"), ""));
+    assert_eq!(req, clean);
+    assert_eq!(
+        point(&req).value,
+        Some(number_data_point::Value::AsDouble(1.0))
+    );
+    assert_eq!(
+        point(&req).exemplars[0].value,
+        Some(exemplar::Value::AsInt(2))
+    );
+    // Escaped keys are matched after unescaping, as by the old path.
+    let esc = same(&one_point(r#""time\u0055nixNano":"9""#));
+    assert_eq!(point(&esc).time_unix_nano, 9);
+}
+
+#[test]
+fn null_is_an_absent_field() {
+    let nulls = r#"{"resourceMetrics":[{"resource":{"attributes":null,"droppedAttributesCount":null,"entityRefs":null},
+        "schemaUrl":null,"scopeMetrics":[{"scope":{"name":null,"version":null,"attributes":null},"schemaUrl":null,"metrics":[
+        {"name":null,"description":null,"unit":null,"metadata":null,"gauge":null,"sum":{"dataPoints":[{"attributes":[{"key":null,"value":null,"keyStrindex":null}],
+          "startTimeUnixNano":null,"timeUnixNano":null,"exemplars":[{"spanId":null,"traceId":null,"timeUnixNano":null,"filteredAttributes":null,"asDouble":null,"asInt":3}],
+          "flags":null,"asDouble":null,"asInt":"7"}],"aggregationTemporality":null,"isMonotonic":null}},
+        {"name":"h","histogram":{"dataPoints":[{"count":null,"sum":null,"bucketCounts":null,"explicitBounds":null,"min":null,"max":null}]}},
+        {"name":"e","exponentialHistogram":{"dataPoints":[{"scale":null,"zeroCount":null,"positive":null,"negative":null,"zeroThreshold":null}]}},
+        {"name":"q","summary":{"dataPoints":[{"sum":null,"quantileValues":[{"quantile":null,"value":null}]}]}}]}]}]}"#;
+    let req = new(nulls).unwrap();
+    let without = r#"{"resourceMetrics":[{"resource":{},"scopeMetrics":[{"scope":{},"metrics":[
+        {"sum":{"dataPoints":[{"attributes":[{"key":""}],"exemplars":[{"asInt":3}],"asInt":"7"}]}},
+        {"name":"h","histogram":{"dataPoints":[{}]}},
+        {"name":"e","exponentialHistogram":{"dataPoints":[{}]}},
+        {"name":"q","summary":{"dataPoints":[{"quantileValues":[{}]}]}}]}]}]}"#;
+    assert_eq!(req, same(without));
+    // The old path refused most of these nulls.
+    assert!(old(nulls).is_err());
+    // `null` message fields and AnyValue members: both paths agree.
+    let r = same(r#"{"resourceMetrics":[{"resource":null,"scopeMetrics":[{"scope":null}]}]}"#);
+    assert_eq!(r.resource_metrics[0].resource, None);
+    let a = same(&one_attr(
+        r#"{"stringValue":"x","intValue":null,"boolValue":null,"arrayValue":null,"bytesValue":null}"#,
+    ));
+    assert_eq!(
+        attr(&a).value.as_ref().and_then(|v| v.value.clone()),
+        Some(AnyKind::StringValue("x".into()))
+    );
+    // null is not an element of a repeated field.
+    for body in [
+        r#"{"resourceMetrics":[null]}"#.to_string(),
+        one_point(r#""attributes":[null]"#),
+        one_metric(r#""histogram":{"dataPoints":[{"bucketCounts":[null]}]}"#),
+        one_metric(r#""histogram":{"dataPoints":[{"explicitBounds":[null]}]}"#),
+        one_attr(r#"{"arrayValue":{"values":[null]}}"#),
+    ] {
+        assert!(new(&body).is_err(), "{body}");
+    }
+    // Nor the request itself.
+    assert!(new("null").is_err() && old("null").is_err());
+}
+
+#[test]
+fn empty_objects_and_omitted_fields_default() {
+    assert_eq!(same("{}"), ExportMetricsServiceRequest::default());
+    assert_eq!(same(" {\n} \t"), ExportMetricsServiceRequest::default());
+    let r = same(
+        r#"{"resourceMetrics":[{},{"resource":{},"scopeMetrics":[{},{"scope":{},"metrics":[{}]}]}]}"#,
+    );
+    assert_eq!(r.resource_metrics.len(), 2);
+    assert_eq!(
+        r.resource_metrics[1].scope_metrics[1].metrics[0],
+        Metric::default()
+    );
+    let g = same(&one_metric(r#""gauge":{}"#));
+    assert!(matches!(&metric(&g).data, Some(Data::Gauge(g)) if g.data_points.is_empty()));
+    let p = same(&one_point(""));
+    assert_eq!(*point(&p), NumberDataPoint::default());
+    let v = same(&one_attr("{}"));
+    assert_eq!(attr(&v).value, Some(AnyValue { value: None }));
+    // Omitted where the old path demanded the field: Go's protojson leaves out empty
+    // values, so `{"arrayValue":{}}` is how it writes an empty array.
+    let empty = new(&one_attr(r#"{"arrayValue":{}}"#)).unwrap();
+    assert_eq!(
+        attr(&empty).value,
+        Some(AnyValue {
+            value: Some(AnyKind::ArrayValue(ArrayValue { values: vec![] }))
+        })
+    );
+    assert!(old(&one_attr(r#"{"arrayValue":{}}"#)).is_err());
+    let nokey =
+        new(r#"{"resourceMetrics":[{"resource":{"attributes":[{"value":{"boolValue":true}}]}}]}"#)
+            .unwrap();
+    assert_eq!(attr(&nokey).key, "");
+    let er = new(r#"{"resourceMetrics":[{"resource":{"entityRefs":[{"type":"host"}]}}]}"#).unwrap();
+    let refs = &er.resource_metrics[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .entity_refs;
+    assert_eq!(refs[0].r#type, "host");
+    assert!(refs[0].id_keys.is_empty());
+}
+
+#[test]
+fn metric_oneof_first_member_wins() {
+    let r = same(&one_metric(
+        r#""sum":{"isMonotonic":true},"gauge":{"dataPoints":[{}]},"summary":"not even an object""#,
+    ));
+    assert!(matches!(&metric(&r).data, Some(Data::Sum(s)) if s.is_monotonic));
+    // Without a member, no data.
+    assert_eq!(metric(&same(&one_metric(r#""unit":"1""#))).data, None);
+    // A null member is absent here (the old path dropped the metric's data instead).
+    let n = new(&one_metric(r#""gauge":null,"sum":{"isMonotonic":true}"#)).unwrap();
+    assert!(matches!(&metric(&n).data, Some(Data::Sum(_))));
+}
+
+#[test]
+fn point_value_first_member_wins_and_bad_values_leave_it_unset() {
+    let v = |p: &str| point(&same(&one_point(p))).value;
+    use number_data_point::Value::{AsDouble, AsInt};
+    assert_eq!(v(r#""asDouble":1.5,"asInt":"x""#), Some(AsDouble(1.5)));
+    assert_eq!(v(r#""asInt":2,"asDouble":1.5"#), Some(AsInt(2)));
+    assert_eq!(v(r#""asDouble":3"#), Some(AsDouble(3.0)));
+    assert_eq!(v(r#""asDouble":-3"#), Some(AsDouble(-3.0)));
+    // Wrong types: accepted, no value (the processors refuse such a point and report it
+    // as partial success), exactly as the old path.
+    for bad in [
+        r#""asDouble":"NaN""#,
+        r#""asDouble":"1.5""#,
+        r#""asDouble":true"#,
+        r#""asDouble":[1,[2]]"#,
+        r#""asDouble":{"a":{"b":1}}"#,
+        r#""asInt":1.5"#,
+        r#""asInt":"1.5""#,
+        r#""asInt":9223372036854775808"#,
+        r#""asInt":{}"#,
+        r#""asDouble":"NaN","asInt":1"#,
+    ] {
+        assert_eq!(v(bad), None, "{bad}");
+    }
+    // The same rule for exemplars.
+    let e = same(&one_point(
+        r#""exemplars":[{"asInt":"x","asDouble":1},{"asDouble":2,"asInt":3}]"#,
+    ));
+    let ex = &point(&e).exemplars;
+    assert_eq!(ex[0].value, None);
+    assert_eq!(ex[1].value, Some(exemplar::Value::AsDouble(2.0)));
+}
+
+#[test]
+fn special_floats_only_where_the_old_path_takes_them() {
+    let q = same(&one_metric(
+        r#""summary":{"dataPoints":[{"quantileValues":[{"quantile":"NaN","value":"Infinity"},{"quantile":"-Infinity","value":"2.5"},{"quantile":1,"value":"inf"}]}]}"#,
+    ));
+    let Some(Data::Summary(s)) = &metric(&q).data else {
+        panic!("summary")
+    };
+    let qv = &s.data_points[0].quantile_values;
+    assert!(qv[0].quantile.is_nan());
+    assert_eq!(qv[0].value, f64::INFINITY);
+    assert_eq!((qv[1].quantile, qv[1].value), (f64::NEG_INFINITY, 2.5));
+    assert_eq!((qv[2].quantile, qv[2].value), (1.0, f64::INFINITY));
+    assert!(
+        new(&one_metric(
+            r#""summary":{"dataPoints":[{"quantileValues":[{"value":"x"}]}]}"#
+        ))
+        .is_err()
+    );
+    // Elsewhere a double is a JSON number.
+    assert!(new(&one_attr(r#"{"doubleValue":"NaN"}"#)).is_err());
+    assert!(old(&one_attr(r#"{"doubleValue":"NaN"}"#)).is_err());
+    let d = same(&one_attr(r#"{"doubleValue":7}"#));
+    assert_eq!(
+        attr(&d).value.as_ref().and_then(|v| v.value.clone()),
+        Some(AnyKind::DoubleValue(7.0))
+    );
+}
+
+/// The old path swallowed any error inside a metric's data (serde flatten + Option) and
+/// kept the metric without data; this decoder refuses the request instead.
+#[test]
+fn errors_inside_metric_data_are_errors_here_and_silent_loss_there() {
+    for inner in [
+        r#""sum":{"aggregationTemporality":"AGGREGATION_TEMPORALITY_CUMULATIVE","dataPoints":[{"asInt":1}]}"#,
+        r#""histogram":{"dataPoints":[{"sum":"NaN"}]}"#,
+        r#""gauge":{"dataPoints":[{"exemplars":[{"traceId":"xyz"}]}]}"#,
+        r#""gauge":{"dataPoints":[{"flags":-1}]}"#,
+        r#""gauge":{"dataPoints":"none"}"#,
+        r#""gauge":{"dataPoints":[{"timeUnixNano":"1","timeUnixNano":"2"}]}"#,
+    ] {
+        let body = one_metric(inner);
+        let e = new(&body).unwrap_err();
+        assert!(e.contains("line 1 column"), "{e}");
+        let o = old(&body).unwrap();
+        assert_eq!(
+            metric(&o).data,
+            None,
+            "old path dropped the data of {inner}"
+        );
+        assert_eq!(metric(&o).name, "m");
+    }
+}
+
+#[test]
+fn any_value_kinds_and_last_member_wins() {
+    let a = same(&one_attr(
+        r#"{"arrayValue":{"values":[{"stringValue":"s"},{"boolValue":false},{"intValue":3},{"doubleValue":0.25},
+            {"bytesValue":"aGk="},{"kvlistValue":{"values":[{"key":"x","value":{"arrayValue":{"values":[]}}}]}},{}]}}"#,
+    ));
+    let Some(AnyKind::ArrayValue(arr)) = attr(&a).value.as_ref().and_then(|v| v.value.clone())
+    else {
+        panic!("array")
+    };
+    assert_eq!(arr.values.len(), 7);
+    assert_eq!(
+        arr.values[4].value,
+        Some(AnyKind::BytesValue(b"hi".to_vec()))
+    );
+    let last = same(&one_attr(
+        r#"{"stringValue":"a","intValue":"5","stringValueStrindex":3}"#,
+    ));
+    assert_eq!(
+        attr(&last).value.as_ref().and_then(|v| v.value.clone()),
+        Some(AnyKind::IntValue(5))
+    );
+    // Every member must be valid, even one a later member overrides.
+    let body = one_attr(r#"{"intValue":"x","stringValue":"a"}"#);
+    assert!(new(&body).is_err() && old(&body).is_err());
+}
+
+#[test]
+fn bytes_fields_accept_what_the_old_path_accepts() {
+    let ids = same(&one_point(
+        r#""exemplars":[{"spanId":"0x0A0b0C0d0E0f1011","traceId":""}]"#,
+    ));
+    let e = &point(&ids).exemplars[0];
+    assert_eq!(
+        e.span_id,
+        vec![0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11]
+    );
+    assert!(e.trace_id.is_empty());
+    for bad in [r#""abc""#, r#""zz""#, "12", r#""0x1""#] {
+        let body = one_point(&format!(r#""exemplars":[{{"spanId":{bad}}}]"#));
+        assert!(new(&body).is_err(), "{bad}");
+    }
+    for bad in [
+        "\"aGk\"",
+        "\"aGl=\"",
+        "\"a$==\"",
+        "\"aGk=\\n\"",
+        "1",
+        "\"aGk=aGk=\"",
+    ] {
+        let body = one_attr(&format!(r#"{{"bytesValue":{bad}}}"#));
+        assert!(new(&body).is_err(), "bytesValue {bad}");
+        assert!(old(&body).is_err(), "old bytesValue {bad}");
+    }
+}
+
+fn nested_array(levels: usize) -> String {
+    let mut v = r#"{"stringValue":"leaf"}"#.to_string();
+    for _ in 1..levels {
+        v = format!(r#"{{"arrayValue":{{"values":[{v}]}}}}"#);
+    }
+    v
+}
+
+#[test]
+fn any_value_nesting_is_limited() {
+    let ok = new(&one_attr(&nested_array(MAX_ANY_VALUE_DEPTH))).unwrap();
+    assert!(attr(&ok).value.is_some());
+    assert_eq!(
+        ok,
+        old(&one_attr(&nested_array(MAX_ANY_VALUE_DEPTH))).unwrap()
+    );
+    let e = new(&one_attr(&nested_array(MAX_ANY_VALUE_DEPTH + 1))).unwrap_err();
+    assert!(e.contains("nested deeper than 32 levels"), "{e}");
+    // kvlistValue levels count the same (a kvlist level costs four JSON levels, so mix
+    // them in below serde_json's own limit of 128).
+    let kv = format!(
+        r#"{{"kvlistValue":{{"values":[{{"key":"k","value":{}}}]}}}}"#,
+        nested_array(MAX_ANY_VALUE_DEPTH)
+    );
+    assert!(new(&one_attr(&kv)).unwrap_err().contains("nested deeper"));
+    // Far beyond: an error, no stack overflow.
+    for body in [
+        one_attr(&nested_array(5000)),
+        "[".repeat(100_000),
+        format!("{}{}", r#"{"a":"#.repeat(50_000), "1"),
+        format!(
+            r#"{{"resourceMetrics":[{}]}}"#,
+            "{\"resource\":".repeat(10_000)
+        ),
+    ] {
+        assert!(new(&body).is_err());
+    }
+    // Unknown fields are skipped by serde_json's iterative skipper, at any depth.
+    let deep_junk = one_point(&format!(
+        r#""zz":{}1{},"asInt":1"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    ));
+    assert!(new(&deep_junk).is_ok());
+}
+
+#[test]
+fn skipped_values_are_checked_for_syntax_only() {
+    // A lone surrogate escape: refused where a string is decoded, passed where skipped.
+    let decoded = one_attr(r#"{"stringValue":"\ud800"}"#);
+    assert!(new(&decoded).is_err() && old(&decoded).is_err());
+    let skipped = r#"{"zz":"\ud800","resourceMetrics":[]}"#;
+    assert_eq!(same(skipped), ExportMetricsServiceRequest::default());
+    // The old path decoded the unknown members of an AnyValue into its buffer.
+    let in_any = one_attr(r#"{"zz":"\ud800","boolValue":true}"#);
+    assert!(new(&in_any).is_ok());
+    assert!(old(&in_any).is_err());
+    // Syntax errors in skipped values are errors.
+    for bad in [
+        r#"{"zz":[1,}"#,
+        r#"{"zz":"\x"}"#,
+        r#"{"zz":01}"#,
+        r#"{"zz":tru}"#,
+    ] {
+        assert!(new(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn malformed_bodies_are_errors() {
+    let good = testkit::AgentPush::new("c", "n", 0.9).to_json();
+    for cut in 0..good.len() {
+        let e = new(&good[..cut]);
+        assert!(e.is_err(), "truncated at {cut}");
+        assert!(old(&good[..cut]).is_err());
+    }
+    for body in [
+        "",
+        " ",
+        "[]",
+        "[{}]",
+        "1",
+        r#""x""#,
+        "{} {}",
+        "{}x",
+        r#"{"resourceMetrics":{}}"#,
+        r#"{"resourceMetrics":"x"}"#,
+        r#"{"resourceMetrics":[[]]}"#,
+        r#"{"resourceMetrics":[{"resource":[[],0]}]}"#,
+        r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":1}]}]}]}"#,
+        r#"{"resourceMetrics":[{"resource":{"droppedAttributesCount":-1}}]}"#,
+        r#"{"resourceMetrics":[{"resource":{"droppedAttributesCount":4294967296}}]}"#,
+        r#"{"resourceMetrics":[{"resource":{"droppedAttributesCount":"1"}}]}"#,
+        r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"k","value":"v"}]}}]}"#,
+        r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"k","value":{"stringValue":"\ud800"}}]}}]}"#,
+        "{\"resourceMetrics\":[],}",
+        "{'resourceMetrics':[]}",
+    ] {
+        assert!(new(body).is_err(), "{body}");
+    }
+    // Non-UTF-8 inside a string and outside.
+    let mut bad = one_attr(r#"{"stringValue":"abc"}"#).into_bytes();
+    let at = bad.iter().position(|&b| b == b'b').unwrap();
+    bad[at] = 0xff;
+    assert!(decode_metrics(&bad).is_err());
+    assert!(serde_json::from_slice::<ExportMetricsServiceRequest>(&bad).is_err());
+    assert!(decode_metrics(b"\xef\xbb\xbf{}").is_err(), "BOM");
+    assert!(decode_metrics(b"{\xff}").is_err());
+    // Also inside a value that is skipped unread (the old path took this one).
+    let skipped = b"{\"zz\":\"a\xffb\",\n \"resourceMetrics\":[]}";
+    assert!(serde_json::from_slice::<ExportMetricsServiceRequest>(skipped).is_ok());
+    let e = decode_metrics(skipped).unwrap_err().to_string();
+    assert!(e.contains("invalid UTF-8 at line 1 column 9"), "{e}");
+}
+
+#[test]
+fn errors_name_the_position() {
+    let e = new("{\n  \"resourceMetrics\": [\n    {\"resource\": 5}\n  ]\n}").unwrap_err();
+    assert!(e.contains("line 3 column"), "{e}");
+    assert!(e.contains("Resource"), "{e}");
+}
