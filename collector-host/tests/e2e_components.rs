@@ -94,6 +94,14 @@ fn rank_entering_290ms_late_shows_its_lag_on_prometheus() {
         &["nccl_rank=\"5\"", "ingero_cluster_id=\"train\""],
     );
     assert!(!r5.is_empty(), "rank 5 lag series:\n{page}");
+    // The sequence number aligns; it is never a label (one series per rank, not per step).
+    assert!(
+        !page
+            .lines()
+            .any(|l| l.starts_with(&lag_name) && l.contains("op_seq")),
+        "op_seq label on the peer lag:\n{page}"
+    );
+    assert_eq!(r5.len(), 1, "one series for rank 5: {r5:?}");
     let v5 = value(r5[0]);
     assert!(
         (v5 - 290.0).abs() <= 5.0,

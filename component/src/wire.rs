@@ -23,6 +23,10 @@ pub mod metric {
     pub const NCCL_DURATION_MS: &str = "nccl.collective.duration_ms";
     pub const NCCL_BARRIER_WAIT_MS: &str = "nccl.collective.barrier_wait_ms";
     pub const NCCL_PEER_LAG_MS: &str = "nccl.collective.peer_lag_ms";
+    /// Emitted by Fleet (the `ingero` processor's tick), not by agents: int gauge 1 per
+    /// current straggler node, resource `ingero.cluster.id` + `ingero.node.id`, no
+    /// data-point attributes (they would become Prometheus labels).
+    pub const FLEET_NODE_STRAGGLER: &str = "ingero.fleet.node.straggler";
     pub const NCCL_BYTES: &str = "nccl.collective.bytes";
 }
 

@@ -464,17 +464,8 @@ impl IngeroProcessor {
         let threshold_of = |c: CohortId| side.state.threshold_for(c).unwrap_or(f64::NAN);
 
         // Straggler metrics for downstream processors and exporters.
-        for (&i, info) in tick.stragglers.iter().zip(&straggler_infos) {
-            let (Some(s), Some((node_id, _))) = (samples.get(i), info) else {
-                continue;
-            };
-            out_metrics.push(straggler_metric(
-                cluster_id,
-                node_id,
-                s.score,
-                threshold_of(s.cohort),
-                now,
-            ));
+        for (node_id, _) in straggler_infos.iter().flatten() {
+            out_metrics.push(straggler_metric(cluster_id, node_id, now));
         }
 
         // Transition logs, bounded per tick.
@@ -673,18 +664,11 @@ fn cluster_diagnostics(
     }
 }
 
-fn straggler_metric(
-    cluster: &str,
-    node: &str,
-    score: f64,
-    threshold: f64,
-    now: Timestamp,
-) -> ResourceMetrics {
+/// One straggler's gauge point. No data-point attributes: the score and threshold change
+/// every tick and would make a new Prometheus series each time (they are exported as
+/// `ingero_node_health_score` and `ingero_fleet_threshold`, and listed in diagnostics).
+fn straggler_metric(cluster: &str, node: &str, now: Timestamp) -> ResourceMetrics {
     let point = NumberDataPoint {
-        attributes: vec![
-            otlp::kv_f64(attr::SCORE, score),
-            otlp::kv_f64(attr::THRESHOLD, threshold),
-        ],
         time_unix_nano: now.as_nanos(),
         value: Some(NumberValue::AsInt(1)),
         ..Default::default()

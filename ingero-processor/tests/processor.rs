@@ -342,12 +342,10 @@ fn a_straggler_is_emitted_as_a_metric_logged_and_counted() {
     let dp = &otlp::number_points(metric)[0];
     assert_eq!(dp.value, Some(NumberValue::AsInt(1)));
     assert_eq!(dp.time_unix_nano, t1.as_nanos());
-    assert_eq!(otlp::get_f64(&dp.attributes, attr::SCORE), Some(0.5));
+    // No attributes: score and threshold would become ever-changing Prometheus labels.
+    assert!(dp.attributes.is_empty(), "{:?}", dp.attributes);
     let published = sink.last_for("prod").unwrap();
-    assert_eq!(
-        otlp::get_f64(&dp.attributes, attr::THRESHOLD),
-        Some(published.value.unwrap().threshold())
-    );
+    assert!(published.value.is_some());
     let d = published.diagnostics;
     assert_eq!(d.straggler_count, 1);
     assert_eq!(

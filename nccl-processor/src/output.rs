@@ -1,8 +1,10 @@
 //! Lag records as OTLP: one `ResourceMetrics` per (cluster, node, clock) with a
 //! `nccl.collective.peer_lag_ms` gauge (unit `ms`, double) holding one point per rank and
 //! collective instance. The clock attribute sits on the resource (a node's entries are all
-//! wall-clock or all monotonic), which keeps the per-point attributes to the four (five with
-//! `nccl.op_seq`) the contract names: output cost is dominated by allocating them.
+//! wall-clock or all monotonic), which keeps the per-point attributes to the four the
+//! contract names: output cost is dominated by allocating them. `nccl.op_seq` is used for
+//! alignment only and never put on the output: it changes every step, so as a Prometheus
+//! label it would make one series per collective.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,14 +41,12 @@ pub fn build(
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     let mut last: Option<usize> = None;
     for r in records {
-        let mut attrs: Vec<KeyValue> = Vec::with_capacity(5);
-        attrs.push(kv_str(attr::NCCL_COMM_ID_HASH, format_comm_hash(r.comm)));
-        attrs.push(kv_str(attr::NCCL_OP_TYPE, ops.name(r.op)));
-        attrs.push(kv_i64(attr::NCCL_RANK, i64::from(r.rank)));
-        attrs.push(kv_i64(attr::NCCL_NRANKS, i64::from(r.nranks)));
-        if let Some(seq) = r.op_seq {
-            attrs.push(kv_i64(attr::NCCL_OP_SEQ, seq));
-        }
+        let attrs: Vec<KeyValue> = vec![
+            kv_str(attr::NCCL_COMM_ID_HASH, format_comm_hash(r.comm)),
+            kv_str(attr::NCCL_OP_TYPE, ops.name(r.op)),
+            kv_i64(attr::NCCL_RANK, i64::from(r.rank)),
+            kv_i64(attr::NCCL_NRANKS, i64::from(r.nranks)),
+        ];
         let t = r.time_ns.unwrap_or(now.as_nanos());
         let point = point_f64(attrs, t, r.lag_ms);
         let key = (r.node, r.wall_clock);
@@ -138,7 +138,12 @@ mod tests {
         assert_eq!(get_str(a, attr::NCCL_OP_TYPE), Some("ncclAllReduce"));
         assert_eq!(get_i64(a, attr::NCCL_RANK), Some(2));
         assert_eq!(get_i64(a, attr::NCCL_NRANKS), Some(4));
-        assert_eq!(get_i64(a, attr::NCCL_OP_SEQ), Some(5));
+        assert_eq!(
+            get_i64(a, attr::NCCL_OP_SEQ),
+            None,
+            "op_seq is never a label"
+        );
+        assert_eq!(a.len(), 4);
         assert_eq!(get_str(a, ATTR_LAG_CLOCK), None, "on the resource");
         assert_eq!(
             get_str(resource_attrs(&out[1]), ATTR_LAG_CLOCK),

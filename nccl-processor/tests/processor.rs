@@ -138,7 +138,11 @@ fn exact_alignment_through_process_and_tick() {
         for pt in number_points(m) {
             let rank = get_i64(&pt.attributes, attr::NCCL_RANK).unwrap();
             assert_eq!(node, format!("gpu-{rank}"));
-            assert_eq!(get_i64(&pt.attributes, attr::NCCL_OP_SEQ), Some(9));
+            assert_eq!(
+                get_i64(&pt.attributes, attr::NCCL_OP_SEQ),
+                None,
+                "never a label"
+            );
             assert_eq!(
                 get_str(&pt.attributes, attr::NCCL_COMM_ID_HASH),
                 Some("00000000000000c1")

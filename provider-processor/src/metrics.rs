@@ -4,7 +4,7 @@
 /// Input produced by the `ingero` threshold processor's tick (not on the agent wire):
 /// gauge, int 1 per current straggler node; resource `ingero.cluster.id`,
 /// `ingero.node.id`; data-point attributes `score`, `threshold`.
-pub const INPUT_FLEET_NODE_STRAGGLER: &str = "ingero.fleet.node.straggler";
+pub const INPUT_FLEET_NODE_STRAGGLER: &str = component::wire::metric::FLEET_NODE_STRAGGLER;
 
 /// Barrier idle spend per cluster, currency units per hour.
 /// Labels: cluster_id, provider, gpu_model, currency.
