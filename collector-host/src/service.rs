@@ -410,6 +410,8 @@ pub async fn run(
                 fanout: fanout.clone(),
                 thresholds: store_for("http"),
                 counters: telemetry.receiver(&id.to_string(), "http"),
+                in_flight: (h.max_concurrent_requests > 0)
+                    .then(|| Arc::new(tokio::sync::Semaphore::new(h.max_concurrent_requests))),
             });
             let opts = ServerOptions {
                 name: format!("{id}/http"),

@@ -47,6 +47,14 @@ pub struct HttpServerConfig {
     pub idle_timeout: Duration,
     /// Cap on simultaneously open connections (0 = unlimited).
     pub max_connections: usize,
+    /// Cap on OTLP requests being read and processed at once (0 = unlimited). Beyond it a
+    /// request is answered 503 with `Retry-After` at once, before its body is read, so a
+    /// flood cannot queue unbounded bodies (at most this many times
+    /// `max_request_body_size` bytes are held).
+    pub max_concurrent_requests: usize,
+    /// `Retry-After` sent with that 503 (whole seconds, 1s to 1h).
+    #[serde(with = "duration")]
+    pub retry_after: Duration,
 }
 
 impl Default for HttpServerConfig {
@@ -62,6 +70,8 @@ impl Default for HttpServerConfig {
             read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 4096,
+            max_concurrent_requests: 256,
+            retry_after: Duration::from_secs(1),
         }
     }
 }
@@ -131,6 +141,15 @@ impl ComponentConfig for OtlpReceiverConfig {
             }
             if h.read_timeout.is_zero() {
                 e.push("protocols.http.read_timeout", "must be > 0");
+            }
+            if h.retry_after < Duration::from_secs(1)
+                || h.retry_after > Duration::from_secs(3600)
+                || h.retry_after.subsec_nanos() != 0
+            {
+                e.push(
+                    "protocols.http.retry_after",
+                    "must be whole seconds between 1s and 1h",
+                );
             }
         }
         if let Some(g) = &self.protocols.grpc {

@@ -35,6 +35,8 @@ pub struct HttpReceiver {
     /// Threshold middleware: the store whose values go into metrics push responses.
     pub thresholds: Option<Arc<ThresholdStore>>,
     pub counters: Arc<ReceiverCounters>,
+    /// Permits for requests in flight (`max_concurrent_requests`; `None` = unlimited).
+    pub in_flight: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl std::fmt::Debug for HttpReceiver {
@@ -111,6 +113,26 @@ impl HttpReceiver {
                 }
             }
         }
+        // Load shedding before the body is read: a refused request costs no body memory.
+        let _permit = match &self.in_flight {
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    self.counters.reject("overloaded");
+                    let mut r = error(
+                        BodyEncoding::from_content_type(content_type(req.headers())),
+                        503,
+                        "too many requests in flight; retry after the Retry-After delay",
+                    );
+                    let secs = self.cfg.retry_after.as_secs().max(1);
+                    if let Ok(v) = http::HeaderValue::from_str(&secs.to_string()) {
+                        r.headers_mut().insert(http::header::RETRY_AFTER, v);
+                    }
+                    return self.with_thresholds(r, cluster.as_deref());
+                }
+            },
+            None => None,
+        };
         let enc = match BodyEncoding::from_content_type(content_type(req.headers())) {
             Some(e) => e,
             None => {

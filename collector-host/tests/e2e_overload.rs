@@ -1,0 +1,133 @@
+//! Load shedding on the OTLP/HTTP receiver, against the real binary: beyond
+//! `max_concurrent_requests` a push is answered 503 with `Retry-After` before its body is
+//! read, the refusal is counted, the threshold API keeps serving, and pushes are accepted
+//! again as soon as the requests in flight finish.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use testkit::AgentPush;
+
+/// Send a push's headers and the first half of its body, holding the rest back.
+fn half_sent_push(f: &Fleet, body: &str) -> TcpStream {
+    let mut s = TcpStream::connect(f.http()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!(
+        "POST /v1/metrics?cluster_id=flood HTTP/1.1\r\nHost: fleet\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body.as_bytes()[..body.len() / 2]);
+    s.write_all(&req).unwrap();
+    s
+}
+
+/// Whether the server already answered (or closed) this connection.
+fn answered(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 1];
+    let r = s.peek(&mut b);
+    s.set_nonblocking(false).unwrap();
+    !matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+fn finish_and_read_status(mut s: TcpStream, body: &str) -> String {
+    s.write_all(&body.as_bytes()[body.len() / 2..]).unwrap();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn pushes_beyond_the_in_flight_cap_get_503_with_retry_after_then_recover() {
+    let cfg = test_config("1s", &[]).replace(
+        "      http:\n        endpoint: 127.0.0.1:0\n",
+        "      http:\n        endpoint: 127.0.0.1:0\n        max_concurrent_requests: 2\n        \
+         retry_after: 7s\n",
+    );
+    assert!(cfg.contains("max_concurrent_requests: 2"), "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    let body = AgentPush::new("flood", "node-0", 0.93).to_json();
+
+    // Two pushes stuck mid-body hold both permits. A probe that reaches the server before
+    // one of them takes that permit and the slow one is refused instead; such a slow push
+    // is replaced until both hold a permit and the probe is the one refused.
+    let mut slow: Vec<TcpStream> = (0..2).map(|_| half_sent_push(&f, &body)).collect();
+    let refused = wait_for(Duration::from_secs(15), || {
+        for s in slow.iter_mut() {
+            if answered(s) {
+                *s = half_sent_push(&f, &body);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let r = push_json(f.http(), "flood", &body);
+        (r.status == 503).then_some(r)
+    })
+    .expect("a push beyond the cap is refused with 503");
+    assert_eq!(refused.header("Retry-After"), Some("7"));
+    assert_eq!(
+        refused.json()["code"],
+        14,
+        "UNAVAILABLE: {}",
+        refused.text()
+    );
+    // Refused while full, every time (the permits are still held).
+    assert_eq!(push_json(f.http(), "flood", &body).status, 503);
+
+    // The threshold API is another listener and keeps answering.
+    let g = get(f.agent_api(), "/api/v1/threshold?cluster_id=flood");
+    assert_eq!(g.status, 200, "{}", g.text());
+
+    // Counted by reason on the telemetry endpoint.
+    let tel = get(f.telemetry(), "/metrics").text();
+    let refusals = tel
+        .lines()
+        .find(|l| l.starts_with("ingero_fleet_rejected_requests_total") && l.contains("overloaded"))
+        .unwrap_or_else(|| panic!("no overloaded count:\n{tel}"));
+    let n: f64 = refusals.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 2.0, "{refusals}");
+
+    // The held requests complete normally, and the next push is accepted.
+    for s in slow {
+        let status = finish_and_read_status(s, &body);
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    }
+    let ok = push_json(f.http(), "flood", &body);
+    assert_eq!(ok.status, 200, "{}", ok.text());
+}
+
+#[test]
+fn retry_after_must_be_whole_seconds_within_an_hour() {
+    for bad in ["0s", "1500ms", "2h"] {
+        let cfg = test_config("1s", &[]).replace(
+            "      http:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      http:\n        endpoint: 127.0.0.1:0\n        retry_after: {bad}\n"),
+        );
+        let dir = std::env::temp_dir().join(format!("fleet-retry-after-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("bad-{bad}.yaml"));
+        std::fs::write(&path, cfg).unwrap();
+        let out = std::process::Command::new(bin())
+            .args(["validate", "--config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad} accepted");
+        assert!(
+            err.contains("protocols.http.retry_after"),
+            "{bad}: error names the key: {err}"
+        );
+    }
+}
