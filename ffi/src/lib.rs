@@ -36,6 +36,14 @@
 //! The header `include/ingero_fleet.h` is generated from this crate by a pinned cbindgen
 //! (`tests/header.rs` fails when it is stale; `INGERO_BLESS=1` rewrites it).
 
+// With the `mimalloc` feature (the Go shim's build) the library's own allocations use
+// mimalloc; the host program's malloc is untouched (no `override`). Memory handed to
+// callers is freed only through the library's free functions, so it always returns to the
+// allocator it came from. Without the feature (C smoke test under ASan) it is the system's.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod buf;
 pub mod cluster;
 pub mod extension;

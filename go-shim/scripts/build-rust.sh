@@ -5,7 +5,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$here/.." && pwd)"
-cargo build --release --locked -p ingero-ffi --manifest-path "$root/Cargo.toml"
+cargo build --release --locked -p ingero-ffi --features mimalloc --manifest-path "$root/Cargo.toml"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 mkdir -p "$here/lib"
 # Only the .a: with a .so next to it the linker would pick the shared library.
