@@ -17,9 +17,10 @@ use component::api::ApiRequest;
 use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdSink, ThresholdValue};
 use component::wire::http::THRESHOLD_API_PATH;
 use component::{ConfigValue, Extension, Timestamp};
-use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ingero_extension::{ThresholdExtension, ThresholdStore, create};
+use testkit::cpu_time::{ThreadCpuTime, group_name};
 
 const SIZES: [usize; 3] = [1, 1_000, 100_000];
 
@@ -76,91 +77,6 @@ fn extension(n: usize) -> (ThresholdExtension, Vec<String>) {
         .unwrap()
         .publish(reports(&ids, &diagnostics()), Timestamp::from_secs(1));
     (ext, ids)
-}
-
-/// The calling thread's CPU time, in nanoseconds.
-fn thread_cpu_nanos() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux supports.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Criterion measurement: the benchmark thread's CPU time.
-struct ThreadCpuTime;
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = u64;
-    type Value = u64;
-
-    fn start(&self) -> u64 {
-        thread_cpu_nanos()
-    }
-
-    fn end(&self, started: u64) -> u64 {
-        thread_cpu_nanos().saturating_sub(started)
-    }
-
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &NanosFormatter
-    }
-}
-
-struct NanosFormatter;
-
-impl ValueFormatter for NanosFormatter {
-    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
-        let (factor, unit) = if typical < 1e3 {
-            (1.0, "ns")
-        } else if typical < 1e6 {
-            (1e-3, "µs")
-        } else if typical < 1e9 {
-            (1e-6, "ms")
-        } else {
-            (1e-9, "s")
-        };
-        values.iter_mut().for_each(|v| *v *= factor);
-        unit
-    }
-
-    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
-        let per_iter = match *t {
-            Throughput::Elements(n) | Throughput::ElementsAndBytes { elements: n, .. } => n,
-            Throughput::Bytes(n) | Throughput::BytesDecimal(n) => n,
-            Throughput::Bits(n) => n,
-        } as f64;
-        values.iter_mut().for_each(|v| *v = per_iter * 1e9 / *v);
-        "elem/s (cpu)"
-    }
-
-    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
-        "ns"
-    }
-}
-
-/// A group name, suffixed `_cpu` under [`ThreadCpuTime`].
-fn group_name<M: Measurement>(base: &str) -> String {
-    if std::any::type_name::<M>().ends_with("ThreadCpuTime") {
-        format!("{base}_cpu")
-    } else {
-        base.to_string()
-    }
 }
 
 fn push_headers<M: Measurement>(c: &mut Criterion<M>) {

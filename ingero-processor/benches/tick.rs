@@ -24,53 +24,16 @@ use component::{
     BatchContext, ClusterReport, ComponentId, Extension, Host, Processor, StartError, StaticHost,
     ThresholdSink, Timestamp,
 };
-use std::time::Duration;
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ingero_processor::IngeroProcessor;
 use ingero_processor::config::IngeroConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use testkit::cpu_time::ThreadCpuTime;
 
 const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
-
-/// CPU time of the calling thread.
-struct ThreadCpuTime;
-
-fn thread_cpu_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = Duration;
-    type Value = Duration;
-    fn start(&self) -> Duration {
-        thread_cpu_now()
-    }
-    fn end(&self, i: Duration) -> Duration {
-        thread_cpu_now().saturating_sub(i)
-    }
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-    fn to_f64(&self, v: &Duration) -> f64 {
-        v.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        WallTime.formatter()
-    }
-}
 
 struct NoopSink;
 impl ThresholdSink for NoopSink {

@@ -19,104 +19,10 @@ use std::sync::Arc;
 use component::config::ConfigValue;
 use component::otlp::ResourceMetrics;
 use component::{BatchContext, Processor, Timestamp};
-use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use nccl_processor::{NcclPeerLagProcessor, create};
+use testkit::cpu_time::ThreadCpuTime;
 use tracegen::{Format, Injected, MS, Pattern, Spec, T0, Trace, generate};
-
-/// CPU time of the calling thread, in nanoseconds.
-struct ThreadCpuTime;
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_THREAD_CPUTIME_ID is
-    // supported on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = u64;
-    type Value = u64;
-
-    fn start(&self) -> u64 {
-        thread_cpu_ns()
-    }
-
-    fn end(&self, i: u64) -> u64 {
-        thread_cpu_ns().saturating_sub(i)
-    }
-
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-
-    fn zero(&self) -> u64 {
-        0
-    }
-
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &CpuFormatter
-    }
-}
-
-struct CpuFormatter;
-
-impl ValueFormatter for CpuFormatter {
-    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
-        let (div, unit) = if typical < 1e3 {
-            (1.0, "ns cpu")
-        } else if typical < 1e6 {
-            (1e3, "µs cpu")
-        } else if typical < 1e9 {
-            (1e6, "ms cpu")
-        } else {
-            (1e9, "s cpu")
-        };
-        for v in values {
-            *v /= div;
-        }
-        unit
-    }
-
-    fn scale_throughputs(
-        &self,
-        typical: f64,
-        throughput: &Throughput,
-        values: &mut [f64],
-    ) -> &'static str {
-        let n = match throughput {
-            Throughput::Elements(n) | Throughput::Bytes(n) | Throughput::BytesDecimal(n) => {
-                *n as f64
-            }
-            _ => 1.0,
-        };
-        let per_sec = n * 1e9 / typical;
-        let (div, unit) = if per_sec < 1e3 {
-            (1.0, "points/cpu-s")
-        } else if per_sec < 1e6 {
-            (1e3, "Kpoints/cpu-s")
-        } else {
-            (1e6, "Mpoints/cpu-s")
-        };
-        for v in values {
-            *v = n * 1e9 / *v / div;
-        }
-        unit
-    }
-
-    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
-        "ns"
-    }
-}
 
 fn injected() -> Vec<Injected> {
     vec![

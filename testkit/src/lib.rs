@@ -6,6 +6,9 @@
 //! `ingero.health` / `0.10.0`. The protobuf builders produce the same content as
 //! `ExportMetricsServiceRequest` bytes.
 
+#[cfg(feature = "bench")]
+pub mod cpu_time;
+
 use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, InstrumentationScope, KeyValue,
     Metric, MetricKind, NumberDataPoint, NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
