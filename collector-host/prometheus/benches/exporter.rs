@@ -19,19 +19,7 @@ const T0: u64 = 1_750_000_000;
 
 fn loaded(nodes: u64) -> PrometheusExporter {
     let e = PrometheusExporter::new(PrometheusExporterConfig::default()).unwrap();
-    let mut batch = Vec::with_capacity(1000);
-    for i in 0..nodes {
-        batch.push(health_push(&AgentPush::fleet_node(
-            i,
-            true,
-            T0 * 1_000_000_000,
-        )));
-        if batch.len() == 1000 {
-            e.consume(&batch, Timestamp::from_secs(T0));
-            batch.clear();
-        }
-    }
-    e.consume(&batch, Timestamp::from_secs(T0));
+    agent::fill(&e, nodes, true, T0);
     e
 }
 

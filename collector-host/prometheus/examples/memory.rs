@@ -15,7 +15,6 @@ mod agent;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering::Relaxed};
 
-use agent::{AgentPush, health_push};
 use component::Timestamp;
 use fleet_prometheus::{PrometheusExporter, PrometheusExporterConfig};
 
@@ -69,19 +68,7 @@ fn mib(b: usize) -> f64 {
 }
 
 fn load(e: &PrometheusExporter, nodes: u64, with_sums: bool, t: u64) {
-    let mut batch = Vec::with_capacity(1000);
-    for i in 0..nodes {
-        batch.push(health_push(&AgentPush::fleet_node(
-            i,
-            with_sums,
-            t * 1_000_000_000,
-        )));
-        if batch.len() == 1000 {
-            e.consume(&batch, Timestamp::from_secs(t));
-            batch.clear();
-        }
-    }
-    e.consume(&batch, Timestamp::from_secs(t));
+    agent::fill(e, nodes, with_sums, t);
 }
 
 fn main() {

@@ -280,3 +280,21 @@ pub fn straggler_event(
         )],
     )
 }
+
+/// Feed `nodes` agents' health pushes (node `i` = `AgentPush::fleet_node(i, with_sums, ..)`)
+/// to `e` at time `t` (seconds), in batches of 1000 as a busy receiver would hand them over.
+pub fn fill(e: &fleet_prometheus::PrometheusExporter, nodes: u64, with_sums: bool, t: u64) {
+    let mut batch = Vec::with_capacity(1000);
+    for i in 0..nodes {
+        batch.push(health_push(&AgentPush::fleet_node(
+            i,
+            with_sums,
+            t * 1_000_000_000,
+        )));
+        if batch.len() == 1000 {
+            e.consume(&batch, component::Timestamp::from_secs(t));
+            batch.clear();
+        }
+    }
+    e.consume(&batch, component::Timestamp::from_secs(t));
+}
