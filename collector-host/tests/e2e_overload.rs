@@ -131,3 +131,132 @@ fn retry_after_must_be_whole_seconds_within_an_hour() {
         );
     }
 }
+
+/// A gRPC `Export` call on its own HTTP/2 connection with the request message half sent.
+struct HeldCall {
+    response: h2::client::ResponseFuture,
+    body: h2::SendStream<bytes::Bytes>,
+    rest: bytes::Bytes,
+}
+
+async fn held_grpc_call(addr: std::net::SocketAddr, msg: &[u8]) -> HeldCall {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::post(format!(
+        "http://{addr}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut body) = client.send_request(req, false).unwrap();
+    // gRPC length-prefixed message: flag byte, big-endian length, then the message.
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(msg);
+    let half = framed.len() / 2;
+    let rest = bytes::Bytes::copy_from_slice(&framed[half..]);
+    body.send_data(bytes::Bytes::copy_from_slice(&framed[..half]), false)
+        .unwrap();
+    HeldCall {
+        response,
+        body,
+        rest,
+    }
+}
+
+#[test]
+fn grpc_calls_beyond_the_in_flight_cap_get_unavailable_with_retry_info_then_recover() {
+    use collector_host::receiver::grpc_shed::retry_delay;
+    use futures_util::FutureExt;
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+    use prost::Message;
+
+    let cfg = test_config("1s", &[]).replace(
+        "      grpc:\n        endpoint: 127.0.0.1:0\n",
+        "      grpc:\n        endpoint: 127.0.0.1:0\n        max_concurrent_requests: 2\n        \
+         retry_after: 7s\n",
+    );
+    assert!(cfg.contains("max_concurrent_requests: 2"), "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    let addr = f.grpc();
+    let msg = AgentPush::new("flood", "node-0", 0.93)
+        .to_proto()
+        .encode_to_vec();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent_api = f.agent_api();
+    let telemetry = f.telemetry();
+    rt.block_on(async move {
+        let mut client = MetricsServiceClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        // As over HTTP: a held call refused because the probe had its permit is replaced
+        // until both held calls own a permit and the probe is the one refused.
+        let mut held = vec![
+            held_grpc_call(addr, &msg).await,
+            held_grpc_call(addr, &msg).await,
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let refused = loop {
+            assert!(std::time::Instant::now() < deadline, "never refused");
+            for h in held.iter_mut() {
+                if (&mut h.response).now_or_never().is_some() {
+                    *h = held_grpc_call(addr, &msg).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let req = AgentPush::new("flood", "probe", 0.93).to_proto();
+            match client.export(req).await {
+                Err(s) => break s,
+                Ok(_) => continue,
+            }
+        };
+        assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+        assert_eq!(retry_delay(&refused), Some(Duration::from_secs(7)));
+
+        // The threshold API keeps answering while the receiver is full.
+        let g = tokio::task::spawn_blocking(move || {
+            get(agent_api, "/api/v1/threshold?cluster_id=flood")
+        })
+        .await
+        .unwrap();
+        assert_eq!(g.status, 200, "{}", g.text());
+        let tel = tokio::task::spawn_blocking(move || get(telemetry, "/metrics").text())
+            .await
+            .unwrap();
+        assert!(
+            tel.lines()
+                .any(|l| l.starts_with("ingero_fleet_rejected_requests_total")
+                    && l.contains("overloaded")
+                    && l.contains("grpc")),
+            "{tel}"
+        );
+
+        // The held calls complete normally, and the next call is accepted.
+        for mut h in held {
+            h.body.send_data(h.rest.clone(), true).unwrap();
+            let resp = h.response.await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut body = resp.into_body();
+            while let Some(chunk) = body.data().await {
+                chunk.unwrap();
+            }
+            let trailers = body.trailers().await.unwrap().unwrap_or_default();
+            assert_eq!(
+                trailers.get("grpc-status").and_then(|v| v.to_str().ok()),
+                Some("0"),
+                "{trailers:?}"
+            );
+        }
+        let ok = client
+            .export(AgentPush::new("flood", "after", 0.93).to_proto())
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+    });
+}

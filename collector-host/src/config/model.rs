@@ -84,6 +84,13 @@ pub struct GrpcServerConfig {
     pub max_recv_msg_size_mib: u64,
     pub max_concurrent_streams: u32,
     pub middlewares: Option<Vec<MiddlewareRef>>,
+    /// Cap on OTLP calls being read and processed at once, over all connections (0 =
+    /// unlimited). Beyond it a call is answered `UNAVAILABLE` with a `RetryInfo` delay of
+    /// `retry_after`, before its message is read.
+    pub max_concurrent_requests: usize,
+    /// Delay in that `RetryInfo` (whole seconds, 1s to 1h).
+    #[serde(with = "duration")]
+    pub retry_after: Duration,
 }
 
 impl Default for GrpcServerConfig {
@@ -93,6 +100,8 @@ impl Default for GrpcServerConfig {
             max_recv_msg_size_mib: 4,
             max_concurrent_streams: 1024,
             middlewares: None,
+            max_concurrent_requests: 256,
+            retry_after: Duration::from_secs(1),
         }
     }
 }
@@ -142,15 +151,7 @@ impl ComponentConfig for OtlpReceiverConfig {
             if h.read_timeout.is_zero() {
                 e.push("protocols.http.read_timeout", "must be > 0");
             }
-            if h.retry_after < Duration::from_secs(1)
-                || h.retry_after > Duration::from_secs(3600)
-                || h.retry_after.subsec_nanos() != 0
-            {
-                e.push(
-                    "protocols.http.retry_after",
-                    "must be whole seconds between 1s and 1h",
-                );
-            }
+            check_retry_after(&mut e, "protocols.http.retry_after", h.retry_after);
         }
         if let Some(g) = &self.protocols.grpc {
             check_endpoint(&mut e, "protocols.grpc.endpoint", &g.endpoint);
@@ -160,8 +161,16 @@ impl ComponentConfig for OtlpReceiverConfig {
                     "must be in [1, 1024]",
                 );
             }
+            check_retry_after(&mut e, "protocols.grpc.retry_after", g.retry_after);
         }
         e.into_result()
+    }
+}
+
+/// `Retry-After` / `RetryInfo` delays: whole seconds from 1s to 1h.
+fn check_retry_after(e: &mut ConfigErrors, key: &str, d: Duration) {
+    if d < Duration::from_secs(1) || d > Duration::from_secs(3600) || d.subsec_nanos() != 0 {
+        e.push(key, "must be whole seconds between 1s and 1h");
     }
 }
 

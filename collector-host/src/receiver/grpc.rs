@@ -182,6 +182,12 @@ pub async fn serve(
     let traces = TraceServiceServer::new(receiver.clone())
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip);
+    let shed = super::grpc_shed::ShedLayer {
+        permits: (cfg.max_concurrent_requests > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_requests))),
+        retry_after: cfg.retry_after,
+        counters: receiver.counters.clone(),
+    };
     let logs = LogsServiceServer::new(receiver)
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip);
@@ -190,6 +196,7 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(cfg.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .layer(shed)
         .add_service(metrics)
         .add_service(traces)
         .add_service(logs)

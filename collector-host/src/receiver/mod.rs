@@ -2,5 +2,6 @@
 
 pub mod decode;
 pub mod grpc;
+pub mod grpc_shed;
 pub mod http;
 pub mod otlp_json;
