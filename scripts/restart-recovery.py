@@ -5,7 +5,7 @@ valid threshold again, with the state rebuilt from pushes alone.
     cargo build --release -p collector-host --bins
     python3 scripts/restart-recovery.py [--agents 1000] [--clusters 10] [--interval 10s]
 
-Starts ingero-fleet (release, loopback ports 24317/24318/28080/28081), drives it with
+Starts ingero-fleet (release, loopback ports 24318/28080/28081), drives it with
 fleet-loadgen in paced mode (each agent pushes once per interval), waits until every
 cluster has a threshold, kills the process with SIGKILL, starts it again at once, and
 measures from the restart until GET /api/v1/threshold answers quorum_met=true for every
@@ -16,51 +16,10 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release")
-
-CONFIG = """
-receivers:
-  otlp:
-    protocols:
-      http: {endpoint: 127.0.0.1:24318}
-processors:
-  ingero: {push_interval: %(interval)s}
-extensions:
-  ingero_threshold: {agent_endpoint: 127.0.0.1:28080, admin_endpoint: 127.0.0.1:28081}
-exporters:
-  debug: {}
-service:
-  extensions: [ingero_threshold]
-  pipelines:
-    metrics: {receivers: [otlp], processors: [ingero], exporters: [debug]}
-  telemetry:
-    logs: {level: warn}
-    metrics: {level: none}
-"""
-
-
-def start_fleet(cfg_path):
-    return subprocess.Popen(
-        [os.path.join(BIN, "ingero-fleet"), "--config", cfg_path],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def threshold(cluster):
-    url = f"http://127.0.0.1:28080/api/v1/threshold?cluster_id={cluster}"
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return json.load(r)
-    except OSError:
-        return None
+from fleet_harness import loadgen, parse_seconds, start_fleet, threshold, write_config
 
 
 def wait_all_quorum(clusters, deadline_s):
@@ -81,29 +40,16 @@ def main():
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--clusters", type=int, default=10)
     ap.add_argument("--interval", default="10s")
+    ap.add_argument("--profile", default="release", help="cargo profile dir of the binaries")
     args = ap.parse_args()
-    interval_s = float(args.interval.rstrip("s"))
+    interval_s = parse_seconds(args.interval)
     clusters = [f"cluster-{i}" for i in range(args.clusters)]
 
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(CONFIG % {"interval": args.interval})
-        cfg = f.name
-    fleet = start_fleet(cfg)
+    cfg = write_config(args.interval)
+    fleet = start_fleet(args.profile, cfg)
     time.sleep(0.5)
     duration = int(interval_s * 12)
-    load = subprocess.Popen(
-        [
-            os.path.join(BIN, "fleet-loadgen"),
-            "--endpoint", "http://127.0.0.1:24318",
-            "--agents", str(args.agents),
-            "--clusters", str(args.clusters),
-            "--interval", args.interval,
-            "--duration", f"{duration}s",
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    load = loadgen(args.profile, args.agents, args.clusters, args.interval, duration)
     try:
         cold = wait_all_quorum(clusters, interval_s * 5)
         print(json.dumps({"phase": "cold start", "seconds_to_all_thresholds": cold,
@@ -113,7 +59,7 @@ def main():
             return 1
         fleet.send_signal(signal.SIGKILL)
         fleet.wait()
-        fleet = start_fleet(cfg)
+        fleet = start_fleet(args.profile, cfg)
         again = wait_all_quorum(clusters, interval_s * 5)
         print(json.dumps({"phase": "after SIGKILL and restart", "seconds_to_all_thresholds": again}))
         out, _ = load.communicate(timeout=duration + 30)

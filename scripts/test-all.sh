@@ -11,11 +11,12 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # System packages: clang + libbpf-dev build the agent's eBPF programs, prometheus gives
-# promtool for exposition checks.
+# promtool for exposition checks, nginx fronts Fleet replicas in the multi-replica test.
 need_pkgs=()
 command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need_pkgs+=(libbpf-dev)
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_pkgs+=(nginx)
 command -v llvm-strip >/dev/null 2>&1 || need_pkgs+=(llvm)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
@@ -41,6 +42,10 @@ cargo build --locked -p ingero-ffi
 
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
+
+log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
+cargo build --locked -p collector-host --bins
+python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
