@@ -101,6 +101,16 @@ fn rank_entering_290ms_late_shows_its_lag_on_prometheus() {
             .any(|l| l.starts_with(&lag_name) && l.contains("op_seq")),
         "op_seq label on the peer lag:\n{page}"
     );
+    // Nor on the agent's input timings (the exporter's default `drop_attributes`).
+    let timings: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("nccl_collective_duration"))
+        .collect();
+    assert!(!timings.is_empty(), "input timings exported:\n{page}");
+    assert!(
+        timings.iter().all(|l| !l.contains("op_seq")),
+        "op_seq label on the input timings: {timings:?}"
+    );
     assert_eq!(r5.len(), 1, "one series for rank 5: {r5:?}");
     let v5 = value(r5[0]);
     assert!(

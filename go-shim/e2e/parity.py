@@ -127,6 +127,9 @@ extensions:
 exporters:
   prometheus:
     endpoint: 127.0.0.1:0
+    # The contrib exporter of the Go collector keeps every attribute as a label; make
+    # ingero-fleet's exporter do the same so the series compare like for like.
+    drop_attributes: []
 service:
   extensions: [ingero_threshold]
   pipelines:

@@ -21,6 +21,16 @@ pub const DEFAULT_RESOURCE_TO_TELEMETRY: bool = true;
 pub const DEFAULT_ADD_METRIC_SUFFIXES: bool = true;
 /// Most series held at once; new series beyond it are dropped and counted.
 pub const DEFAULT_MAX_SERIES: usize = 2_000_000;
+/// Attributes left out of label sets by default: values the Ingero agents put on points
+/// that change with every point (the NCCL operation sequence number of each collective;
+/// the UUID, score and threshold of each straggler event). As labels each would start a
+/// new series per point: unbounded cardinality for Prometheus.
+pub const DEFAULT_DROP_ATTRIBUTES: [&str; 4] = [
+    component::wire::attr::NCCL_OP_SEQ,
+    component::wire::attr::EVENT_ID,
+    component::wire::attr::SCORE,
+    component::wire::attr::THRESHOLD,
+];
 
 /// `resource_to_telemetry_conversion` block.
 ///
@@ -65,6 +75,10 @@ pub struct PrometheusExporterConfig {
     pub namespace: String,
     /// Labels added to every translated series; they win over data labels of the same name.
     pub const_labels: BTreeMap<String, String>,
+    /// Resource and data-point attribute keys never turned into labels (exact OTLP keys).
+    /// Points that differ only in these land on one series. Default
+    /// [`DEFAULT_DROP_ATTRIBUTES`]; `[]` keeps every attribute.
+    pub drop_attributes: Vec<String>,
     /// A series not updated for this long is no longer rendered and is freed by `expire`.
     #[serde(with = "component::config::duration")]
     pub metric_expiration: Duration,
@@ -83,6 +97,7 @@ impl Default for PrometheusExporterConfig {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             namespace: String::new(),
             const_labels: BTreeMap::new(),
+            drop_attributes: DEFAULT_DROP_ATTRIBUTES.map(String::from).to_vec(),
             metric_expiration: DEFAULT_METRIC_EXPIRATION,
             resource_to_telemetry_conversion: ResourceToTelemetry::default(),
             add_metric_suffixes: DEFAULT_ADD_METRIC_SUFFIXES,
@@ -162,6 +177,11 @@ impl ComponentConfig for PrometheusExporterConfig {
                 errs.push(path, "label names starting with __ are reserved");
             } else if name == "le" || name == "quantile" {
                 errs.push(path, "reserved for histogram and summary series");
+            }
+        }
+        for (i, key) in self.drop_attributes.iter().enumerate() {
+            if key.is_empty() {
+                errs.push(format!("drop_attributes[{i}]"), "must not be empty");
             }
         }
         if self.metric_expiration < Duration::from_secs(1) {

@@ -96,6 +96,7 @@ impl PrometheusExporter {
             with_suffixes: cfg.with_suffixes(),
             resource_to_telemetry: cfg.resource_to_telemetry_conversion.enabled,
             const_labels,
+            drop_attributes: cfg.drop_attributes.clone(),
         };
         Ok(PrometheusExporter {
             exp_s: cfg.expiration_secs(),

@@ -64,7 +64,7 @@ pub(crate) fn has_duplicate_names(pairs: &[Pair]) -> bool {
 pub(crate) fn attr_labels(
     lk: &mut Lookup<'_>,
     lists: &[&[KeyValue]],
-    skip: fn(&str) -> bool,
+    skip: &dyn Fn(&str) -> bool,
     sc: &mut Scratch,
     out: &mut Vec<Pair>,
 ) -> Result<(), Fail> {
@@ -180,19 +180,21 @@ pub(crate) fn is_service_identity(key: &str) -> bool {
     key == SERVICE_NAME || key == SERVICE_NAMESPACE || key == SERVICE_INSTANCE_ID
 }
 
+#[cfg(test)]
 pub(crate) fn no_skip(_: &str) -> bool {
     false
 }
 
 /// An exact, unambiguous byte encoding of an attribute list (length-prefixed keys, typed
 /// values), the key of the data-point label-set memo.
-pub(crate) fn raw_key(attrs: &[KeyValue], out: &mut Vec<u8>) {
+/// Keys for which `skip` is true are left out (they never become labels either).
+pub(crate) fn raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
     fn bytes(out: &mut Vec<u8>, b: &[u8]) {
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
         out.extend_from_slice(b);
     }
     out.clear();
-    for kv in attrs {
+    for kv in attrs.iter().filter(|kv| !skip(&kv.key)) {
         bytes(out, kv.key.as_bytes());
         match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
             None => out.push(0),
@@ -230,7 +232,7 @@ mod tests {
 
     fn key(attrs: &[KeyValue]) -> Vec<u8> {
         let mut out = Vec::new();
-        raw_key(attrs, &mut out);
+        raw_key(attrs, &no_skip, &mut out);
         out
     }
 
@@ -277,7 +279,7 @@ mod tests {
         let mut out = Vec::new();
         let dp = [kv_str("a_b", "2"), kv_str("a.b", "1"), kv_str("k", "point")];
         let res = [kv_str("k", "resource")];
-        attr_labels(&mut lk, &[&dp, &res], no_skip, &mut sc, &mut out).unwrap();
+        attr_labels(&mut lk, &[&dp, &res], &no_skip, &mut sc, &mut out).unwrap();
         let text: Vec<(String, String)> = out
             .iter()
             .map(|[n, v]| {

@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 
 use crate::intern::{Family, FamilyId, FamilyKind, Interner, Pair, SetId, Sym};
 use crate::labels::{
-    Scratch, add_identity, attr_labels, is_service_identity, job_instance, no_skip, raw_key,
+    Scratch, add_identity, attr_labels, is_service_identity, job_instance, raw_key,
 };
 use crate::naming::{NameKind, label_name, metric_name};
 use crate::store::{
@@ -39,6 +39,15 @@ pub struct Settings {
     pub resource_to_telemetry: bool,
     /// (label name, escaped value), validated names.
     pub const_labels: Vec<(String, String)>,
+    /// Attribute keys never turned into labels (`drop_attributes`).
+    pub drop_attributes: Vec<String>,
+}
+
+impl Settings {
+    /// Whether attribute `key` is left out of every label set.
+    pub fn dropped(&self, key: &str) -> bool {
+        self.drop_attributes.iter().any(|d| d == key)
+    }
 }
 
 /// Why translation stopped or a unit of data was refused.
@@ -235,7 +244,7 @@ pub fn translate(
 
     if ids.0.is_some() || ids.1.is_some() {
         let mut ti = std::mem::take(&mut sc.m);
-        let r = attr_labels(lk, &[res_attrs], is_service_identity, sc, &mut ti)
+        let r = attr_labels(lk, &[res_attrs], &is_service_identity, sc, &mut ti)
             .and_then(|()| add_identity(lk, &ids, None, sc, &mut ti))
             .and_then(|()| lk.set(&ti));
         sc.m = ti;
@@ -269,7 +278,7 @@ fn resource_labels(
     let mut r = std::mem::take(&mut sc.r);
     let result = (|| {
         if settings.resource_to_telemetry {
-            attr_labels(lk, &[res_attrs], no_skip, sc, &mut r)?;
+            attr_labels(lk, &[res_attrs], &|k| settings.dropped(k), sc, &mut r)?;
         } else {
             r.clear();
         }
@@ -437,14 +446,14 @@ fn point_labels(
 ) -> Result<SetId, Fail> {
     let mut d = std::mem::take(&mut sc.d);
     let result = (|| {
-        raw_key(attrs, &mut sc.key);
+        raw_key(attrs, &|k| settings.dropped(k), &mut sc.key);
         let memo = lk.interner().memo_dset(&sc.key);
         match memo {
             Some(id) => {
                 d.clear();
                 d.extend_from_slice(lk.interner().sets.resolve(id));
             }
-            None => attr_labels(lk, &[attrs], no_skip, sc, &mut d)?,
+            None => attr_labels(lk, &[attrs], &|k| settings.dropped(k), sc, &mut d)?,
         }
         let i = lk.interner();
         let r = i.sets.resolve(resource);
@@ -472,7 +481,7 @@ fn point_labels(
         } else {
             &[attrs]
         };
-        let merged = attr_labels(lk, lists, no_skip, sc, &mut m)
+        let merged = attr_labels(lk, lists, &|k| settings.dropped(k), sc, &mut m)
             .and_then(|()| add_identity(lk, ids, Some(settings), sc, &mut m));
         if merged.is_ok() {
             let r = lk.interner().sets.resolve(resource);

@@ -316,7 +316,7 @@ fn non_string_attribute_values_are_spelled_like_pdata() {
             "",
             vec![point(
                 vec![
-                    component::otlp::kv_f64("threshold", 0.85),
+                    component::otlp::kv_f64("fraction", 0.85),
                     component::otlp::kv_f64("tiny", 1e-7),
                 ],
                 now(),
@@ -330,7 +330,7 @@ fn non_string_attribute_values_are_spelled_like_pdata() {
         s[0].labels,
         labels(&[
             ("ingero_world_size", "8"),
-            ("threshold", "0.85"),
+            ("fraction", "0.85"),
             ("tiny", "1e-7")
         ])
     );
@@ -627,4 +627,72 @@ fn chunked_render_streams_the_same_page_in_bounded_pieces() {
     });
     assert!(!done);
     assert_eq!(calls, 1);
+}
+
+#[test]
+fn per_event_attributes_are_not_labels_by_default() {
+    use component::otlp::kv_f64;
+    use component::wire::attr;
+    // Two straggler events of one node and two NCCL collectives of one rank: everything
+    // but the per-event values is equal.
+    let p = AgentPush::fleet_node(1, false, now() * 1_000_000_000);
+    let events = [
+        common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000001", 0.81, 0.42),
+        common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000002", 0.82, 0.40),
+    ];
+    let nccl = |seq: i64, t: u64| {
+        rm(
+            vec![kv_str("ingero.node.id", "n1")],
+            vec![gauge(
+                "nccl.collective.duration_ms",
+                "ms",
+                vec![point(
+                    vec![
+                        kv_str(attr::NCCL_OP_TYPE, "AllReduce"),
+                        kv_i64(attr::NCCL_OP_SEQ, seq),
+                        kv_f64("unused", 1.0),
+                    ],
+                    t,
+                    1.5,
+                )],
+            )],
+        )
+    };
+    let batch = || {
+        let mut b = events.to_vec();
+        b.push(nccl(41, now()));
+        b.push(nccl(42, now() + 1));
+        b
+    };
+
+    let e = default_exporter();
+    e.consume(&batch(), ts(now() + 1));
+    let s = parse(&render(&e, now() + 1, &[]));
+    let ev = named(&s, "ingero_node_straggler_event_ratio");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    for key in ["ingero_event_id", "score", "threshold"] {
+        assert!(
+            !ev[0].labels.contains_key(key),
+            "{key} in {:?}",
+            ev[0].labels
+        );
+    }
+    assert_eq!(ev[0].labels["dominant_signal"], "throughput");
+    let d = named(&s, "nccl_collective_duration_ms_milliseconds");
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(!d[0].labels.contains_key("nccl_op_seq"));
+    assert_eq!(d[0].labels["nccl_op_type"], "AllReduce");
+
+    // `drop_attributes: []` keeps them: one series per event and per collective.
+    let e = exporter(PrometheusExporterConfig {
+        drop_attributes: vec![],
+        ..Default::default()
+    });
+    e.consume(&batch(), ts(now() + 1));
+    let s = parse(&render(&e, now() + 1, &[]));
+    assert_eq!(named(&s, "ingero_node_straggler_event_ratio").len(), 2);
+    assert_eq!(
+        named(&s, "nccl_collective_duration_ms_milliseconds").len(),
+        2
+    );
 }

@@ -191,8 +191,7 @@ fn at_the_cap_new_label_values_are_not_interned() {
 }
 
 #[test]
-fn straggler_events_make_one_series_per_event_id_until_they_expire() {
-    let e = default_exporter();
+fn straggler_events_share_one_series_per_node_until_it_expires() {
     let p = AgentPush::fleet_node(7, false, T0 * 1_000_000_000);
     let events: Vec<_> = (0..5)
         .map(|i| {
@@ -200,17 +199,32 @@ fn straggler_events_make_one_series_per_event_id_until_they_expire() {
                 &p,
                 &format!("00000000-0000-4000-8000-00000000000{i}"),
                 0.85,
-                0.4,
+                0.4 - 0.01 * f64::from(i),
             )
         })
         .collect();
+    // The event id, score and threshold are per event: not labels by default, so five
+    // events of one node are one series.
+    let e = default_exporter();
+    e.consume(&events, ts(T0));
+    let s = parse(&render(&e, T0, &[]));
+    let ev = named(&s, "ingero_node_straggler_event_ratio");
+    assert_eq!(ev.len(), 1);
+    assert!(!ev[0].labels.contains_key("threshold"));
+    assert_eq!(ev[0].labels["dominant_signal"], "throughput");
+    assert!(!ev[0].labels.contains_key("ingero_provider"));
+    assert_eq!(e.expire(ts(T0 + 300)), 1);
+
+    // Kept as labels on request: one series per event, each expiring.
+    let e = exporter(PrometheusExporterConfig {
+        drop_attributes: vec![],
+        ..Default::default()
+    });
     e.consume(&events, ts(T0));
     let s = parse(&render(&e, T0, &[]));
     let ev = named(&s, "ingero_node_straggler_event_ratio");
     assert_eq!(ev.len(), 5);
     assert_eq!(ev[0].labels["threshold"], "0.85");
-    assert_eq!(ev[0].labels["dominant_signal"], "throughput");
-    assert!(!ev[0].labels.contains_key("ingero_provider"));
     assert_eq!(e.expire(ts(T0 + 300)), 5);
 }
 
