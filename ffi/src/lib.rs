@@ -27,10 +27,11 @@
 //!   goroutine to the OS thread for the call pair.
 //! - **Panics.** Every exported body runs inside `catch_unwind`: a panic becomes
 //!   `INGERO_ERR_PANIC` and never unwinds into C (or aborts the Go collector).
-//! - **Pass-through processors.** `ingero` and `nccl_peer_lag` only read the batch; for them
-//!   `process` reports `modified = false` without re-encoding (debug builds assert the batch
-//!   really is unchanged), so the Go side keeps its own `pmetric.Metrics` and skips an
-//!   unmarshal. `provider_lookup` enriches the batch; its result is re-encoded and returned
+//! - **Pass-through processors.** `ingero` and `nccl_peer_lag` only read the batch, and only
+//!   a few metrics of it: for them the batch is decoded selectively ([`select`]: the other
+//!   metrics are skipped at the wire level) and `process` reports `modified = false` without
+//!   re-encoding (debug builds assert the batch really is unchanged), so the Go side keeps
+//!   its own `pmetric.Metrics` and skips an unmarshal. `provider_lookup` enriches the batch; its result is re-encoded and returned
 //!   only when it differs from the input.
 //!
 //! The header `include/ingero_fleet.h` is generated from this crate by a pinned cbindgen
@@ -50,6 +51,7 @@ pub mod extension;
 pub mod processor;
 pub mod registry;
 pub mod result;
+pub mod select;
 
 use std::ffi::c_char;
 

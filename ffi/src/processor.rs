@@ -206,14 +206,17 @@ pub unsafe extern "C" fn ingero_processor_process(
             )
         }?;
         let slot = out(out_result, "out_result")?;
-        let mut req = ExportMetricsServiceRequest::decode(bytes)
-            .map_err(|e| Failure::with(INGERO_ERR_DECODE, format!("data: {e}")))?;
+        let mut req = match p.built.passes_through {
+            Some(reads) => crate::select::decode_selected(bytes, reads),
+            None => ExportMetricsServiceRequest::decode(bytes).map_err(Into::into),
+        }
+        .map_err(|e| Failure::with(INGERO_ERR_DECODE, format!("data: {e}")))?;
         let ctx = BatchContext {
             cluster_id: (!cluster.is_empty()).then(|| Arc::from(cluster)),
             received_at: Timestamp::from_nanos(received_at_unix_nano),
         };
         #[cfg(debug_assertions)]
-        let before = p.built.passes_through.then(|| req.resource_metrics.clone());
+        let before = p.built.passes_through.map(|_| req.resource_metrics.clone());
         let outcome = p.built.inner.process(&mut req.resource_metrics, &ctx);
         #[cfg(debug_assertions)]
         if let Some(before) = before {
@@ -223,7 +226,7 @@ pub unsafe extern "C" fn ingero_processor_process(
                 p.id
             );
         }
-        let result = if p.built.passes_through {
+        let result = if p.built.passes_through.is_some() {
             ingero_process_result {
                 modified: false,
                 data: ingero_buf::EMPTY,

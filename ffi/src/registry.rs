@@ -26,10 +26,11 @@ pub(crate) struct BuiltProcessor {
     pub inner: Box<dyn Processor>,
     /// How often the host calls `tick`.
     pub tick_interval: Duration,
-    /// The crate documents that `process` never changes the batch (the `ingero` and
-    /// `nccl_peer_lag` processors only read it). The C ABI then skips re-encoding and tells
-    /// the caller to keep its own bytes; debug builds verify the claim on every batch.
-    pub passes_through: bool,
+    /// `Some(names)`: the crate documents that `process` never changes the batch and reads
+    /// only the metrics `names` (`ingero`, `nccl_peer_lag`). The C ABI then decodes only
+    /// those metrics ([`crate::select`]), skips re-encoding and tells the caller to keep its
+    /// own bytes; debug builds verify that the batch stays unchanged.
+    pub passes_through: Option<&'static [&'static str]>,
 }
 
 impl std::fmt::Debug for BuiltProcessor {
@@ -77,7 +78,7 @@ pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProc
             Ok(BuiltProcessor {
                 tick_interval: p.push_interval(),
                 inner: Box::new(p),
-                passes_through: true,
+                passes_through: Some(ingero_processor::READS_METRICS),
             })
         }
         provider_processor::TYPE => {
@@ -85,7 +86,7 @@ pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProc
             Ok(BuiltProcessor {
                 tick_interval: p.tick_interval(),
                 inner: Box::new(p),
-                passes_through: false,
+                passes_through: None,
             })
         }
         nccl_processor::TYPE => {
@@ -93,7 +94,7 @@ pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProc
             Ok(BuiltProcessor {
                 tick_interval: p.tick_interval(),
                 inner: Box::new(p),
-                passes_through: true,
+                passes_through: Some(nccl_processor::READS_METRICS),
             })
         }
         k if EXTENSION_TYPES.contains(&k) => Err(Failure::with(

@@ -47,6 +47,10 @@ pub use processor::IngeroProcessor;
 /// The component type name (`processors: ingero:` in a collector config).
 pub const TYPE: &str = "ingero";
 
+/// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
+/// holding just these (the C ABI decodes only them).
+pub const READS_METRICS: &[&str] = &[component::wire::metric::HEALTH_SCORE];
+
 /// Decode, validate and build a processor from its config subtree (`null` = defaults).
 pub fn create(cfg: &component::ConfigValue) -> Result<IngeroProcessor, component::ConfigErrors> {
     let cfg: IngeroConfig = component::config::decode(cfg)?;

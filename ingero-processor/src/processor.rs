@@ -274,7 +274,7 @@ impl IngeroProcessor {
             .scope_metrics
             .iter()
             .flat_map(|sm| sm.metrics.iter())
-            .filter(|m| m.name == metric::HEALTH_SCORE)
+            .filter(|m| crate::READS_METRICS.contains(&m.name.as_str()))
             .collect();
         if health.is_empty() {
             return;

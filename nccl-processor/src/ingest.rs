@@ -196,9 +196,7 @@ pub fn parse_point(dp: &NumberDataPoint, ops: &OpTypes, limits: PointLimits) -> 
 /// True when the metric is one of the `nccl.collective.*` metrics this processor reads or
 /// deliberately ignores.
 pub fn is_nccl_metric(m: &Metric) -> bool {
-    m.name == metric::NCCL_DURATION_MS
-        || m.name == metric::NCCL_BYTES
-        || m.name == metric::NCCL_BARRIER_WAIT_MS
+    crate::READS_METRICS.contains(&m.name.as_str())
 }
 
 fn points(m: &Metric) -> &[NumberDataPoint] {

@@ -44,5 +44,13 @@ pub mod tracker;
 /// The component type name in configs (`processors: { nccl_peer_lag: ... }`).
 pub const TYPE: &str = "nccl_peer_lag";
 
+/// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
+/// holding just these (the C ABI decodes only them).
+pub const READS_METRICS: &[&str] = &[
+    component::wire::metric::NCCL_DURATION_MS,
+    component::wire::metric::NCCL_BYTES,
+    component::wire::metric::NCCL_BARRIER_WAIT_MS,
+];
+
 pub use config::NcclConfig;
 pub use processor::{NcclPeerLagProcessor, create};
