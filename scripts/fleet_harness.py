@@ -102,6 +102,14 @@ def rss_kib(pid):
     return None
 
 
+def open_fds(pid):
+    """Open file descriptors of a process (sockets dominate: a proxy for connections)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
 def parse_seconds(d):
     d = d.strip()
     if d.endswith("ms"):

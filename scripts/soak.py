@@ -25,7 +25,8 @@ import os
 import sys
 import time
 
-from fleet_harness import loadgen, parse_seconds, rss_kib, scrape, start_fleet, threshold, write_config
+from fleet_harness import (loadgen, open_fds, parse_seconds, rss_kib, scrape, start_fleet,
+                           threshold, write_config)
 
 
 def main():
@@ -62,11 +63,13 @@ def main():
             s = {
                 "t_s": round(t, 1),
                 "rss_kib": rss_kib(fleet.pid),
+                "fds": open_fds(fleet.pid),
                 "scrape_bytes": scrape(),
                 "thresholds": {c: threshold(c) for c in clusters},
             }
             samples.append(s)
             print(json.dumps({"t_s": s["t_s"], "rss_mib": round(s["rss_kib"] / 1024, 1),
+                              "fds": s["fds"],
                               "scrape_bytes": s["scrape_bytes"],
                               "clusters_with_quorum": sum(1 for v in s["thresholds"].values()
                                                           if v and v.get("quorum_met"))}),
