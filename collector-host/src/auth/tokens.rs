@@ -5,7 +5,7 @@
 //! and never stored, formatted or logged. Error messages name entries by index and name,
 //! never by value.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,29 @@ struct Slot {
 #[derive(Debug, Default)]
 struct TokenSet {
     slots: Vec<Slot>,
+    /// Digest -> position in `slots`. std's `HashMap` hashes with a per-process random
+    /// SipHash key, and its input is a SHA-256 digest an attacker cannot steer, so the
+    /// lookup's timing says nothing useful about the token; the match is then confirmed with
+    /// a constant-time comparison.
+    index: HashMap<TokenDigest, usize>,
+}
+
+impl TokenSet {
+    fn new(slots: Vec<Slot>) -> Self {
+        let index = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.entry.digest, i))
+            .collect();
+        TokenSet { slots, index }
+    }
+
+    fn find(&self, d: &TokenDigest) -> Option<&Slot> {
+        self.index
+            .get(d)
+            .and_then(|&i| self.slots.get(i))
+            .filter(|s| digest_eq(&s.entry.digest, d))
+    }
 }
 
 /// What a reload changed.
@@ -134,17 +157,11 @@ impl TokenStore {
     }
 
     /// The entry for a presented token, if it is active or retired within the grace
-    /// period. Every digest is compared, in constant time each.
+    /// period. The token is hashed; its digest is looked up and confirmed in constant time.
     pub fn lookup(&self, presented: &[u8], now: Instant) -> Option<Arc<TokenEntry>> {
         let d = digest(presented);
         let set = self.set.load();
-        let mut found: Option<&Slot> = None;
-        for s in &set.slots {
-            if digest_eq(&s.entry.digest, &d) {
-                found = Some(s);
-            }
-        }
-        found
+        set.find(&d)
             .filter(|s| self.in_grace(s, now))
             .map(|s| s.entry.clone())
     }
@@ -164,10 +181,7 @@ impl TokenStore {
         let mut slots = Vec::with_capacity(tokens.len());
         for t in tokens {
             let limit = t.rate_limit.unwrap_or(self.default_limit);
-            let prev = old
-                .slots
-                .iter()
-                .find(|s| digest_eq(&s.entry.digest, &t.digest));
+            let prev = old.find(&t.digest);
             if prev.is_none() {
                 stats.added += 1;
             }
@@ -191,11 +205,9 @@ impl TokenStore {
             });
         }
         stats.active = slots.len();
+        let listed: HashSet<TokenDigest> = slots.iter().map(|s| s.entry.digest).collect();
         for s in &old.slots {
-            let still = slots
-                .iter()
-                .any(|n| digest_eq(&n.entry.digest, &s.entry.digest));
-            if !still && self.in_grace(s, now) {
+            if !listed.contains(&s.entry.digest) && self.in_grace(s, now) {
                 slots.push(Slot {
                     entry: s.entry.clone(),
                     retired_at: Some(s.retired_at.unwrap_or(now)),
@@ -203,7 +215,7 @@ impl TokenStore {
                 stats.retired += 1;
             }
         }
-        self.set.store(Arc::new(TokenSet { slots }));
+        self.set.store(Arc::new(TokenSet::new(slots)));
         stats
     }
 
@@ -220,7 +232,7 @@ impl TokenStore {
             .filter(|s| self.in_grace(s, now))
             .cloned()
             .collect();
-        self.set.store(Arc::new(TokenSet { slots }));
+        self.set.store(Arc::new(TokenSet::new(slots)));
     }
 
     /// (active, retired but still within grace).
@@ -266,7 +278,8 @@ pub fn parse_tokens_file(
     }
     let mut errs = Vec::new();
     let mut out: Vec<ParsedToken> = Vec::new();
-    let mut names: Vec<(String, usize)> = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut seen: HashMap<TokenDigest, String> = HashMap::new();
     for (i, item) in items.iter().enumerate() {
         let at = format!("entry[{i}]");
         let Value::Object(m) = item else {
@@ -294,10 +307,11 @@ pub fn parse_tokens_file(
             }
         };
         let at = format!("entry[{i}] ({name:?})");
-        if let Some((_, j)) = names.iter().find(|(n, _)| *n == name) {
+        if let Some(j) = names.get(&name) {
             errs.push(format!("{at}.name: same name as entry[{j}]"));
+        } else {
+            names.insert(name.clone(), i);
         }
-        names.push((name.clone(), i));
         let raw: Option<String> = match (m.get("token"), m.get("token_env")) {
             (Some(Value::String(t)), None) => Some(t.clone()),
             (None, Some(Value::String(var))) => match env(var) {
@@ -391,10 +405,11 @@ pub fn parse_tokens_file(
         }
         let d = digest(raw.as_bytes());
         drop(raw);
-        if let Some(j) = out.iter().position(|t| digest_eq(&t.digest, &d)) {
-            errs.push(format!("{at}.token: same token as {:?}", out[j].name));
+        if let Some(first) = seen.get(&d) {
+            errs.push(format!("{at}.token: same token as {first:?}"));
             continue;
         }
+        seen.insert(d, name.clone());
         out.push(ParsedToken {
             digest: d,
             name,
