@@ -8,8 +8,10 @@
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
 //! - [`telemetry`]: otelcol self-metrics; [`server`]: the shared HTTP server loop;
-//! - [`service`]: running a plan with graceful shutdown.
+//! - [`service`]: running a plan with graceful shutdown;
+//! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
 
+pub mod auth;
 pub mod config;
 pub mod exporter;
 pub mod pipeline;

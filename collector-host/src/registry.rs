@@ -108,6 +108,13 @@ pub const COMPONENTS: &[ComponentInfo] = &[
     },
     ComponentInfo {
         kind: Kind::Extension,
+        name: crate::auth::TYPE,
+        aliases: &[],
+        stability: [Some(Alpha), None, None],
+        module: "collector-host/src/auth",
+    },
+    ComponentInfo {
+        kind: Kind::Extension,
         name: "health_check",
         aliases: &[],
         stability: [Some(Beta), None, None],

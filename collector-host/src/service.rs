@@ -88,6 +88,15 @@ impl Listeners {
     }
 }
 
+/// Default server options with a configured connection cap.
+fn capped(name: &str, max_connections: usize) -> Option<ServerOptions> {
+    Some(ServerOptions {
+        name: name.to_string(),
+        header_read_timeout: Duration::from_secs(10),
+        max_connections,
+    })
+}
+
 fn health_handler(cfg: &HealthCheckConfig, healthy: Arc<AtomicBool>, started: Instant) -> Handler {
     let path = cfg.path.clone();
     Arc::new(move |req, _| {
@@ -185,46 +194,77 @@ pub async fn run(
         tasks: Vec::new(),
     };
 
-    // Extensions first: processors find them at start.
+    // Authenticators before everything that listens: a listener never serves unchecked.
     let mut host_exts: Vec<(ComponentId, Arc<dyn Extension>)> = Vec::new();
     for (id, e) in &plan.extensions {
+        if let ExtensionPlan::Auth(a) = e {
+            a.load_initial()
+                .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
+            listeners
+                .tasks
+                .push(crate::auth::reload::spawn(a.clone(), shutdown_rx.clone()));
+            host_exts.push((id.clone(), a.clone() as Arc<dyn Extension>));
+        }
+    }
+    let gate = |r: Option<&component::config::AuthRef>, listener: &str| {
+        plan.authenticator(r).map(|a| a.listener(listener))
+    };
+
+    // Extensions first: processors find them at start.
+    for (id, e) in &plan.extensions {
         match e {
+            ExtensionPlan::Auth(_) => {}
             ExtensionPlan::Threshold(t) => {
                 t.start(&StaticHost::default())
                     .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
                 host_exts.push((id.clone(), t.clone() as Arc<dyn Extension>));
                 let c = t.config().clone();
                 let ext = t.clone();
+                let name = format!("{id}/agent");
+                let handler = match gate(c.auth.as_ref(), &name) {
+                    Some(g) => crate::auth::gate::threshold_api(t.clone(), false, g),
+                    None => server::api_handler(move |r| ext.route_agent(r)),
+                };
                 listeners
                     .http(
-                        &format!("{id}/agent"),
+                        &name,
                         &format!("extensions.{id}.agent_endpoint"),
                         &c.agent_endpoint,
-                        server::api_handler(move |r| ext.route_agent(r)),
-                        None,
+                        handler,
+                        capped(&name, c.max_connections),
                     )
                     .await?;
                 if !c.admin_endpoint.is_empty() {
                     let ext = t.clone();
+                    let name = format!("{id}/admin");
+                    let handler = match gate(c.auth.as_ref(), &name) {
+                        Some(g) => crate::auth::gate::threshold_api(t.clone(), true, g),
+                        None => server::api_handler(move |r| ext.route_admin(r)),
+                    };
                     listeners
                         .http(
-                            &format!("{id}/admin"),
+                            &name,
                             &format!("extensions.{id}.admin_endpoint"),
                             &c.admin_endpoint,
-                            server::api_handler(move |r| ext.route_admin(r)),
-                            None,
+                            handler,
+                            capped(&name, c.max_connections),
                         )
                         .await?;
                 }
             }
             ExtensionPlan::HealthCheck(c) => {
+                let mut handler = health_handler(c, healthy.clone(), started);
+                if let Some(g) = gate(c.auth.as_ref(), &id.to_string()) {
+                    handler =
+                        crate::auth::gate::guard(handler, g, crate::auth::Action::Health, false);
+                }
                 listeners
                     .http(
                         &id.to_string(),
                         &format!("extensions.{id}.endpoint"),
                         &c.endpoint,
-                        health_handler(c, healthy.clone(), started),
-                        None,
+                        handler,
+                        capped(&id.to_string(), c.max_connections),
                     )
                     .await?;
             }
@@ -288,15 +328,20 @@ pub async fn run(
                 prom.push(inner.clone());
                 let fams = component_families.clone();
                 let scr = inner.clone();
+                let mut handler = metrics_handler(Arc::new(move |buf, flush| {
+                    scr.render_chunked(Timestamp::now(), &fams(), buf, flush)
+                }));
+                if let Some(g) = gate(c.auth.as_ref(), &id.to_string()) {
+                    handler =
+                        crate::auth::gate::guard(handler, g, crate::auth::Action::Scrape, true);
+                }
                 listeners
                     .http(
                         &id.to_string(),
                         &format!("exporters.{id}.endpoint"),
                         &c.endpoint,
-                        metrics_handler(Arc::new(move |buf, flush| {
-                            scr.render_chunked(Timestamp::now(), &fams(), buf, flush)
-                        })),
-                        None,
+                        handler,
+                        capped(&id.to_string(), c.max_connections),
                     )
                     .await?;
                 Arc::new(PromExporter { inner, counters })
@@ -412,6 +457,7 @@ pub async fn run(
                 counters: telemetry.receiver(&id.to_string(), "http"),
                 in_flight: (h.max_concurrent_requests > 0)
                     .then(|| Arc::new(tokio::sync::Semaphore::new(h.max_concurrent_requests))),
+                auth: gate(h.auth.as_ref(), &format!("{id}/http")),
             });
             let opts = ServerOptions {
                 name: format!("{id}/http"),
@@ -439,6 +485,7 @@ pub async fn run(
                 fanout: fanout.clone(),
                 thresholds: store_for("grpc"),
                 counters: telemetry.receiver(&id.to_string(), "grpc"),
+                auth: gate(g.auth.as_ref(), &format!("{id}/grpc")),
             };
             let srx = shutdown_rx.clone();
             let g = g.clone();

@@ -235,6 +235,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// serde adapter for durations written as strings (`push_interval: 10s`).
 /// Use with `#[serde(with = "component::config::duration")]`.
+/// `auth: { authenticator: <extension id> }` on a listener: otelcol's `configauth` shape.
+/// The named extension (an `ingero_auth` instance) checks every request of that listener.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthRef {
+    pub authenticator: String,
+}
+
 pub mod duration {
     use super::*;
 

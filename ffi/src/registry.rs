@@ -111,9 +111,20 @@ pub(crate) fn build_extension(
     cfg: &ConfigValue,
 ) -> Result<Arc<ThresholdExtension>, Failure> {
     match kind {
-        ingero_extension::TYPE => ingero_extension::create(cfg)
-            .map(Arc::new)
-            .map_err(config_failure),
+        ingero_extension::TYPE => {
+            let ext = ingero_extension::create(cfg).map_err(config_failure)?;
+            // Bearer tokens are checked by ingero-fleet's listeners; the Go collector serves
+            // these routes itself, so accepting the key would silently leave them open.
+            if ext.config().auth.is_some() {
+                return Err(config_failure(component::ConfigErrors::from(
+                    component::ConfigError::new(
+                        "auth",
+                        "is enforced by ingero-fleet only; in the Go collector put an authenticating proxy in front",
+                    ),
+                )));
+            }
+            Ok(Arc::new(ext))
+        }
         k if PROCESSOR_TYPES.contains(&k) => Err(Failure::with(
             INGERO_ERR_WRONG_KIND,
             format!("{k} is a processor type, not an extension"),

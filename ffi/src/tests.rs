@@ -755,3 +755,15 @@ fn processors_are_shared_safely_across_threads() {
         ingero_extension_free(e);
     }
 }
+
+#[test]
+fn threshold_extension_with_auth_is_refused_because_the_go_collector_would_not_enforce_it() {
+    let cfg = serde_json::json!({ "auth": { "authenticator": "ingero_auth" } });
+    let err = crate::registry::validate("ingero_threshold", &cfg).unwrap_err();
+    let text = err.message.unwrap_or_default();
+    assert!(
+        text.contains("auth: is enforced by ingero-fleet only"),
+        "{text}"
+    );
+    assert!(crate::registry::validate("ingero_threshold", &serde_json::json!({})).is_ok());
+}

@@ -6,6 +6,7 @@
 //!     agent_endpoint: 0.0.0.0:8080    # threshold GET fallback (default 127.0.0.1:8080)
 //!     admin_endpoint: 127.0.0.1:8081  # diagnostics; "" disables the admin listener
 //!     max_clusters: 100000            # clusters one publish may store
+//!     auth: { authenticator: ingero_auth }  # optional bearer tokens on both listeners
 //! ```
 
 use component::config::ComponentConfig;
@@ -21,6 +22,10 @@ pub const DEFAULT_AGENT_ENDPOINT: &str = "127.0.0.1:8080";
 pub const DEFAULT_ADMIN_ENDPOINT: &str = "127.0.0.1:8081";
 /// Most clusters one publish stores; reports beyond it are dropped and counted.
 pub const DEFAULT_MAX_CLUSTERS: usize = 100_000;
+/// Open connections per listener by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Upper bound accepted for `max_connections`.
+pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound accepted for `max_clusters`.
 pub const MAX_MAX_CLUSTERS: usize = 10_000_000;
 
@@ -35,6 +40,13 @@ pub struct ThresholdExtensionConfig {
     /// Most clusters one publish may store (1 to 10,000,000). Keep it at or above the
     /// processor's own cluster cap, or the clusters past it answer as cold start.
     pub max_clusters: usize,
+    /// Bearer-token check on both listeners (`auth: {authenticator: ingero_auth}`); the
+    /// host enforces it. Absent: no authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<component::config::AuthRef>,
+    /// Open connections per listener (agent and admin each) beyond which new ones are
+    /// closed at accept (`ingero-fleet`; 1 to 1,000,000).
+    pub max_connections: usize,
 }
 
 impl Default for ThresholdExtensionConfig {
@@ -43,6 +55,8 @@ impl Default for ThresholdExtensionConfig {
             agent_endpoint: DEFAULT_AGENT_ENDPOINT.to_string(),
             admin_endpoint: DEFAULT_ADMIN_ENDPOINT.to_string(),
             max_clusters: DEFAULT_MAX_CLUSTERS,
+            auth: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -99,6 +113,15 @@ impl ComponentConfig for ThresholdExtensionConfig {
                 format!(
                     "must be from 1 to {MAX_MAX_CLUSTERS}, got {}",
                     self.max_clusters
+                ),
+            );
+        }
+        if !(1..=MAX_MAX_CONNECTIONS).contains(&self.max_connections) {
+            errs.push(
+                "max_connections",
+                format!(
+                    "must be from 1 to {MAX_MAX_CONNECTIONS}, got {}",
+                    self.max_connections
                 ),
             );
         }

@@ -10,7 +10,7 @@ use component::{
 };
 
 use crate::config::ThresholdExtensionConfig;
-use crate::routes::Routes;
+use crate::routes::{Routes, Visibility};
 use crate::store::ThresholdStore;
 
 const CREATED: u8 = 0;
@@ -65,6 +65,17 @@ impl ThresholdExtension {
     /// A request to the admin listener (`admin_endpoint`).
     pub fn route_admin(&self, req: &ApiRequest<'_>) -> ApiResponse {
         self.routes.admin(req)
+    }
+
+    /// A request to the agent listener from a caller limited to `vis` (out-of-scope
+    /// clusters answer as unknown ones).
+    pub fn route_agent_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
+        self.routes.agent_scoped(req, vis)
+    }
+
+    /// A request to the admin listener from a caller limited to `vis`.
+    pub fn route_admin_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
+        self.routes.admin_scoped(req, vis)
     }
 }
 

@@ -43,7 +43,9 @@ pub use cluster_id::{
 pub use config::ThresholdExtensionConfig;
 pub use extension::{ThresholdExtension, create};
 pub use listen_addr::{ListenAddr, ListenHost};
-pub use routes::{DEFAULT_PAGE_LIMIT, DIAGNOSTICS_PATH, MAX_PAGE_LIMIT};
+pub use routes::{
+    DEFAULT_PAGE_LIMIT, DIAGNOSTICS_PATH, LISTING_FORBIDDEN, MAX_PAGE_LIMIT, Visibility,
+};
 pub use store::{
     COLD_START_BODY, PushHeaders, QUORUM_MET_HEADER, THRESHOLD_HEADER, ThresholdStore,
 };

@@ -14,6 +14,12 @@
 //! - `GET /api/v1/diagnostics?cluster_id=ID` -> one cluster in full, `404` when unknown.
 //!
 //! Every response is JSON with `Cache-Control: no-store`; no route ever redirects.
+//!
+//! Cluster scoping ([`Visibility`]): a caller limited to some clusters (the host's bearer
+//! tokens) gets, for any other cluster, exactly the answer of a cluster that does not exist
+//! (threshold: the cold-start body; diagnostics: `404 unknown cluster`), so it cannot learn
+//! whether that cluster exists. The diagnostics listing needs [`Visibility::All`] (403
+//! otherwise): a page would reveal the cluster count and ids.
 
 use std::sync::Arc;
 
@@ -38,6 +44,37 @@ pub const MAX_PAGE_LIMIT: usize = 1000;
 
 const ALLOW: &str = "GET";
 
+/// Which clusters a caller may see.
+#[derive(Clone, Copy)]
+pub enum Visibility<'a> {
+    /// Every cluster (no authentication, or a token scoped to `"*"`).
+    All,
+    /// Only the clusters this predicate accepts.
+    Only(&'a (dyn Fn(&str) -> bool + Sync)),
+}
+
+impl std::fmt::Debug for Visibility<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Visibility::All => "All",
+            Visibility::Only(_) => "Only(..)",
+        })
+    }
+}
+
+impl Visibility<'_> {
+    fn allows(&self, cluster: &str) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Only(f) => f(cluster),
+        }
+    }
+}
+
+/// Body of the 403 a scoped caller gets for the diagnostics listing.
+pub const LISTING_FORBIDDEN: &str =
+    "listing clusters needs a token scoped to every cluster (\"*\")";
+
 /// The routes of one extension instance over its store.
 #[derive(Debug)]
 pub(crate) struct Routes {
@@ -59,8 +96,13 @@ impl Routes {
 
     /// Requests to the agent listener.
     pub(crate) fn agent(&self, req: &ApiRequest<'_>) -> ApiResponse {
+        self.agent_scoped(req, Visibility::All)
+    }
+
+    /// Requests to the agent listener from a caller that sees only `vis`.
+    pub(crate) fn agent_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         let (endpoint, resp) = if req.path == THRESHOLD_API_PATH {
-            (Endpoint::Threshold, self.threshold(req))
+            (Endpoint::Threshold, self.threshold(req, vis))
         } else {
             (Endpoint::Other, ApiResponse::not_found())
         };
@@ -69,8 +111,13 @@ impl Routes {
 
     /// Requests to the admin listener.
     pub(crate) fn admin(&self, req: &ApiRequest<'_>) -> ApiResponse {
+        self.admin_scoped(req, Visibility::All)
+    }
+
+    /// Requests to the admin listener from a caller that sees only `vis`.
+    pub(crate) fn admin_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         let (endpoint, resp) = if req.path == DIAGNOSTICS_PATH {
-            (Endpoint::Diagnostics, self.diagnostics(req))
+            (Endpoint::Diagnostics, self.diagnostics(req, vis))
         } else {
             (Endpoint::Other, ApiResponse::not_found())
         };
@@ -85,7 +132,7 @@ impl Routes {
         resp
     }
 
-    fn threshold(&self, req: &ApiRequest<'_>) -> ApiResponse {
+    fn threshold(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         if req.method != "GET" {
             return ApiResponse::method_not_allowed(ALLOW);
         }
@@ -94,17 +141,26 @@ impl Routes {
                 ApiResponse::json_error(400, "missing query parameter cluster_id")
             }
             ClusterIdParam::Invalid(msg) => ApiResponse::json_error(400, msg),
+            ClusterIdParam::Valid(id) if !vis.allows(&id) => {
+                ApiResponse::json(200, crate::store::COLD_START_BODY.to_vec())
+            }
             ClusterIdParam::Valid(id) => ApiResponse::json(200, self.store.threshold_body(&id)),
         }
     }
 
-    fn diagnostics(&self, req: &ApiRequest<'_>) -> ApiResponse {
+    fn diagnostics(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         if req.method != "GET" {
             return ApiResponse::method_not_allowed(ALLOW);
         }
         match cluster_id_from_query(req.query) {
             ClusterIdParam::Invalid(msg) => ApiResponse::json_error(400, msg),
+            ClusterIdParam::Valid(id) if !vis.allows(&id) => {
+                ApiResponse::json_error(404, "unknown cluster")
+            }
             ClusterIdParam::Valid(id) => self.one_cluster(&id),
+            ClusterIdParam::Missing if matches!(vis, Visibility::Only(_)) => {
+                ApiResponse::json_error(403, LISTING_FORBIDDEN)
+            }
             ClusterIdParam::Missing => match page_params(req.query) {
                 Ok((limit, after)) => self.summary_page(limit, after.as_deref()),
                 Err(msg) => ApiResponse::json_error(400, msg),
@@ -557,6 +613,44 @@ mod tests {
         }
         let v = body_json(&r.admin(&get(DIAGNOSTICS_PATH, Some("limit=1000"))));
         assert_eq!(v["returned"], 25);
+    }
+
+    #[test]
+    fn out_of_scope_clusters_answer_exactly_as_unknown_ones() {
+        let r = routes();
+        let only_lost = |c: &str| c == "lost";
+        let vis = Visibility::Only(&only_lost);
+        let q = |c: &str| format!("cluster_id={c}");
+        // prod exists, never-seen does not: a caller scoped to "lost" gets the same bytes.
+        let a = r.agent_scoped(&get(THRESHOLD_API_PATH, Some(&q("prod"))), vis);
+        let b = r.agent_scoped(&get(THRESHOLD_API_PATH, Some(&q("never-seen"))), vis);
+        assert_eq!(
+            (a.status, &a.body, &a.headers),
+            (b.status, &b.body, &b.headers)
+        );
+        assert_eq!(a.body, COLD_START_BODY);
+        let own = r.agent_scoped(&get(THRESHOLD_API_PATH, Some(&q("lost"))), vis);
+        assert_eq!(own.body, br#"{"threshold":0.900000,"quorum_met":false}"#);
+        let a = r.admin_scoped(&get(DIAGNOSTICS_PATH, Some(&q("prod"))), vis);
+        let b = r.admin_scoped(&get(DIAGNOSTICS_PATH, Some(&q("never-seen"))), vis);
+        assert_eq!(
+            (a.status, &a.body, &a.headers),
+            (b.status, &b.body, &b.headers)
+        );
+        assert_eq!(a.status, 404);
+        assert_eq!(
+            r.admin_scoped(&get(DIAGNOSTICS_PATH, Some(&q("lost"))), vis)
+                .status,
+            200
+        );
+        let list = r.admin_scoped(&get(DIAGNOSTICS_PATH, None), vis);
+        assert_eq!(list.status, 403);
+        assert_eq!(body_json(&list), json!({ "error": LISTING_FORBIDDEN }));
+        assert_eq!(
+            r.admin_scoped(&get(DIAGNOSTICS_PATH, None), Visibility::All)
+                .status,
+            200
+        );
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub struct PrometheusExporterConfig {
     pub translation_strategy: Option<TranslationStrategy>,
     /// Most series held; points that would create more are dropped and counted.
     pub max_series: usize,
+    /// Bearer-token check on the scrape endpoint (`auth: {authenticator: ingero_auth}`),
+    /// enforced by the host; a scrape needs a token scoped to every cluster (`"*"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<component::config::AuthRef>,
+    /// Open scrape connections beyond which new ones are closed at accept (0 = unlimited).
+    pub max_connections: usize,
 }
 
 impl Default for PrometheusExporterConfig {
@@ -103,6 +109,8 @@ impl Default for PrometheusExporterConfig {
             add_metric_suffixes: DEFAULT_ADD_METRIC_SUFFIXES,
             translation_strategy: None,
             max_series: DEFAULT_MAX_SERIES,
+            auth: None,
+            max_connections: 1024,
         }
     }
 }

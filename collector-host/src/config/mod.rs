@@ -57,6 +57,7 @@ pub enum ExporterPlan {
 pub enum ExtensionPlan {
     Threshold(Arc<ThresholdExtension>),
     HealthCheck(HealthCheckConfig),
+    Auth(Arc<crate::auth::AuthExtension>),
 }
 
 impl std::fmt::Debug for ExtensionPlan {
@@ -64,6 +65,7 @@ impl std::fmt::Debug for ExtensionPlan {
         match self {
             ExtensionPlan::Threshold(_) => f.write_str("Threshold"),
             ExtensionPlan::HealthCheck(c) => write!(f, "HealthCheck({c:?})"),
+            ExtensionPlan::Auth(a) => write!(f, "Auth({:?})", a.config),
         }
     }
 }
@@ -195,10 +197,14 @@ impl Plan {
             "extensions",
             Kind::Extension,
             &raw.extensions,
-            |ty, v, _| match ty {
+            |ty, v, path| match ty {
                 ingero_extension::TYPE => {
                     ingero_extension::create(v).map(|e| ExtensionPlan::Threshold(Arc::new(e)))
                 }
+                crate::auth::TYPE => decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
+                    let id = path.strip_prefix("extensions.").unwrap_or(path);
+                    ExtensionPlan::Auth(Arc::new(crate::auth::AuthExtension::new(id, c)))
+                }),
                 _ => decode_host::<HealthCheckConfig>(v).map(ExtensionPlan::HealthCheck),
             },
         );
@@ -387,6 +393,18 @@ impl Plan {
             );
         }
 
+        for (path, r) in auth_refs(&receivers, &exporters, &extensions) {
+            let path = format!("{path}.auth.authenticator");
+            match ComponentId::parse(&r.authenticator) {
+                Ok(aid) => match extensions.iter().find(|(e, _)| e == &aid) {
+                    Some((_, ExtensionPlan::Auth(_))) => {}
+                    Some(_) => errs.push(path, format!("extension {:?} is not an ingero_auth authenticator", r.authenticator)),
+                    None => errs.push(path, format!("authenticator {:?} must be an ingero_auth extension listed in service.extensions", r.authenticator)),
+                },
+                Err(e) => errs.push(path, e),
+            }
+        }
+
         check_listener_conflicts(&mut errs, &receivers, &exporters, &extensions, &telemetry);
         errs.into_result()?;
         Ok(Plan {
@@ -400,6 +418,18 @@ impl Plan {
         })
     }
 
+    /// The authenticator a listener's `auth` names (validated by `build`).
+    pub fn authenticator(
+        &self,
+        r: Option<&component::config::AuthRef>,
+    ) -> Option<Arc<crate::auth::AuthExtension>> {
+        let r = r?;
+        self.extensions.iter().find_map(|(id, e)| match e {
+            ExtensionPlan::Auth(a) if id.to_string() == r.authenticator => Some(a.clone()),
+            _ => None,
+        })
+    }
+
     /// The first enabled threshold extension.
     pub fn threshold_extension(&self) -> Option<(&ComponentId, &Arc<ThresholdExtension>)> {
         self.extensions.iter().find_map(|(id, e)| match e {
@@ -407,6 +437,41 @@ impl Plan {
             _ => None,
         })
     }
+}
+
+/// Every listener's `auth` reference, with the key path of the listener.
+fn auth_refs<'a>(
+    receivers: &'a BTreeMap<ComponentId, ReceiverPlan>,
+    exporters: &'a BTreeMap<ComponentId, ExporterPlan>,
+    extensions: &'a [(ComponentId, ExtensionPlan)],
+) -> Vec<(String, &'a component::config::AuthRef)> {
+    let mut out = Vec::new();
+    for (id, ReceiverPlan::Otlp(c)) in receivers {
+        if let Some(r) = c.protocols.http.as_ref().and_then(|h| h.auth.as_ref()) {
+            out.push((format!("receivers.{id}.protocols.http"), r));
+        }
+        if let Some(r) = c.protocols.grpc.as_ref().and_then(|g| g.auth.as_ref()) {
+            out.push((format!("receivers.{id}.protocols.grpc"), r));
+        }
+    }
+    for (id, e) in exporters {
+        if let ExporterPlan::Prometheus(c) = e
+            && let Some(r) = &c.auth
+        {
+            out.push((format!("exporters.{id}"), r));
+        }
+    }
+    for (id, e) in extensions {
+        let r = match e {
+            ExtensionPlan::Threshold(t) => t.config().auth.as_ref(),
+            ExtensionPlan::HealthCheck(c) => c.auth.as_ref(),
+            ExtensionPlan::Auth(_) => None,
+        };
+        if let Some(r) = r {
+            out.push((format!("extensions.{id}"), r));
+        }
+    }
+    out
 }
 
 /// Two listeners on the same address would fail at bind time; say which keys collide.
@@ -460,6 +525,7 @@ fn check_listener_conflicts(
                 }
             }
             ExtensionPlan::HealthCheck(c) => add(format!("extensions.{id}.endpoint"), &c.endpoint),
+            ExtensionPlan::Auth(_) => {}
         }
     }
     for (id, e) in exporters {

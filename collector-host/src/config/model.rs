@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use component::config::{ComponentConfig, ConfigErrors, check, duration};
+use component::config::{AuthRef, ComponentConfig, ConfigErrors, check, duration};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// Treat a present key with a null value (`grpc:` in YAML) as "enabled with defaults".
@@ -55,6 +55,9 @@ pub struct HttpServerConfig {
     /// `Retry-After` sent with that 503 (whole seconds, 1s to 1h).
     #[serde(with = "duration")]
     pub retry_after: Duration,
+    /// Bearer tokens (`auth: {authenticator: ingero_auth}`); absent = no authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthRef>,
 }
 
 impl Default for HttpServerConfig {
@@ -72,6 +75,7 @@ impl Default for HttpServerConfig {
             max_connections: 4096,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
+            auth: None,
         }
     }
 }
@@ -91,6 +95,9 @@ pub struct GrpcServerConfig {
     /// Delay in that `RetryInfo` (whole seconds, 1s to 1h).
     #[serde(with = "duration")]
     pub retry_after: Duration,
+    /// Bearer tokens in `authorization` metadata; absent = no authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthRef>,
 }
 
 impl Default for GrpcServerConfig {
@@ -102,6 +109,7 @@ impl Default for GrpcServerConfig {
             middlewares: None,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
+            auth: None,
         }
     }
 }
@@ -350,6 +358,11 @@ impl ComponentConfig for OtlpExporterConfig {
 pub struct HealthCheckConfig {
     pub endpoint: String,
     pub path: String,
+    /// Bearer tokens (any valid token); absent = open, as probes expect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthRef>,
+    /// Open connections beyond which new ones are closed at accept (0 = unlimited).
+    pub max_connections: usize,
 }
 
 impl Default for HealthCheckConfig {
@@ -357,6 +370,8 @@ impl Default for HealthCheckConfig {
         HealthCheckConfig {
             endpoint: "127.0.0.1:13133".into(),
             path: "/".into(),
+            auth: None,
+            max_connections: 1024,
         }
     }
 }

@@ -32,6 +32,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
+use crate::auth::tokens::TokenEntry;
+use crate::auth::{Action, ListenerAuth, gate};
 use crate::config::model::GrpcServerConfig;
 use crate::pipeline::Fanout;
 use crate::telemetry::ReceiverCounters;
@@ -42,6 +44,8 @@ pub struct GrpcReceiver {
     pub fanout: Fanout,
     pub thresholds: Option<Arc<ThresholdStore>>,
     pub counters: Arc<ReceiverCounters>,
+    /// Bearer-token gate (`auth:`); `None` = no authentication.
+    pub auth: Option<ListenerAuth>,
 }
 
 impl std::fmt::Debug for GrpcReceiver {
@@ -65,6 +69,67 @@ fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, Status> {
     Ok(None)
 }
 
+impl GrpcReceiver {
+    /// The metadata cluster of a traces/logs export, read only when authentication is on
+    /// (it is then checked against the token's scope).
+    fn metadata_cluster_checked(&self, md: &MetadataMap) -> Result<Option<Arc<str>>, Status> {
+        if self.auth.is_none() {
+            return Ok(None);
+        }
+        metadata_cluster(md).inspect_err(|_| self.counters.reject("bad_cluster_id"))
+    }
+
+    /// Token, rate limit and metadata cluster; `Ok(None)` when authentication is off.
+    fn authenticate<T>(
+        &self,
+        request: &Request<T>,
+        action: Action,
+        cluster: Option<&str>,
+    ) -> Result<Option<Arc<TokenEntry>>, Status> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let md = request.metadata();
+        let mut values = md.get_all("authorization").iter();
+        let first = values.next().map(|v| v.as_bytes());
+        let header = if values.next().is_some() {
+            Err(gate::RepeatedHeader)
+        } else {
+            Ok(first)
+        };
+        auth.check(header, request.remote_addr(), action, cluster)
+            .map(Some)
+            .map_err(|d| {
+                self.counters.reject(d.outcome().as_str());
+                gate::grpc_status(d)
+            })
+    }
+
+    /// Check the clusters a decoded payload names; records the decision.
+    fn payload_allowed<'a>(
+        &self,
+        entry: Option<&TokenEntry>,
+        peer: Option<std::net::SocketAddr>,
+        action: Action,
+        cluster: Option<&str>,
+        resources: impl Iterator<Item = Option<&'a str>>,
+    ) -> Result<(), Status> {
+        let (Some(e), Some(auth)) = (entry, &self.auth) else {
+            return Ok(());
+        };
+        match auth.check_payload(e, peer, action, cluster, resources) {
+            Ok(()) => {
+                auth.allowed(e, peer, action, cluster);
+                Ok(())
+            }
+            Err(d) => {
+                self.counters.reject(d.outcome().as_str());
+                Err(gate::grpc_status(d))
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl MetricsService for GrpcReceiver {
     async fn export(
@@ -79,7 +144,18 @@ impl MetricsService for GrpcReceiver {
                 return Err(s);
             }
         };
+        let entry = self.authenticate(&request, Action::PushMetrics, cluster.as_deref())?;
+        let peer = request.remote_addr();
         let req = request.into_inner();
+        self.payload_allowed(
+            entry.as_deref(),
+            peer,
+            Action::PushMetrics,
+            cluster.as_deref(),
+            req.resource_metrics.iter().map(|rm| {
+                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
+            }),
+        )?;
         let points = count_points(&req.resource_metrics);
         let header_cluster = cluster.clone().or_else(|| {
             req.resource_metrics.iter().find_map(|rm| {
@@ -133,7 +209,19 @@ impl TraceService for GrpcReceiver {
         &self,
         request: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let cluster = self.metadata_cluster_checked(request.metadata())?;
+        let entry = self.authenticate(&request, Action::PushTraces, cluster.as_deref())?;
+        let peer = request.remote_addr();
         let req = request.into_inner();
+        self.payload_allowed(
+            entry.as_deref(),
+            peer,
+            Action::PushTraces,
+            cluster.as_deref(),
+            req.resource_spans
+                .iter()
+                .map(|r| super::http::resource_cluster(r.resource.as_ref())),
+        )?;
         let n: usize = req
             .resource_spans
             .iter()
@@ -152,7 +240,19 @@ impl LogsService for GrpcReceiver {
         &self,
         request: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
+        let cluster = self.metadata_cluster_checked(request.metadata())?;
+        let entry = self.authenticate(&request, Action::PushLogs, cluster.as_deref())?;
+        let peer = request.remote_addr();
         let req = request.into_inner();
+        self.payload_allowed(
+            entry.as_deref(),
+            peer,
+            Action::PushLogs,
+            cluster.as_deref(),
+            req.resource_logs
+                .iter()
+                .map(|r| super::http::resource_cluster(r.resource.as_ref())),
+        )?;
         let n: usize = req
             .resource_logs
             .iter()

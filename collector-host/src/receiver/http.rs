@@ -23,6 +23,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 
 use super::decode::{self, BodyEncoding, DecodeError};
+use crate::auth::tokens::TokenEntry;
+use crate::auth::{Action, Denial, ListenerAuth, gate};
 use crate::config::model::HttpServerConfig;
 use crate::pipeline::Fanout;
 use crate::server::{Body, Handler, response};
@@ -37,6 +39,15 @@ pub struct HttpReceiver {
     pub counters: Arc<ReceiverCounters>,
     /// Permits for requests in flight (`max_concurrent_requests`; `None` = unlimited).
     pub in_flight: Option<Arc<tokio::sync::Semaphore>>,
+    /// Bearer-token gate (`auth:`); `None` = no authentication.
+    pub auth: Option<ListenerAuth>,
+}
+
+/// The caller of one request, once authenticated.
+struct Caller {
+    entry: Arc<TokenEntry>,
+    peer: SocketAddr,
+    action: Action,
 }
 
 impl std::fmt::Debug for HttpReceiver {
@@ -75,14 +86,14 @@ impl HttpReceiver {
         }
     }
 
-    async fn handle(&self, req: Request<Incoming>, _peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let started = Instant::now();
-        let resp = self.handle_inner(req).await;
+        let resp = self.handle_inner(req, peer).await;
         self.counters.latency.observe(started.elapsed());
         resp
     }
 
-    async fn handle_inner(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn handle_inner(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let Some(route) = self.route(req.uri().path()) else {
             return error(
                 None,
@@ -100,7 +111,38 @@ impl HttpReceiver {
         // before the body is read, as the Go middleware sees it. A malformed cluster id is
         // refused outright: it must never reach a response header.
         let mut cluster = None;
-        if route == Route::Metrics {
+        // Bearer token, rate limit and the request's cluster, all before the body is read.
+        let caller = match &self.auth {
+            None => None,
+            Some(auth) => {
+                let action = match route {
+                    Route::Metrics => Action::PushMetrics,
+                    Route::Traces => Action::PushTraces,
+                    Route::Logs => Action::PushLogs,
+                };
+                let named = request_cluster(req.uri().query(), req.headers())
+                    .ok()
+                    .flatten();
+                match auth.check(
+                    gate::authorization(req.headers()),
+                    Some(peer),
+                    action,
+                    named.as_deref(),
+                ) {
+                    Ok(entry) => Some(Caller {
+                        entry,
+                        peer,
+                        action,
+                    }),
+                    Err(d) => {
+                        self.counters.reject(d.outcome().as_str());
+                        let enc = BodyEncoding::from_content_type(content_type(req.headers()));
+                        return denial(enc, d);
+                    }
+                }
+            }
+        };
+        if route == Route::Metrics || caller.is_some() {
             match request_cluster(req.uri().query(), req.headers()) {
                 Ok(c) => cluster = c,
                 Err(msg) => {
@@ -206,9 +248,18 @@ impl HttpReceiver {
             Err(e) => return self.decode_failed(route, enc, &e, cluster.as_deref()),
         };
         match route {
-            Route::Metrics => self.metrics(enc, &body, cluster),
+            Route::Metrics => self.metrics(enc, &body, cluster, caller.as_ref()),
             Route::Traces => match decode::decode::<ExportTraceServiceRequest>(enc, &body) {
                 Ok(req) => {
+                    if let Err(r) = self.payload_allowed(
+                        caller.as_ref(),
+                        cluster.as_deref(),
+                        req.resource_spans
+                            .iter()
+                            .map(|r| resource_cluster(r.resource.as_ref())),
+                    ) {
+                        return denial(Some(enc), r);
+                    }
                     let n: usize = req
                         .resource_spans
                         .iter()
@@ -223,6 +274,15 @@ impl HttpReceiver {
             },
             Route::Logs => match decode::decode::<ExportLogsServiceRequest>(enc, &body) {
                 Ok(req) => {
+                    if let Err(r) = self.payload_allowed(
+                        caller.as_ref(),
+                        cluster.as_deref(),
+                        req.resource_logs
+                            .iter()
+                            .map(|r| resource_cluster(r.resource.as_ref())),
+                    ) {
+                        return denial(Some(enc), r);
+                    }
                     let n: usize = req
                         .resource_logs
                         .iter()
@@ -260,11 +320,49 @@ impl HttpReceiver {
         }
     }
 
-    fn metrics(&self, enc: BodyEncoding, body: &[u8], cluster: Option<Arc<str>>) -> Response<Body> {
+    /// Check the clusters a decoded payload names against the caller's token, and record
+    /// the decision. `Err` is the refusal to send; nothing of the batch has been consumed.
+    fn payload_allowed<'a>(
+        &self,
+        caller: Option<&Caller>,
+        cluster: Option<&str>,
+        resources: impl Iterator<Item = Option<&'a str>>,
+    ) -> Result<(), Denial> {
+        let (Some(c), Some(auth)) = (caller, &self.auth) else {
+            return Ok(());
+        };
+        match auth.check_payload(&c.entry, Some(c.peer), c.action, cluster, resources) {
+            Ok(()) => {
+                auth.allowed(&c.entry, Some(c.peer), c.action, cluster);
+                Ok(())
+            }
+            Err(d) => {
+                self.counters.reject(d.outcome().as_str());
+                Err(d)
+            }
+        }
+    }
+
+    fn metrics(
+        &self,
+        enc: BodyEncoding,
+        body: &[u8],
+        cluster: Option<Arc<str>>,
+        caller: Option<&Caller>,
+    ) -> Response<Body> {
         let req = match decode::decode_metrics(enc, body) {
             Ok(r) => r,
             Err(e) => return self.decode_failed(Route::Metrics, enc, &e, cluster.as_deref()),
         };
+        if let Err(r) = self.payload_allowed(
+            caller,
+            cluster.as_deref(),
+            req.resource_metrics.iter().map(|rm| {
+                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
+            }),
+        ) {
+            return denial(Some(enc), r);
+        }
         let points = count_points(&req.resource_metrics);
         // Clients without the query parameter (OTel SDKs, `ingero trace`) still get the
         // threshold of the cluster their resource names.
@@ -335,6 +433,20 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
             .filter(|c| ingero_extension::validate_cluster_id(c).is_ok())
             .map(Arc::from)
     })
+}
+
+/// The `ingero.cluster.id` attribute of a resource, if any.
+pub(crate) fn resource_cluster(
+    r: Option<&opentelemetry_proto::tonic::resource::v1::Resource>,
+) -> Option<&str> {
+    component::otlp::get_str(&r?.attributes, resource::CLUSTER_ID)
+}
+
+/// A 401/403/429 in the request's encoding (never with threshold headers).
+fn denial(enc: Option<BodyEncoding>, d: Denial) -> Response<Body> {
+    let mut r = error(enc, gate::status(d), gate::message(d));
+    gate::decorate(&mut r, d);
+    r
 }
 
 fn ok<T: prost::Message + serde::Serialize>(enc: BodyEncoding, msg: &T) -> Response<Body> {
