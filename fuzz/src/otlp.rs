@@ -8,9 +8,10 @@
 //! - protobuf: a decoded request re-encodes to bytes that decode to the same request
 //!   (compared as bytes, so NaN values compare equal).
 //! - JSON: a decoded request, re-encoded to protobuf, decodes to the same thing; written
-//!   back as OTLP/JSON (opentelemetry-proto's serializer) it is accepted again, and after
-//!   that one round (which turns non-finite doubles into absent values) the JSON round trip
-//!   is a fixed point.
+//!   back as OTLP/JSON (opentelemetry-proto's serializer) it is accepted again (unless a
+//!   repeated double field holds a non-finite value, which the serializer writes as
+//!   `null`), and after that one round (which turns non-finite doubles into absent values)
+//!   the JSON round trip is a fixed point.
 
 use collector_host::receiver::decode::{self, BodyEncoding, DecodeError};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -116,12 +117,17 @@ fn json_round_trip(req: &ExportMetricsServiceRequest) {
     let Ok(json1) = serde_json::to_vec(req) else {
         return;
     };
-    let r2 = decode::decode_metrics(BodyEncoding::Json, &json1).unwrap_or_else(|e| {
-        panic!(
+    let r2 = match decode::decode_metrics(BodyEncoding::Json, &json1) {
+        Ok(r) => r,
+        // The serializer writes a non-finite double inside a repeated field
+        // (`explicitBounds`, `bucketCounts`...) as `null`, which the decoder refuses by
+        // design (`null` as an array element; module doc of `receiver::otlp_json`).
+        Err(e) if e.to_string().contains("invalid type: null, expected f64") => return,
+        Err(e) => panic!(
             "serialized request is refused by the JSON decoder: {e}\n{}",
             String::from_utf8_lossy(&json1)
-        )
-    });
+        ),
+    };
     let Ok(json2) = serde_json::to_vec(&r2) else {
         return;
     };
