@@ -86,8 +86,9 @@ fn check_plan(root: &ConfigValue) {
                                 .strip_prefix(k)
                                 .is_some_and(|rest| rest.starts_with('.'))
                     };
+                    // An empty path is only right for an empty key (`"": 1`).
                     assert!(
-                        !e.path.is_empty()
+                        (!e.path.is_empty() || map.contains_key(""))
                             && (map.keys().any(|k| under(k)) || SECTIONS.iter().any(|k| under(k))),
                         "config error without a usable key path: {e:?}"
                     );
