@@ -34,7 +34,7 @@ if ! cargo afl --version 2>/dev/null | grep -q "cargo-afl $AFL_VERSION"; then
   log "installing cargo-afl $AFL_VERSION (builds AFL++ from its bundled sources, ~3 min)"
   cargo install --locked --quiet "cargo-afl@$AFL_VERSION"
 fi
-if ! cargo afl fuzz -h >/dev/null 2>&1; then
+if ! cargo afl --version 2>/dev/null | grep -q "AFL++ version"; then
   log "building AFL++"
   cargo afl config --build --force
 fi

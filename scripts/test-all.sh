@@ -42,6 +42,12 @@ cargo build --locked -p ingero-ffi
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
+# Coverage-guided fuzzing (AFL++ via cargo-afl, installed on first use): a short run of each
+# target from fresh seeds; any crash fails the test command and is printed with its
+# reproduction command. Long campaigns: ./scripts/fuzz.sh 1200 (see fuzz/README.md).
+log "fuzz: ${FUZZ_SECONDS:-20}s per target (scripts/fuzz.sh)"
+FUZZ_OUT="$PWD/fuzz/out/test-all" FUZZ_FRESH=1 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
 

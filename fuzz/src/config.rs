@@ -79,12 +79,13 @@ fn check_plan(root: &ConfigValue) {
                     e.path
                 );
                 if let ConfigValue::Object(map) = root {
-                    // Keys may contain dots themselves, so match whole keys as prefixes.
+                    // Keys may contain dots themselves, so match whole keys as prefixes (serde's
+                    // structural errors write list indexes as `key[0]`).
                     let under = |k: &str| {
                         e.path == k
                             || e.path
                                 .strip_prefix(k)
-                                .is_some_and(|rest| rest.starts_with('.'))
+                                .is_some_and(|rest| rest.starts_with(['.', '[']))
                     };
                     // An empty path is only right for an empty key (`"": 1`).
                     assert!(
