@@ -40,7 +40,9 @@ if ! cargo afl --version 2>/dev/null | grep -q "AFL++ version"; then
 fi
 
 log "instrumented build ($CARGO_TARGET_DIR)"
-(cd fuzz && cargo afl build --release --locked --features afl --quiet)
+# Not --locked: fuzz/Cargo.lock is a separate lock file (copied from the project's); when
+# a project crate gains a dependency, cargo adds it here instead of failing the run.
+(cd fuzz && cargo afl build --release --features afl --quiet)
 BIN=$CARGO_TARGET_DIR/release
 TOOL=$BIN/fuzz-tool
 
