@@ -47,6 +47,12 @@ log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10
 cargo build --locked -p collector-host --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 
+# Coverage-guided fuzzing (AFL++ via cargo-afl, installed on first use): a short run of each
+# target from fresh seeds; any crash fails the test command and is printed with its
+# reproduction command. Long campaigns: ./scripts/fuzz.sh 1200 (see fuzz/README.md).
+log "fuzz: ${FUZZ_SECONDS:-20}s per target (scripts/fuzz.sh)"
+FUZZ_OUT="$PWD/fuzz/out/test-all" FUZZ_FRESH=1 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
 

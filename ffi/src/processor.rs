@@ -215,13 +215,14 @@ pub unsafe extern "C" fn ingero_processor_process(
             cluster_id: (!cluster.is_empty()).then(|| Arc::from(cluster)),
             received_at: Timestamp::from_nanos(received_at_unix_nano),
         };
+        // Compared as encodings: a NaN value left untouched is not equal to itself.
         #[cfg(debug_assertions)]
-        let before = p.built.passes_through.map(|_| req.resource_metrics.clone());
+        let before = p.built.passes_through.map(|_| req.encode_to_vec());
         let outcome = p.built.inner.process(&mut req.resource_metrics, &ctx);
         #[cfg(debug_assertions)]
         if let Some(before) = before {
             assert!(
-                before == req.resource_metrics,
+                before == req.encode_to_vec(),
                 "{} declared pass-through but changed the batch",
                 p.id
             );

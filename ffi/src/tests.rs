@@ -767,3 +767,29 @@ fn threshold_extension_with_auth_is_refused_because_the_go_collector_would_not_e
     );
     assert!(crate::registry::validate("ingero_threshold", &serde_json::json!({})).is_ok());
 }
+
+/// Fuzzing regression (fuzz target `ffi`): a batch holding a NaN value made the debug-build
+/// pass-through check (`before == after` on the decoded batch) fail, because NaN is not
+/// equal to itself, so `ingero_processor_process` answered `INGERO_ERR_PANIC` for a batch
+/// the processor had only read. The check now compares the encodings.
+#[test]
+fn nan_values_pass_through_without_a_panic() {
+    for id in ["ingero", "nccl_peer_lag"] {
+        let p = new_processor(id, "").unwrap();
+        let mut req = AgentPush::new("c", "n1", 0.9).to_proto();
+        for rm in &mut req.resource_metrics {
+            for sm in &mut rm.scope_metrics {
+                for m in &mut sm.metrics {
+                    if let Some(component::otlp::MetricKind::Gauge(g)) = &mut m.data {
+                        for pt in &mut g.data_points {
+                            pt.value = Some(component::otlp::NumberValue::AsDouble(f64::NAN));
+                        }
+                    }
+                }
+            }
+        }
+        let r = process(p, &req.encode_to_vec(), "c", 1_763_769_600_000_000_000);
+        assert!(!r.modified && r.data.ptr.is_null(), "{id}");
+        unsafe { ingero_processor_free(p) };
+    }
+}

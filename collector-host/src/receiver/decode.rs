@@ -269,6 +269,33 @@ mod tests {
         assert_eq!(pts[1].time_unix_nano, 5);
     }
 
+    /// Fuzzing regression (fuzz target otlp_proto): a double written with 17 significant
+    /// digits came back one ULP off from the JSON decoder, so OTLP/JSON clients got a
+    /// different value than they sent, and protobuf -> JSON -> protobuf was not stable.
+    #[test]
+    fn json_doubles_decode_exactly() {
+        for v in [
+            1.3362956004754228e91_f64,
+            0.1 + 0.2,
+            f64::MIN_POSITIVE,
+            f64::MAX,
+            5e-324,
+        ] {
+            let body = format!(
+                r#"{{"resourceMetrics":[{{"scopeMetrics":[{{"metrics":[{{"name":"x","gauge":{{"dataPoints":[{{"asDouble":{v:e}}}]}}}}]}}]}}]}}"#
+            );
+            let req = decode_metrics(BodyEncoding::Json, body.as_bytes()).unwrap();
+            let pts = component::otlp::number_points(
+                &req.resource_metrics[0].scope_metrics[0].metrics[0],
+            );
+            assert_eq!(
+                component::otlp::point_value(&pts[0]).map(f64::to_bits),
+                Some(v.to_bits()),
+                "{body}"
+            );
+        }
+    }
+
     #[test]
     fn truncated_protobuf_is_an_error_not_a_panic() {
         let bytes = testkit::AgentPush::new("c", "n", 0.5).to_proto_bytes();

@@ -1,0 +1,6 @@
+//! AFL++ entry point of the `ffi` target. Build with
+//! `cargo afl build --release --features afl`; run with scripts/fuzz.sh.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| ingero_fleet_fuzz::ffi::ffi(data));
+}

@@ -1,0 +1,6 @@
+//! AFL++ entry point of the `otlp_json` target. Build with
+//! `cargo afl build --release --features afl`; run with scripts/fuzz.sh.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| ingero_fleet_fuzz::otlp::otlp_json(data));
+}
