@@ -5,6 +5,7 @@
 
 pub mod model;
 pub mod source;
+pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,8 +18,8 @@ use ingero_extension::ThresholdExtension;
 
 use crate::registry::{self, Kind};
 use model::{
-    DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig, RawConfig,
-    TelemetryConfig,
+    DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig,
+    PLAINTEXT_OPT_OUT_KEY, RawConfig, ServerTlsConfig, TelemetryConfig,
 };
 
 /// A configured receiver.
@@ -85,6 +86,14 @@ pub struct PipelinePlan {
     pub exporters: Vec<ComponentId>,
 }
 
+/// The `tls` block that applies to one listener.
+#[derive(Debug, Clone)]
+pub struct ListenerTlsPlan {
+    /// Key path of the block (`receivers.otlp.protocols.http.tls`).
+    pub tls_path: String,
+    pub config: ServerTlsConfig,
+}
+
 /// Everything needed to run, validated.
 #[derive(Debug)]
 pub struct Plan {
@@ -97,6 +106,12 @@ pub struct Plan {
     pub telemetry: TelemetryConfig,
     /// Receiver -> explicit middleware list per protocol (`None` = automatic).
     pub middlewares: HashMap<(ComponentId, &'static str), Option<Vec<ComponentId>>>,
+    /// TLS per listener, keyed by the key path of the listener's endpoint
+    /// (`receivers.otlp.protocols.http.endpoint`); absent = plaintext.
+    pub listener_tls: HashMap<String, ListenerTlsPlan>,
+    /// Findings that do not stop the config (`key.path: message`), e.g. a private key
+    /// file others can read.
+    pub warnings: Vec<String>,
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -143,6 +158,44 @@ fn decode_host<T: ComponentConfig>(v: &ConfigValue) -> Result<T, ConfigErrors> {
     decode::<T>(v)
 }
 
+/// Take the `tls` block out of a component's config tree, for components whose own
+/// config type does not know it (the host serves their listener): the Prometheus exporter
+/// and the `ingero_threshold` extension.
+fn take_tls(v: &ConfigValue) -> Result<(ConfigValue, Option<ServerTlsConfig>), ConfigErrors> {
+    let mut v = v.clone();
+    let tls = match v.as_object_mut().and_then(|m| m.remove("tls")) {
+        None | Some(ConfigValue::Null) => None,
+        Some(t) => Some(serde_path_to_error::deserialize(&t).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                "tls".to_string()
+            } else {
+                format!("tls.{path}")
+            };
+            ConfigErrors::from(component::ConfigError::new(
+                path,
+                e.into_inner().to_string(),
+            ))
+        })?),
+    };
+    Ok((v, tls))
+}
+
+/// One listening socket the config asks for.
+struct ListenerDecl {
+    /// Key path of its endpoint (`receivers.otlp.protocols.http.endpoint`).
+    endpoint_path: String,
+    endpoint: String,
+    /// Key path where its `tls` block goes.
+    tls_path: String,
+    tls: Option<ServerTlsConfig>,
+}
+
+/// Only this machine can connect: 127.0.0.0/8, `::1`, `localhost`.
+fn is_loopback_endpoint(endpoint: &str) -> bool {
+    ingero_extension::listen_addr::ListenAddr::parse(endpoint).is_ok_and(|a| a.is_loopback())
+}
+
 impl Plan {
     /// Validate `root` completely and instantiate its components (pure: no sockets).
     pub fn build(root: &ConfigValue) -> Result<Plan, ConfigErrors> {
@@ -176,20 +229,36 @@ impl Plan {
             &raw.processors,
             |ty, v, _| registry::create_processor(ty, v),
         );
-        let exporters = section(
-            &mut errs,
-            "exporters",
-            Kind::Exporter,
-            &raw.exporters,
-            |ty, v, _| match ty {
-                "prometheus" => {
-                    decode_host::<PrometheusExporterConfig>(v).map(ExporterPlan::Prometheus)
+        let exporters =
+            section(
+                &mut errs,
+                "exporters",
+                Kind::Exporter,
+                &raw.exporters,
+                |ty, v, _| match ty {
+                    "prometheus" => {
+                        let (v, tls) = take_tls(v)?;
+                        decode_host::<PrometheusExporterConfig>(&v)
+                            .map(|c| (ExporterPlan::Prometheus(c), tls))
+                    }
+                    "debug" => decode_host::<DebugExporterConfig>(v)
+                        .map(|c| (ExporterPlan::Debug(c), None)),
+                    "otlp" => decode_host::<OtlpExporterConfig>(v)
+                        .map(|c| (ExporterPlan::OtlpGrpc(c), None)),
+                    _ => decode_host::<OtlpExporterConfig>(v)
+                        .map(|c| (ExporterPlan::OtlpHttp(c), None)),
+                },
+            );
+        let mut component_tls: BTreeMap<String, ServerTlsConfig> = BTreeMap::new();
+        let exporters: BTreeMap<ComponentId, ExporterPlan> = exporters
+            .into_iter()
+            .map(|(id, (plan, tls))| {
+                if let Some(t) = tls {
+                    component_tls.insert(format!("exporters.{id}"), t);
                 }
-                "debug" => decode_host::<DebugExporterConfig>(v).map(ExporterPlan::Debug),
-                "otlp" => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpGrpc),
-                _ => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpHttp),
-            },
-        );
+                (id, plan)
+            })
+            .collect();
         let defined_ext = section(
             &mut errs,
             "extensions",
@@ -197,11 +266,23 @@ impl Plan {
             &raw.extensions,
             |ty, v, _| match ty {
                 ingero_extension::TYPE => {
-                    ingero_extension::create(v).map(|e| ExtensionPlan::Threshold(Arc::new(e)))
+                    let (v, tls) = take_tls(v)?;
+                    ingero_extension::create(&v)
+                        .map(|e| (ExtensionPlan::Threshold(Arc::new(e)), tls))
                 }
-                _ => decode_host::<HealthCheckConfig>(v).map(ExtensionPlan::HealthCheck),
+                _ => decode_host::<HealthCheckConfig>(v)
+                    .map(|c| (ExtensionPlan::HealthCheck(c), None)),
             },
         );
+        let defined_ext: BTreeMap<ComponentId, ExtensionPlan> = defined_ext
+            .into_iter()
+            .map(|(id, (plan, tls))| {
+                if let Some(t) = tls {
+                    component_tls.insert(format!("extensions.{id}"), t);
+                }
+                (id, plan)
+            })
+            .collect();
 
         let mut extensions = Vec::new();
         for (i, key) in raw.service.extensions.iter().enumerate() {
@@ -387,7 +468,49 @@ impl Plan {
             );
         }
 
-        check_listener_conflicts(&mut errs, &receivers, &exporters, &extensions, &telemetry);
+        let decls = listener_decls(
+            &receivers,
+            &exporters,
+            &extensions,
+            &telemetry,
+            &component_tls,
+        );
+        check_listener_conflicts(&mut errs, &decls);
+        if !raw.service.allow_plaintext_listeners {
+            for l in decls.iter().filter(|l| l.tls.is_none()) {
+                if !is_loopback_endpoint(&l.endpoint) {
+                    errs.push(
+                        &l.endpoint_path,
+                        format!(
+                            "{} is not a loopback address, so plaintext is refused: configure {}.cert_file and {}.key_file, or set {PLAINTEXT_OPT_OUT_KEY}: true to serve plaintext anyway",
+                            l.endpoint, l.tls_path, l.tls_path
+                        ),
+                    );
+                }
+            }
+        }
+        // Load every tls block once (the threshold extension's serves two listeners).
+        let mut listener_tls = HashMap::new();
+        let mut warnings = Vec::new();
+        let mut checked = std::collections::HashSet::new();
+        for l in &decls {
+            let Some(cfg) = &l.tls else { continue };
+            if checked.insert(l.tls_path.clone()) {
+                if let Err(e) = crate::tls::load(cfg, crate::tls::ALPN_HTTP) {
+                    errs.push(format!("{}.{}", l.tls_path, e.key), e.message);
+                }
+                for (key, w) in crate::tls::warnings(cfg) {
+                    warnings.push(format!("{}.{key}: {w}", l.tls_path));
+                }
+            }
+            listener_tls.insert(
+                l.endpoint_path.clone(),
+                ListenerTlsPlan {
+                    tls_path: l.tls_path.clone(),
+                    config: cfg.clone(),
+                },
+            );
+        }
         errs.into_result()?;
         Ok(Plan {
             receivers,
@@ -397,6 +520,8 @@ impl Plan {
             pipelines,
             telemetry,
             middlewares,
+            listener_tls,
+            warnings,
         })
     }
 
@@ -409,19 +534,91 @@ impl Plan {
     }
 }
 
-/// Two listeners on the same address would fail at bind time; say which keys collide.
-fn check_listener_conflicts(
-    errs: &mut ConfigErrors,
+/// Every listener the config asks for, with its key paths and `tls` block.
+fn listener_decls(
     receivers: &BTreeMap<ComponentId, ReceiverPlan>,
     exporters: &BTreeMap<ComponentId, ExporterPlan>,
     extensions: &[(ComponentId, ExtensionPlan)],
     telemetry: &TelemetryConfig,
-) {
+    component_tls: &BTreeMap<String, ServerTlsConfig>,
+) -> Vec<ListenerDecl> {
+    let mut out = Vec::new();
+    let mut add =
+        |base: String, endpoint_key: &str, endpoint: &str, tls: Option<&ServerTlsConfig>| {
+            out.push(ListenerDecl {
+                endpoint_path: format!("{base}.{endpoint_key}"),
+                endpoint: endpoint.to_string(),
+                tls_path: format!("{base}.tls"),
+                tls: tls.cloned(),
+            });
+        };
+    for (id, ReceiverPlan::Otlp(c)) in receivers {
+        if let Some(h) = &c.protocols.http {
+            add(
+                format!("receivers.{id}.protocols.http"),
+                "endpoint",
+                &h.endpoint,
+                h.tls.as_ref(),
+            );
+        }
+        if let Some(g) = &c.protocols.grpc {
+            add(
+                format!("receivers.{id}.protocols.grpc"),
+                "endpoint",
+                &g.endpoint,
+                g.tls.as_ref(),
+            );
+        }
+    }
+    for (id, e) in extensions {
+        let base = format!("extensions.{id}");
+        match e {
+            ExtensionPlan::Threshold(t) => {
+                let c = t.config();
+                let tls = component_tls.get(&base);
+                add(base.clone(), "agent_endpoint", &c.agent_endpoint, tls);
+                if !c.admin_endpoint.is_empty() {
+                    add(base, "admin_endpoint", &c.admin_endpoint, tls);
+                }
+            }
+            ExtensionPlan::HealthCheck(c) => add(base, "endpoint", &c.endpoint, c.tls.as_ref()),
+        }
+    }
+    for (id, e) in exporters {
+        if let ExporterPlan::Prometheus(c) = e {
+            let base = format!("exporters.{id}");
+            let tls = component_tls.get(&base);
+            add(base, "endpoint", &c.endpoint, tls);
+        }
+    }
+    if telemetry.metrics.level != model::MetricsLevel::None
+        && let Some(r) = telemetry.metrics.readers.first()
+    {
+        let p = &r.pull.exporter.prometheus;
+        // The endpoint is host + port here; its "endpoint path" is the block itself.
+        let base = "service.telemetry.metrics.readers.0.pull.exporter.prometheus";
+        out.push(ListenerDecl {
+            endpoint_path: base.to_string(),
+            endpoint: if p.host.contains(':') {
+                format!("[{}]:{}", p.host, p.port)
+            } else {
+                format!("{}:{}", p.host, p.port)
+            },
+            tls_path: format!("{base}.tls"),
+            tls: p.tls.clone(),
+        });
+    }
+    out
+}
+
+/// Two listeners on the same address would fail at bind time; say which keys collide.
+fn check_listener_conflicts(errs: &mut ConfigErrors, decls: &[ListenerDecl]) {
     let mut seen: Vec<(String, String)> = Vec::new();
-    let mut add = |path: String, endpoint: &str| {
+    for d in decls {
+        let (path, endpoint) = (&d.endpoint_path, &d.endpoint);
         if let Ok((host, port)) = model::parse_endpoint(endpoint) {
             if port == 0 {
-                return;
+                continue;
             }
             let key = format!("{host}:{port}");
             let wildcard = format!("0.0.0.0:{port}");
@@ -432,48 +629,91 @@ fn check_listener_conflicts(
             }) {
                 errs.push(path, format!("{endpoint} is also used by {other}"));
             } else {
-                seen.push((path, key));
+                seen.push((path.clone(), key));
             }
         }
-    };
-    for (id, ReceiverPlan::Otlp(c)) in receivers {
-        if let Some(h) = &c.protocols.http {
-            add(
-                format!("receivers.{id}.protocols.http.endpoint"),
-                &h.endpoint,
-            );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_endpoints_are_the_only_plaintext_ones_by_default() {
+        for ok in [
+            "127.0.0.1:4318",
+            "127.0.0.2:0",
+            "[::1]:8080",
+            "localhost:1",
+            "LOCALHOST:1",
+        ] {
+            assert!(is_loopback_endpoint(ok), "{ok}");
         }
-        if let Some(g) = &c.protocols.grpc {
-            add(
-                format!("receivers.{id}.protocols.grpc.endpoint"),
-                &g.endpoint,
-            );
+        for public in [
+            "0.0.0.0:4318",
+            "[::]:4318",
+            ":4318",
+            "10.0.0.1:80",
+            "fleet.example.com:443",
+            "localhost.example.com:1",
+        ] {
+            assert!(!is_loopback_endpoint(public), "{public}");
         }
     }
-    for (id, e) in extensions {
-        match e {
-            ExtensionPlan::Threshold(t) => {
-                let c = t.config();
-                add(format!("extensions.{id}.agent_endpoint"), &c.agent_endpoint);
-                if !c.admin_endpoint.is_empty() {
-                    add(format!("extensions.{id}.admin_endpoint"), &c.admin_endpoint);
-                }
-            }
-            ExtensionPlan::HealthCheck(c) => add(format!("extensions.{id}.endpoint"), &c.endpoint),
-        }
+
+    fn plan(yaml: &str) -> Result<Plan, Vec<String>> {
+        let v = component::config::parse_yaml(yaml.as_bytes()).unwrap();
+        Plan::build(&v).map_err(|e| e.iter().map(|e| e.to_string()).collect())
     }
-    for (id, e) in exporters {
-        if let ExporterPlan::Prometheus(c) = e {
-            add(format!("exporters.{id}.endpoint"), &c.endpoint);
-        }
+
+    const BASE: &str = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 0.0.0.0:4317\nprocessors:\n  ingero:\nexporters:\n  debug:\nservice:\n  pipelines:\n    metrics: {receivers: [otlp], processors: [ingero], exporters: [debug]}\n  telemetry: {metrics: {level: none}}\n";
+
+    #[test]
+    fn plaintext_on_all_interfaces_names_the_tls_keys_and_the_opt_out() {
+        let errs = plan(BASE).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(
+                "receivers.otlp.protocols.grpc.endpoint: 0.0.0.0:4317 is not a loopback address"
+            ) && errs[0].contains("receivers.otlp.protocols.grpc.tls.cert_file")
+                && errs[0].contains("service.allow_plaintext_listeners: true"),
+            "{errs:?}"
+        );
+        let opted = BASE.replace(
+            "service:\n",
+            "service:\n  allow_plaintext_listeners: true\n",
+        );
+        assert!(plan(&opted).is_ok());
     }
-    if telemetry.metrics.level != model::MetricsLevel::None
-        && let Some(r) = telemetry.metrics.readers.first()
-    {
-        let p = &r.pull.exporter.prometheus;
-        add(
-            "service.telemetry.metrics.readers.0.pull.exporter.prometheus".into(),
-            &format!("{}:{}", p.host, p.port),
+
+    #[test]
+    fn tls_block_errors_carry_the_key_path() {
+        let with_tls = BASE.replace(
+            "endpoint: 0.0.0.0:4317\n",
+            "endpoint: 0.0.0.0:4317\n        tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem, bogus: 1}\n",
+        );
+        let errs = plan(&with_tls).unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("receivers.otlp.protocols.grpc.tls") && e.contains("bogus")),
+            "{errs:?}"
+        );
+        let missing = BASE.replace(
+            "endpoint: 0.0.0.0:4317\n",
+            "endpoint: 0.0.0.0:4317\n        tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem}\n",
+        );
+        let errs = plan(&missing).unwrap_err();
+        assert_eq!(
+            errs.len(),
+            1,
+            "tls counts as configured, so no plaintext error: {errs:?}"
+        );
+        assert!(
+            errs[0].starts_with(
+                "receivers.otlp.protocols.grpc.tls.cert_file: cannot read /nonexistent/c.pem"
+            ),
+            "{errs:?}"
         );
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use component::config::{ComponentConfig, ConfigErrors, check, duration};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use super::tls::ServerTlsConfig;
+
 /// Treat a present key with a null value (`grpc:` in YAML) as "enabled with defaults".
 fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
@@ -55,6 +57,9 @@ pub struct HttpServerConfig {
     /// `Retry-After` sent with that 503 (whole seconds, 1s to 1h).
     #[serde(with = "duration")]
     pub retry_after: Duration,
+    /// Serve HTTPS (and mTLS with `client_ca_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for HttpServerConfig {
@@ -72,6 +77,7 @@ impl Default for HttpServerConfig {
             max_connections: 4096,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -84,6 +90,9 @@ pub struct GrpcServerConfig {
     pub max_recv_msg_size_mib: u64,
     pub max_concurrent_streams: u32,
     pub middlewares: Option<Vec<MiddlewareRef>>,
+    /// Serve gRPC over TLS (ALPN h2; mTLS with `client_ca_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for GrpcServerConfig {
@@ -93,6 +102,7 @@ impl Default for GrpcServerConfig {
             max_recv_msg_size_mib: 4,
             max_concurrent_streams: 1024,
             middlewares: None,
+            tls: None,
         }
     }
 }
@@ -341,6 +351,8 @@ impl ComponentConfig for OtlpExporterConfig {
 pub struct HealthCheckConfig {
     pub endpoint: String,
     pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for HealthCheckConfig {
@@ -348,6 +360,7 @@ impl Default for HealthCheckConfig {
         HealthCheckConfig {
             endpoint: "127.0.0.1:13133".into(),
             path: "/".into(),
+            tls: None,
         }
     }
 }
@@ -412,6 +425,8 @@ pub enum MetricsLevel {
 pub struct PromPullExporter {
     pub host: String,
     pub port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for PromPullExporter {
@@ -419,6 +434,7 @@ impl Default for PromPullExporter {
         PromPullExporter {
             host: "127.0.0.1".into(),
             port: 8888,
+            tls: None,
         }
     }
 }
@@ -468,10 +484,16 @@ pub struct TelemetryConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
+    /// Allow listeners without `tls` on non-loopback addresses. Off by default: such a
+    /// listener refuses to start (see [`PLAINTEXT_OPT_OUT_KEY`]).
+    pub allow_plaintext_listeners: bool,
     pub extensions: Vec<String>,
     pub pipelines: BTreeMap<String, PipelineConfig>,
     pub telemetry: TelemetryConfig,
 }
+
+/// The one key that lets plaintext listeners bind non-loopback addresses.
+pub const PLAINTEXT_OPT_OUT_KEY: &str = "service.allow_plaintext_listeners";
 
 /// The whole document before component configs are decoded by their owners.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
