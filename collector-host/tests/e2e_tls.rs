@@ -264,6 +264,38 @@ fn https(
     })
 }
 
+/// GET over HTTP/2 (ALPN h2) with hyper's client; the status and body.
+fn h2_get(addr: SocketAddr, cfg: Arc<ClientConfig>, path: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (mut send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .expect("h2 handshake");
+        tokio::spawn(conn);
+        let req = http::Request::get(format!("https://localhost{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.expect("h2 request");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    })
+}
+
 fn get_req(addr: SocketAddr, path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").into_bytes()
 }
@@ -355,6 +387,7 @@ fn grpc_push(
 fn tls_config(pki: &Pki, push_interval: &str) -> String {
     let mtls = pki.tls_block(true, "");
     let tls = pki.tls_block(false, "");
+    let health_tls = pki.tls_block(false, ", handshake_timeout: 500ms");
     let tls13 = pki.tls_block(false, ", min_version: \"1.3\"");
     format!(
         r#"
@@ -380,7 +413,7 @@ extensions:
     tls: {mtls}
   health_check:
     endpoint: 127.0.0.1:0
-    tls: {tls}
+    tls: {health_tls}
 exporters:
   prometheus:
     endpoint: 127.0.0.1:0
@@ -474,9 +507,12 @@ fn https_and_grpc_pushes_get_thresholds_and_every_listener_serves_tls() {
 
     // ALPN: HTTP listeners prefer h2 and fall back to http/1.1.
     let both = client_config(&pki.ca.pem, Some(&agent), &[b"h2", b"http/1.1"], false);
-    let probe = tls_connect(f.http(), "localhost", both).expect("handshake");
+    let probe = tls_connect(f.http(), "localhost", both.clone()).expect("handshake");
     assert_eq!(probe.conn.alpn_protocol(), Some(&b"h2"[..]));
     drop(probe);
+    let (status, body) = h2_get(f.agent_api(), both, "/api/v1/threshold?cluster_id=tls");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"quorum_met\":true"), "{body}");
     let h1 = https(
         f.agent_api(),
         "localhost",
@@ -646,8 +682,38 @@ fn mtls_refuses_missing_wrong_ca_and_expired_client_certs_and_clients_refuse_san
     .unwrap();
     assert_eq!(ok.resp.status, 200);
 
-    // Each refusal was counted as a failed handshake, not an accepted one.
+    // A client that connects and never starts the handshake is dropped after
+    // handshake_timeout (500ms on the health check), and it does not hold up the accept
+    // loop meanwhile.
+    let mut idle = TcpStream::connect(f.addr("health_check")).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let anon = client_config(&pki.ca.pem, None, &[], false);
+    let h = https(
+        f.addr("health_check"),
+        "localhost",
+        anon.clone(),
+        &get_req(f.addr("health_check"), "/"),
+    )
+    .expect("served while another connection sits in its handshake");
+    assert_eq!(h.resp.status, 200);
+    // Served while the idle connection was still open: had the accept loop waited on the
+    // idle handshake, that connection would have timed out (and closed) first.
+    let mut buf = [0u8; 16];
+    idle.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(idle.peek(&mut buf), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the idle connection is still in its handshake"
+    );
+    idle.set_nonblocking(false).unwrap();
+    let t = std::time::Instant::now();
+    let n = idle.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without data");
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "closed by the handshake timeout"
+    );
+
+    // Each refusal was counted as a failed handshake, not an accepted one.
     let m = https(
         f.telemetry(),
         "localhost",
@@ -661,6 +727,12 @@ fn mtls_refuses_missing_wrong_ca_and_expired_client_certs_and_clients_refuse_san
     )
     .unwrap_or(0.0);
     assert!(failed >= 4.0, "failed handshakes counted: {failed}");
+    let timeouts = prom_value(
+        &m.resp.text(),
+        "ingero_fleet_tls_handshakes_total{listener=\"health_check\",outcome=\"timeout\"}",
+    )
+    .unwrap_or(0.0);
+    assert_eq!(timeouts, 1.0, "handshake timeout counted");
 }
 
 #[test]
