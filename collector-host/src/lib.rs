@@ -8,6 +8,7 @@
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
 //! - [`telemetry`]: otelcol self-metrics; [`server`]: the shared HTTP server loop;
+//! - [`tls`]: rustls on the listeners, certificate reload;
 //! - [`service`]: running a plan with graceful shutdown;
 //! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
 
@@ -20,3 +21,4 @@ pub mod registry;
 pub mod server;
 pub mod service;
 pub mod telemetry;
+pub mod tls;

@@ -192,7 +192,10 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Validate) => {
             return match plan {
-                Ok(_) => {
+                Ok(p) => {
+                    for w in &p.warnings {
+                        eprintln!("warning: {w}");
+                    }
                     eprintln!("configuration is valid");
                     ExitCode::SUCCESS
                 }

@@ -1,5 +1,6 @@
-//! One HTTP server loop for every listener of the host: HTTP/1.1 and h2c, a cap on open
-//! connections, a header-read timeout, and a graceful drain on shutdown.
+//! One HTTP server loop for every listener of the host: HTTP/1.1 and h2c (or HTTPS with
+//! ALPN h2/http1.1), a cap on open connections, a header-read timeout, and a graceful
+//! drain on shutdown.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,6 +36,8 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     /// 0 = unlimited.
     pub max_connections: usize,
+    /// Serve TLS with this listener's (reloadable) certificate; `None` = plaintext.
+    pub tls: Option<Arc<crate::tls::ListenerTls>>,
 }
 
 /// Connection-level counters of one listener.
@@ -117,13 +120,36 @@ pub async fn serve(
             let h = h.clone();
             async move { Ok::<_, Infallible>(h(req, peer).await) }
         });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
         let name = opts.name.clone();
+        let Some(tls) = opts.tls.clone() else {
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                .into_owned();
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
+                }
+                drop(permit);
+            });
+            continue;
+        };
+        // TLS: the handshake runs in the connection's task (bounded by its timeout), so a
+        // slow or hostile client never holds up the accept loop.
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let Some(stream) = tls.accept(stream, peer).await else {
+                return;
+            };
+            if *shutdown.borrow() {
+                return;
+            }
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
             }
             drop(permit);

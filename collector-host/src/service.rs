@@ -17,7 +17,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::model::{HealthCheckConfig, MetricsLevel};
-use crate::config::{ExporterPlan, ExtensionPlan, PipelineSignal, Plan, ReceiverPlan};
+use crate::config::{
+    ExporterPlan, ExtensionPlan, ListenerTlsPlan, PipelineSignal, Plan, ReceiverPlan,
+};
 use crate::exporter::debug::DebugExporter;
 use crate::exporter::otlp::OtlpExporter;
 use crate::exporter::prometheus::PromExporter;
@@ -26,6 +28,7 @@ use crate::receiver::grpc::{self, GrpcReceiver};
 use crate::receiver::http::HttpReceiver;
 use crate::server::{self, Handler, ListenerStats, ServerOptions, response, streaming_response};
 use crate::telemetry::{Telemetry, render_text};
+use crate::tls::ListenerTls;
 
 /// Run-time options from the command line.
 #[derive(Debug, Clone)]
@@ -56,9 +59,34 @@ struct Listeners {
     shutdown: watch::Receiver<bool>,
     drain: Duration,
     tasks: Vec<JoinHandle<()>>,
+    /// `tls` per listener endpoint key path (from the plan).
+    tls: HashMap<String, ListenerTlsPlan>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Listeners {
+    /// Load the listener's certificate (when it has a `tls` block) and start its reloader.
+    fn tls(
+        &self,
+        name: &str,
+        endpoint_path: &str,
+        alpn: &[&'static [u8]],
+    ) -> anyhow::Result<Option<Arc<ListenerTls>>> {
+        let Some(t) = self.tls.get(endpoint_path) else {
+            return Ok(None);
+        };
+        let tls = ListenerTls::new(
+            name,
+            &t.tls_path,
+            t.config.clone(),
+            alpn,
+            self.telemetry.tls(name),
+        )
+        .map_err(|e| anyhow!("{}.{}: {}", t.tls_path, e.key, e.message))?;
+        tls.spawn_reloader(self.shutdown.clone());
+        Ok(Some(tls))
+    }
+
     async fn http(
         &mut self,
         name: &str,
@@ -67,13 +95,16 @@ impl Listeners {
         handler: Handler,
         opts: Option<ServerOptions>,
     ) -> anyhow::Result<()> {
+        let tls = self.tls(name, path, crate::tls::ALPN_HTTP)?;
         let (l, addr) = bind_at(path, endpoint).await?;
-        tracing::info!(listener = name, addr = %addr, "listening");
-        let opts = opts.unwrap_or(ServerOptions {
+        tracing::info!(listener = name, addr = %addr, tls = tls.is_some(), "listening");
+        let mut opts = opts.unwrap_or(ServerOptions {
             name: name.to_string(),
             header_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            tls: None,
         });
+        opts.tls = tls;
         let rx = self.shutdown.clone();
         let drain = self.drain;
         self.tasks.push(tokio::spawn(server::serve(
@@ -94,6 +125,8 @@ fn capped(name: &str, max_connections: usize) -> Option<ServerOptions> {
         name: name.to_string(),
         header_read_timeout: Duration::from_secs(10),
         max_connections,
+        // Set from the plan by `Listeners::http`.
+        tls: None,
     })
 }
 
@@ -192,7 +225,12 @@ pub async fn run(
         shutdown: shutdown_rx.clone(),
         drain: opts.drain,
         tasks: Vec::new(),
+        tls: plan.listener_tls.clone(),
+        telemetry: telemetry.clone(),
     };
+    for w in &plan.warnings {
+        tracing::warn!("{w}");
+    }
 
     // Authenticators before everything that listens: a listener never serves unchecked.
     let mut host_exts: Vec<(ComponentId, Arc<dyn Extension>)> = Vec::new();
@@ -463,6 +501,7 @@ pub async fn run(
                 name: format!("{id}/http"),
                 header_read_timeout: h.read_header_timeout,
                 max_connections: h.max_connections,
+                tls: None,
             };
             listeners
                 .http(
@@ -475,12 +514,11 @@ pub async fn run(
                 .await?;
         }
         if let Some(g) = &cfg.protocols.grpc {
-            let (l, addr) = bind_at(
-                &format!("receivers.{id}.protocols.grpc.endpoint"),
-                &g.endpoint,
-            )
-            .await?;
-            tracing::info!(listener = %format!("{id}/grpc"), addr = %addr, "listening");
+            let name = format!("{id}/grpc");
+            let path = format!("receivers.{id}.protocols.grpc.endpoint");
+            let tls = listeners.tls(&name, &path, crate::tls::ALPN_GRPC)?;
+            let (l, addr) = bind_at(&path, &g.endpoint).await?;
+            tracing::info!(listener = %name, addr = %addr, tls = tls.is_some(), "listening");
             let rx = GrpcReceiver {
                 fanout: fanout.clone(),
                 thresholds: store_for("grpc"),
@@ -491,7 +529,7 @@ pub async fn run(
             let g = g.clone();
             let drain = opts.drain;
             listeners.tasks.push(tokio::spawn(async move {
-                if let Err(e) = grpc::serve(l, g, rx, srx, drain).await {
+                if let Err(e) = grpc::serve(l, g, rx, srx, drain, tls).await {
                     tracing::error!(error = %e, "gRPC server failed");
                 }
             }));

@@ -106,6 +106,17 @@ impl ExporterCounters {
     }
 }
 
+/// TLS counters of one listener.
+#[derive(Debug, Default)]
+pub struct TlsStats {
+    pub listener: String,
+    pub handshakes_ok: AtomicU64,
+    pub handshakes_failed: AtomicU64,
+    pub handshakes_timed_out: AtomicU64,
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
 /// Latency histogram with fixed bucket bounds (seconds).
 #[derive(Debug)]
 pub struct Histogram {
@@ -201,6 +212,7 @@ pub struct Telemetry {
     receivers: Mutex<Vec<Arc<ReceiverCounters>>>,
     processors: Mutex<Vec<Arc<ProcessorCounters>>>,
     exporters: Mutex<Vec<Arc<ExporterCounters>>>,
+    tls: Mutex<Vec<Arc<TlsStats>>>,
     /// Tick outputs and other internal data-path losses, by (component, reason).
     pub tick_panics: AtomicU64,
 }
@@ -212,6 +224,7 @@ impl Default for Telemetry {
             receivers: Mutex::new(Vec::new()),
             processors: Mutex::new(Vec::new()),
             exporters: Mutex::new(Vec::new()),
+            tls: Mutex::new(Vec::new()),
             tick_panics: AtomicU64::new(0),
         }
     }
@@ -253,6 +266,15 @@ impl Telemetry {
             queue_capacity: AtomicU64::new(0),
         });
         self.exporters.lock().push(c.clone());
+        c
+    }
+
+    pub fn tls(&self, listener: &str) -> Arc<TlsStats> {
+        let c = Arc::new(TlsStats {
+            listener: listener.to_string(),
+            ..TlsStats::default()
+        });
+        self.tls.lock().push(c.clone());
         c
     }
 
@@ -367,6 +389,36 @@ impl Telemetry {
             qc.push(&l, e.queue_capacity.load(Relaxed) as f64);
         }
         fams.extend([qs, qc]);
+
+        let tls = self.tls.lock().clone();
+        let mut hs = MetricFamily::counter(
+            "ingero_fleet_tls_handshakes_total",
+            "TLS handshakes on a listener, by outcome (ok, failed, timeout).",
+        );
+        let mut rl = MetricFamily::counter(
+            "ingero_fleet_tls_reloads_total",
+            "Certificate reloads of a listener, by outcome (ok, failed: the previous certificate stays).",
+        );
+        for t in &tls {
+            let l = t.listener.as_str();
+            for (outcome, c) in [
+                ("ok", &t.handshakes_ok),
+                ("failed", &t.handshakes_failed),
+                ("timeout", &t.handshakes_timed_out),
+            ] {
+                hs.push(
+                    &[("listener", l), ("outcome", outcome)],
+                    c.load(Relaxed) as f64,
+                );
+            }
+            for (outcome, c) in [("ok", &t.reloads_ok), ("failed", &t.reloads_failed)] {
+                rl.push(
+                    &[("listener", l), ("outcome", outcome)],
+                    c.load(Relaxed) as f64,
+                );
+            }
+        }
+        fams.extend([hs, rl]);
 
         fams.push(
             MetricFamily::gauge("otelcol_process_uptime_seconds", "Uptime of the process.")

@@ -36,8 +36,17 @@ fn seed_config() -> String {
 /// they boot one after the other inside one test.
 #[test]
 fn seed_config_and_embedded_default_boot_and_serve() {
-    // The seed's fleet-config.yaml, unchanged.
-    let mut f = Fleet::spawn(&["--config", &seed_config()], &[]);
+    // The seed's fleet-config.yaml, unchanged. It binds 0.0.0.0 without TLS, so it needs
+    // the plaintext opt-out.
+    let mut f = Fleet::spawn(
+        &[
+            "--config",
+            &seed_config(),
+            "--set",
+            "service.allow_plaintext_listeners=true",
+        ],
+        &[],
+    );
     for l in [
         "otlp/http",
         "otlp/grpc",
@@ -145,7 +154,23 @@ service:
     ] {
         assert!(err.contains(expect), "missing {expect:?} in:\n{err}");
     }
+    // The seed binds 0.0.0.0 in plaintext: refused, naming the opt-out; valid with it.
     let (code, _, err) = run(&["validate", "--config", &seed_config()], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("service.allow_plaintext_listeners: true"),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &[
+            "validate",
+            "--config",
+            &seed_config(),
+            "--set",
+            "service.allow_plaintext_listeners=true",
+        ],
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
     let (code, _, _) = run(&["validate"], &[]);
     assert_eq!(code, 0, "embedded default validates");

@@ -3,8 +3,10 @@
 //! `validate`, `print-config` and the run path all go through [`Plan::build`], so they
 //! accept and reject exactly the same documents.
 
+mod listeners;
 pub mod model;
 pub mod source;
+pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,9 +18,10 @@ use fleet_prometheus::PrometheusExporterConfig;
 use ingero_extension::ThresholdExtension;
 
 use crate::registry::{self, Kind};
+use listeners::{check_listener_conflicts, check_plaintext, listener_decls, load_tls, take_tls};
 use model::{
     DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig, RawConfig,
-    TelemetryConfig,
+    ServerTlsConfig, TelemetryConfig,
 };
 
 /// A configured receiver.
@@ -87,6 +90,14 @@ pub struct PipelinePlan {
     pub exporters: Vec<ComponentId>,
 }
 
+/// The `tls` block that applies to one listener.
+#[derive(Debug, Clone)]
+pub struct ListenerTlsPlan {
+    /// Key path of the block (`receivers.otlp.protocols.http.tls`).
+    pub tls_path: String,
+    pub config: ServerTlsConfig,
+}
+
 /// Everything needed to run, validated.
 #[derive(Debug)]
 pub struct Plan {
@@ -99,6 +110,12 @@ pub struct Plan {
     pub telemetry: TelemetryConfig,
     /// Receiver -> explicit middleware list per protocol (`None` = automatic).
     pub middlewares: HashMap<(ComponentId, &'static str), Option<Vec<ComponentId>>>,
+    /// TLS per listener, keyed by the key path of the listener's endpoint
+    /// (`receivers.otlp.protocols.http.endpoint`); absent = plaintext.
+    pub listener_tls: HashMap<String, ListenerTlsPlan>,
+    /// Findings that do not stop the config (`key.path: message`), e.g. a private key
+    /// file others can read.
+    pub warnings: Vec<String>,
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -178,20 +195,36 @@ impl Plan {
             &raw.processors,
             |ty, v, _| registry::create_processor(ty, v),
         );
-        let exporters = section(
-            &mut errs,
-            "exporters",
-            Kind::Exporter,
-            &raw.exporters,
-            |ty, v, _| match ty {
-                "prometheus" => {
-                    decode_host::<PrometheusExporterConfig>(v).map(ExporterPlan::Prometheus)
+        let exporters =
+            section(
+                &mut errs,
+                "exporters",
+                Kind::Exporter,
+                &raw.exporters,
+                |ty, v, _| match ty {
+                    "prometheus" => {
+                        let (v, tls) = take_tls(v)?;
+                        decode_host::<PrometheusExporterConfig>(&v)
+                            .map(|c| (ExporterPlan::Prometheus(c), tls))
+                    }
+                    "debug" => decode_host::<DebugExporterConfig>(v)
+                        .map(|c| (ExporterPlan::Debug(c), None)),
+                    "otlp" => decode_host::<OtlpExporterConfig>(v)
+                        .map(|c| (ExporterPlan::OtlpGrpc(c), None)),
+                    _ => decode_host::<OtlpExporterConfig>(v)
+                        .map(|c| (ExporterPlan::OtlpHttp(c), None)),
+                },
+            );
+        let mut component_tls: BTreeMap<String, ServerTlsConfig> = BTreeMap::new();
+        let exporters: BTreeMap<ComponentId, ExporterPlan> = exporters
+            .into_iter()
+            .map(|(id, (plan, tls))| {
+                if let Some(t) = tls {
+                    component_tls.insert(format!("exporters.{id}"), t);
                 }
-                "debug" => decode_host::<DebugExporterConfig>(v).map(ExporterPlan::Debug),
-                "otlp" => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpGrpc),
-                _ => decode_host::<OtlpExporterConfig>(v).map(ExporterPlan::OtlpHttp),
-            },
-        );
+                (id, plan)
+            })
+            .collect();
         let defined_ext = section(
             &mut errs,
             "extensions",
@@ -199,15 +232,30 @@ impl Plan {
             &raw.extensions,
             |ty, v, path| match ty {
                 ingero_extension::TYPE => {
-                    ingero_extension::create(v).map(|e| ExtensionPlan::Threshold(Arc::new(e)))
+                    let (v, tls) = take_tls(v)?;
+                    ingero_extension::create(&v)
+                        .map(|e| (ExtensionPlan::Threshold(Arc::new(e)), tls))
                 }
                 crate::auth::TYPE => decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
                     let id = path.strip_prefix("extensions.").unwrap_or(path);
-                    ExtensionPlan::Auth(Arc::new(crate::auth::AuthExtension::new(id, c)))
+                    (
+                        ExtensionPlan::Auth(Arc::new(crate::auth::AuthExtension::new(id, c))),
+                        None,
+                    )
                 }),
-                _ => decode_host::<HealthCheckConfig>(v).map(ExtensionPlan::HealthCheck),
+                _ => decode_host::<HealthCheckConfig>(v)
+                    .map(|c| (ExtensionPlan::HealthCheck(c), None)),
             },
         );
+        let defined_ext: BTreeMap<ComponentId, ExtensionPlan> = defined_ext
+            .into_iter()
+            .map(|(id, (plan, tls))| {
+                if let Some(t) = tls {
+                    component_tls.insert(format!("extensions.{id}"), t);
+                }
+                (id, plan)
+            })
+            .collect();
 
         let mut extensions = Vec::new();
         for (i, key) in raw.service.extensions.iter().enumerate() {
@@ -405,7 +453,16 @@ impl Plan {
             }
         }
 
-        check_listener_conflicts(&mut errs, &receivers, &exporters, &extensions, &telemetry);
+        let decls = listener_decls(
+            &receivers,
+            &exporters,
+            &extensions,
+            &telemetry,
+            &component_tls,
+        );
+        check_listener_conflicts(&mut errs, &decls);
+        check_plaintext(&mut errs, &decls, raw.service.allow_plaintext_listeners);
+        let (listener_tls, warnings) = load_tls(&mut errs, &decls);
         errs.into_result()?;
         Ok(Plan {
             receivers,
@@ -415,6 +472,8 @@ impl Plan {
             pipelines,
             telemetry,
             middlewares,
+            listener_tls,
+            warnings,
         })
     }
 
@@ -472,74 +531,4 @@ fn auth_refs<'a>(
         }
     }
     out
-}
-
-/// Two listeners on the same address would fail at bind time; say which keys collide.
-fn check_listener_conflicts(
-    errs: &mut ConfigErrors,
-    receivers: &BTreeMap<ComponentId, ReceiverPlan>,
-    exporters: &BTreeMap<ComponentId, ExporterPlan>,
-    extensions: &[(ComponentId, ExtensionPlan)],
-    telemetry: &TelemetryConfig,
-) {
-    let mut seen: Vec<(String, String)> = Vec::new();
-    let mut add = |path: String, endpoint: &str| {
-        if let Ok((host, port)) = model::parse_endpoint(endpoint) {
-            if port == 0 {
-                return;
-            }
-            let key = format!("{host}:{port}");
-            let wildcard = format!("0.0.0.0:{port}");
-            if let Some((other, _)) = seen.iter().find(|(_, k)| {
-                *k == key
-                    || *k == wildcard
-                    || (host == "0.0.0.0" && k.ends_with(&format!(":{port}")))
-            }) {
-                errs.push(path, format!("{endpoint} is also used by {other}"));
-            } else {
-                seen.push((path, key));
-            }
-        }
-    };
-    for (id, ReceiverPlan::Otlp(c)) in receivers {
-        if let Some(h) = &c.protocols.http {
-            add(
-                format!("receivers.{id}.protocols.http.endpoint"),
-                &h.endpoint,
-            );
-        }
-        if let Some(g) = &c.protocols.grpc {
-            add(
-                format!("receivers.{id}.protocols.grpc.endpoint"),
-                &g.endpoint,
-            );
-        }
-    }
-    for (id, e) in extensions {
-        match e {
-            ExtensionPlan::Threshold(t) => {
-                let c = t.config();
-                add(format!("extensions.{id}.agent_endpoint"), &c.agent_endpoint);
-                if !c.admin_endpoint.is_empty() {
-                    add(format!("extensions.{id}.admin_endpoint"), &c.admin_endpoint);
-                }
-            }
-            ExtensionPlan::HealthCheck(c) => add(format!("extensions.{id}.endpoint"), &c.endpoint),
-            ExtensionPlan::Auth(_) => {}
-        }
-    }
-    for (id, e) in exporters {
-        if let ExporterPlan::Prometheus(c) = e {
-            add(format!("exporters.{id}.endpoint"), &c.endpoint);
-        }
-    }
-    if telemetry.metrics.level != model::MetricsLevel::None
-        && let Some(r) = telemetry.metrics.readers.first()
-    {
-        let p = &r.pull.exporter.prometheus;
-        add(
-            "service.telemetry.metrics.readers.0.pull.exporter.prometheus".into(),
-            &format!("{}:{}", p.host, p.port),
-        );
-    }
 }

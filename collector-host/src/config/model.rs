@@ -7,6 +7,8 @@ use std::time::Duration;
 use component::config::{AuthRef, ComponentConfig, ConfigErrors, check, duration};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use super::tls::ServerTlsConfig;
+
 /// Treat a present key with a null value (`grpc:` in YAML) as "enabled with defaults".
 fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
@@ -58,6 +60,9 @@ pub struct HttpServerConfig {
     /// Bearer tokens (`auth: {authenticator: ingero_auth}`); absent = no authentication.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthRef>,
+    /// Serve HTTPS (and mTLS with `client_ca_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for HttpServerConfig {
@@ -76,6 +81,7 @@ impl Default for HttpServerConfig {
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
             auth: None,
+            tls: None,
         }
     }
 }
@@ -98,6 +104,9 @@ pub struct GrpcServerConfig {
     /// Bearer tokens in `authorization` metadata; absent = no authentication.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthRef>,
+    /// Serve gRPC over TLS (ALPN h2; mTLS with `client_ca_file`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for GrpcServerConfig {
@@ -110,6 +119,7 @@ impl Default for GrpcServerConfig {
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
             auth: None,
+            tls: None,
         }
     }
 }
@@ -363,6 +373,8 @@ pub struct HealthCheckConfig {
     pub auth: Option<AuthRef>,
     /// Open connections beyond which new ones are closed at accept (0 = unlimited).
     pub max_connections: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for HealthCheckConfig {
@@ -372,6 +384,7 @@ impl Default for HealthCheckConfig {
             path: "/".into(),
             auth: None,
             max_connections: 1024,
+            tls: None,
         }
     }
 }
@@ -436,6 +449,8 @@ pub enum MetricsLevel {
 pub struct PromPullExporter {
     pub host: String,
     pub port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl Default for PromPullExporter {
@@ -443,6 +458,7 @@ impl Default for PromPullExporter {
         PromPullExporter {
             host: "127.0.0.1".into(),
             port: 8888,
+            tls: None,
         }
     }
 }
@@ -492,10 +508,16 @@ pub struct TelemetryConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
+    /// Allow listeners without `tls` on non-loopback addresses. Off by default: such a
+    /// listener refuses to start (see [`PLAINTEXT_OPT_OUT_KEY`]).
+    pub allow_plaintext_listeners: bool,
     pub extensions: Vec<String>,
     pub pipelines: BTreeMap<String, PipelineConfig>,
     pub telemetry: TelemetryConfig,
 }
+
+/// The one key that lets plaintext listeners bind non-loopback addresses.
+pub const PLAINTEXT_OPT_OUT_KEY: &str = "service.allow_plaintext_listeners";
 
 /// The whole document before component configs are decoded by their owners.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]

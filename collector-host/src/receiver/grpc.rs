@@ -265,13 +265,15 @@ impl LogsService for GrpcReceiver {
     }
 }
 
-/// Serve the three OTLP services until `shutdown`, then drain for at most `drain`.
+/// Serve the three OTLP services (over TLS when `tls` is set) until `shutdown`, then
+/// drain for at most `drain`.
 pub async fn serve(
     listener: TcpListener,
     cfg: GrpcServerConfig,
     receiver: GrpcReceiver,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     drain: Duration,
+    tls: Option<Arc<crate::tls::ListenerTls>>,
 ) -> Result<(), tonic::transport::Error> {
     let max = usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1024 * 1024))
         .unwrap_or(usize::MAX);
@@ -291,19 +293,48 @@ pub async fn serve(
     let logs = LogsServiceServer::new(receiver)
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let (drain_tx, mut drain_rx) = watch::channel(false);
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(cfg.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .layer(shed)
         .add_service(metrics)
         .add_service(traces)
-        .add_service(logs)
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = shutdown.wait_for(|v| *v).await;
-            let _ = drain_tx.send(true);
-        });
+        .add_service(logs);
+    match tls {
+        None => {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            serve_until(router, incoming, shutdown, drain).await
+        }
+        Some(tls) => {
+            let incoming = crate::tls::grpc_incoming(listener, tls, shutdown.clone());
+            serve_until(router, incoming, shutdown, drain).await
+        }
+    }
+}
+
+/// Run `router` on `incoming` until `shutdown`, then drain for at most `drain`.
+async fn serve_until<I, IO>(
+    router: tonic::transport::server::Router<
+        tower::layer::util::Stack<super::grpc_shed::ShedLayer, tower::layer::util::Identity>,
+    >,
+    incoming: I,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) -> Result<(), tonic::transport::Error>
+where
+    I: tokio_stream::Stream<Item = Result<IO, std::io::Error>>,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
+    let (drain_tx, mut drain_rx) = watch::channel(false);
+    let server = router.serve_with_incoming_shutdown(incoming, async move {
+        let _ = shutdown.wait_for(|v| *v).await;
+        let _ = drain_tx.send(true);
+    });
     tokio::pin!(server);
     tokio::select! {
         r = &mut server => r,

@@ -292,7 +292,7 @@ pub fn raw(addr: SocketAddr, request: &[u8]) -> Resp {
     parse_response(&buf)
 }
 
-fn parse_response(buf: &[u8]) -> Resp {
+pub fn parse_response(buf: &[u8]) -> Resp {
     let end = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
