@@ -384,3 +384,95 @@ fn a_flood_of_large_pushes_is_shed_with_bounded_memory_and_the_threshold_api_kee
         grown >> 20
     );
 }
+
+/// An HTTP/2 connection that completed one `Export` call and stays open.
+struct OpenGrpcConn {
+    _client: h2::client::SendRequest<bytes::Bytes>,
+    task: tokio::task::JoinHandle<Result<(), h2::Error>>,
+}
+
+async fn open_grpc_conn(addr: std::net::SocketAddr, msg: &[u8]) -> Option<OpenGrpcConn> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let (client, conn) = h2::client::handshake(tcp).await.ok()?;
+    let task = tokio::spawn(conn);
+    let mut ready = client.clone().ready().await.ok()?;
+    let req = http::Request::post(format!(
+        "http://{addr}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut body) = ready.send_request(req, false).ok()?;
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(msg);
+    body.send_data(bytes::Bytes::from(framed), true).ok()?;
+    let resp = response.await.ok()?;
+    (resp.status() == 200).then_some(OpenGrpcConn {
+        _client: client,
+        task,
+    })
+}
+
+#[test]
+fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+    use prost::Message;
+
+    let cfg = test_config("1s", &[]).replace(
+        "      grpc:\n        endpoint: 127.0.0.1:0\n",
+        "      grpc:\n        endpoint: 127.0.0.1:0\n        max_connections: 2\n",
+    );
+    assert!(cfg.contains("max_connections: 2"), "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    let addr = f.grpc();
+    let telemetry = f.telemetry();
+    let msg = AgentPush::new("conns", "node-0", 0.93)
+        .to_proto()
+        .encode_to_vec();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        // Two connections, each proven accepted by a completed call, hold both slots.
+        let mut open = Vec::new();
+        for _ in 0..2 {
+            open.push(open_grpc_conn(addr, &msg).await.expect("within the cap"));
+        }
+        // A third connection is closed at accept: its call fails.
+        let probe = || async {
+            let mut c = MetricsServiceClient::connect(format!("http://{addr}"))
+                .await
+                .ok()?;
+            c.export(AgentPush::new("conns", "probe", 0.93).to_proto())
+                .await
+                .ok()
+        };
+        assert!(probe().await.is_none(), "a third connection was served");
+        let tel = tokio::task::spawn_blocking(move || get(telemetry, "/metrics").text())
+            .await
+            .unwrap();
+        assert!(
+            tel.lines()
+                .any(|l| l.starts_with("ingero_fleet_rejected_requests_total")
+                    && l.contains("max_connections")
+                    && l.contains("grpc")),
+            "{tel}"
+        );
+        // Closing one frees its slot.
+        let first = open.remove(0);
+        first.task.abort();
+        drop(first);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if probe().await.is_some() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "slot never freed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}

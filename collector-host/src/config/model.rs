@@ -94,6 +94,9 @@ pub struct GrpcServerConfig {
     pub max_recv_msg_size_mib: u64,
     pub max_concurrent_streams: u32,
     pub middlewares: Option<Vec<MiddlewareRef>>,
+    /// Cap on open connections (0 = unlimited); beyond it a new connection is closed at
+    /// accept.
+    pub max_connections: usize,
     /// Cap on OTLP calls being read and processed at once, over all connections (0 =
     /// unlimited). Beyond it a call is answered `UNAVAILABLE` with a `RetryInfo` delay of
     /// `retry_after`, before its message is read.
@@ -116,6 +119,7 @@ impl Default for GrpcServerConfig {
             max_recv_msg_size_mib: 4,
             max_concurrent_streams: 1024,
             middlewares: None,
+            max_connections: 4096,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
             auth: None,

@@ -290,6 +290,7 @@ pub async fn serve(
         retry_after: cfg.retry_after,
         counters: receiver.counters.clone(),
     };
+    let counters = receiver.counters.clone();
     let logs = LogsServiceServer::new(receiver)
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip);
@@ -300,14 +301,16 @@ pub async fn serve(
         .add_service(metrics)
         .add_service(traces)
         .add_service(logs);
+    use super::grpc_conn_cap::cap;
+    let max_conns = cfg.max_connections;
     match tls {
         None => {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            serve_until(router, incoming, shutdown, drain).await
+            serve_until(router, cap(incoming, max_conns, counters), shutdown, drain).await
         }
         Some(tls) => {
             let incoming = crate::tls::grpc_incoming(listener, tls, shutdown.clone());
-            serve_until(router, incoming, shutdown, drain).await
+            serve_until(router, cap(incoming, max_conns, counters), shutdown, drain).await
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod decode;
 pub mod grpc;
+pub mod grpc_conn_cap;
 pub mod grpc_shed;
 pub mod http;
 pub mod otlp_json;
