@@ -132,6 +132,25 @@ fn retry_after_must_be_whole_seconds_within_an_hour() {
     }
 }
 
+/// The headers of an OTLP metrics `Export` call, for a raw HTTP/2 client.
+fn export_request(addr: std::net::SocketAddr) -> http::Request<()> {
+    http::Request::post(format!(
+        "http://{addr}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap()
+}
+
+/// gRPC length-prefixed message: flag byte, big-endian length, then the message.
+fn grpc_frame(msg: &[u8]) -> Vec<u8> {
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(msg);
+    framed
+}
+
 /// A gRPC `Export` call on its own HTTP/2 connection with the request message half sent.
 struct HeldCall {
     response: h2::client::ResponseFuture,
@@ -144,18 +163,9 @@ async fn held_grpc_call(addr: std::net::SocketAddr, msg: &[u8]) -> HeldCall {
     let (client, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
     let mut client = client.ready().await.unwrap();
-    let req = http::Request::post(format!(
-        "http://{addr}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
+    let req = export_request(addr);
     let (response, mut body) = client.send_request(req, false).unwrap();
-    // gRPC length-prefixed message: flag byte, big-endian length, then the message.
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
-    framed.extend_from_slice(msg);
+    let framed = grpc_frame(msg);
     let half = framed.len() / 2;
     let rest = bytes::Bytes::copy_from_slice(&framed[half..]);
     body.send_data(bytes::Bytes::copy_from_slice(&framed[..half]), false)
@@ -396,18 +406,10 @@ async fn open_grpc_conn(addr: std::net::SocketAddr, msg: &[u8]) -> Option<OpenGr
     let (client, conn) = h2::client::handshake(tcp).await.ok()?;
     let task = tokio::spawn(conn);
     let mut ready = client.clone().ready().await.ok()?;
-    let req = http::Request::post(format!(
-        "http://{addr}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
+    let req = export_request(addr);
     let (response, mut body) = ready.send_request(req, false).ok()?;
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
-    framed.extend_from_slice(msg);
-    body.send_data(bytes::Bytes::from(framed), true).ok()?;
+    body.send_data(bytes::Bytes::from(grpc_frame(msg)), true)
+        .ok()?;
     let resp = response.await.ok()?;
     (resp.status() == 200).then_some(OpenGrpcConn {
         _client: client,
