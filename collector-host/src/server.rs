@@ -88,20 +88,7 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let permits =
         (opts.max_connections > 0).then(|| Arc::new(Semaphore::new(opts.max_connections)));
-    loop {
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = shutdown.wait_for(|v| *v) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: back off briefly instead of spinning.
-                tracing::warn!(listener = %opts.name, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    while let Some((stream, peer)) = accept(&listener, &mut shutdown, &opts.name).await {
         let permit = match &permits {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
@@ -161,6 +148,28 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!(listener = %opts.name, "drain timed out; closing remaining connections");
+    }
+}
+
+/// The next connection on `listener`, or `None` once `shutdown` turns true. Accept errors
+/// (EMFILE and friends) are logged and retried after a short pause instead of spinning.
+pub async fn accept(
+    listener: &TcpListener,
+    shutdown: &mut watch::Receiver<bool>,
+    name: &str,
+) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|v| *v) => return None,
+        };
+        match accepted {
+            Ok(x) => return Some(x),
+            Err(e) => {
+                tracing::warn!(listener = %name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

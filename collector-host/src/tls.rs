@@ -424,19 +424,9 @@ pub fn grpc_incoming(
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                r = listener.accept() => r,
-                _ = shutdown.wait_for(|v| *v) => break,
-            };
-            let (stream, peer) = match accepted {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(listener = %tls.name, error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
+        while let Some((stream, peer)) =
+            crate::server::accept(&listener, &mut shutdown, &tls.name).await
+        {
             let Ok(permit) = pending.clone().try_acquire_owned() else {
                 drop(stream);
                 continue;
