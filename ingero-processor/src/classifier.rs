@@ -62,6 +62,12 @@ impl ShortfallCusum {
         self.straggler
     }
 
+    /// Sum 0 and not flagged: a shortfall within the drift leaves it unchanged.
+    #[inline]
+    pub fn at_rest(&self) -> bool {
+        self.sum == 0.0 && !self.straggler
+    }
+
     pub fn sum(&self) -> f64 {
         f64::from(self.sum)
     }
@@ -78,7 +84,14 @@ impl ShortfallCusum {
     }
 
     /// Fold in one standardised shortfall `z = (threshold - score) / sigma`.
+    #[inline]
     pub fn observe_z(&mut self, p: &CusumParams, z: f64) -> Option<Transition> {
+        // At rest (sum 0, not flagged) a shortfall within the drift leaves the state as it
+        // is: exactly what the general step below computes (0 + z - drift <= 0 clamps to
+        // 0), without its floating-point chain. Nearly every healthy node takes this path.
+        if self.at_rest() && z <= p.drift {
+            return None;
+        }
         let next = f64::from(self.sum) + z - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
         let sum = next.max(0.0).min(p.cap());

@@ -245,53 +245,47 @@ impl ClusterTickState {
         }
         self.cohort_stragglers.clear();
         self.cohort_stragglers.resize(self.effective.len(), 0);
-        let mut transitions = Vec::new();
-        let mut stragglers = Vec::new();
-        let mut diagnostic = BottomK::new(p.diagnostics_max_nodes);
+        let mut step = ClassifyStep {
+            cusum: &p.cusum,
+            effective: &self.effective,
+            cohort_stragglers: &mut self.cohort_stragglers,
+            transitions: Vec::new(),
+            stragglers: Vec::new(),
+            diagnostic: BottomK::new(p.diagnostics_max_nodes),
+        };
+        // The common case inline: a live active node, classifier at rest, shortfall within
+        // the drift. Its state does not change (see `ShortfallCusum::observe_z`); only the
+        // diagnostics ranking sees it. Everything else goes through `ClassifyStep::general`
+        // (out of line, so the loop keeps its cursors in registers).
+        let drift = p.cusum.drift;
         for ((i, s), entry) in self
             .samples
             .iter_mut()
             .enumerate()
             .zip(self.classifiers.iter_mut())
         {
-            if s.is_vacant() {
-                // The previous occupant was reset when it expired, before it was removed.
-                *entry = (u32::MAX, ShortfallCusum::default());
+            if s.live_active()
+                && !s.straggler()
+                && entry.0 == s.generation()
+                && entry.1.at_rest()
+                && let Some(Some((threshold, inv_sigma))) =
+                    step.effective.get(s.cohort() as usize).copied()
+                && (threshold - s.score) * inv_sigma <= drift
+            {
+                let key = diagnostic_key(s);
+                if key < step.diagnostic.cutoff {
+                    step.diagnostic.offer(key, i);
+                }
                 continue;
             }
-            if entry.0 != s.generation {
-                *entry = (s.generation, ShortfallCusum::default());
-            }
-            let eff = if s.live() && s.state == NodeState::Active {
-                self.effective.get(s.cohort as usize).copied().flatten()
-            } else {
-                None
-            };
-            let t = match eff {
-                // `effective` holds (threshold, 1 / sigma): a multiply per node, not a divide.
-                Some((threshold, inv_sigma)) => entry
-                    .1
-                    .observe_z(&p.cusum, (threshold - s.score) * inv_sigma),
-                None => entry.1.reset(),
-            };
-            let straggler = entry.1.is_straggler();
-            s.set_straggler(straggler);
-            if straggler {
-                stragglers.push(i);
-                if let Some(c) = self.cohort_stragglers.get_mut(s.cohort as usize) {
-                    *c += 1;
-                }
-            }
-            if let Some(transition) = t {
-                transitions.push(NodeTransition {
-                    sample: i,
-                    transition,
-                });
-            }
-            if s.live() {
-                diagnostic.offer(diagnostic_key(s), i);
-            }
+            step.general(i, s, entry);
         }
+        let ClassifyStep {
+            transitions,
+            stragglers,
+            diagnostic,
+            ..
+        } = step;
         let straggler_count = stragglers.len() as u64;
         for c in &mut cohorts {
             c.straggler_count = self
@@ -329,10 +323,9 @@ impl ClusterTickState {
         self.counts.clear();
         self.counts.resize(n_ids + 1, 0);
         for s in &self.samples {
-            if s.live()
-                && s.state == NodeState::Active
-                && s.cohort != CLUSTER_WIDE_COHORT
-                && let Some(c) = self.counts.get_mut(s.cohort as usize + 1)
+            if s.live_active()
+                && s.cohort() != CLUSTER_WIDE_COHORT
+                && let Some(c) = self.counts.get_mut(s.cohort() as usize + 1)
             {
                 *c += 1;
             }
@@ -350,10 +343,9 @@ impl ClusterTickState {
         // Fill using a cursor per cohort (reuses `counts[id]` as the write position).
         let mut cursor: Vec<usize> = self.counts.clone();
         for s in &self.samples {
-            if s.live()
-                && s.state == NodeState::Active
-                && s.cohort != CLUSTER_WIDE_COHORT
-                && let Some(pos) = cursor.get_mut(s.cohort as usize)
+            if s.live_active()
+                && s.cohort() != CLUSTER_WIDE_COHORT
+                && let Some(pos) = cursor.get_mut(s.cohort() as usize)
             {
                 if let Some(slot) = self.grouped.get_mut(*pos) {
                     *slot = s.score;
@@ -399,6 +391,64 @@ impl ClusterTickState {
     }
 }
 
+/// One tick's classification outputs, and the general per-node step.
+struct ClassifyStep<'a> {
+    cusum: &'a CusumParams,
+    /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
+    effective: &'a [Option<(f64, f64)>],
+    cohort_stragglers: &'a mut [u64],
+    transitions: Vec<NodeTransition>,
+    stragglers: Vec<usize>,
+    diagnostic: BottomK,
+}
+
+impl ClassifyStep<'_> {
+    /// Classify sample `i` with its classifier `entry` (generation, state).
+    #[inline(never)]
+    fn general(&mut self, i: usize, s: &mut NodeSample, entry: &mut (u32, ShortfallCusum)) {
+        if s.is_vacant() {
+            // The previous occupant was reset when it expired, before it was removed.
+            *entry = (u32::MAX, ShortfallCusum::default());
+            return;
+        }
+        if entry.0 != s.generation() {
+            *entry = (s.generation(), ShortfallCusum::default());
+        }
+        let eff = if s.live_active() {
+            self.effective.get(s.cohort() as usize).copied().flatten()
+        } else {
+            None
+        };
+        let t = match eff {
+            // `effective` holds (threshold, 1 / sigma): a multiply per node, not a divide.
+            Some((threshold, inv_sigma)) => entry
+                .1
+                .observe_z(self.cusum, (threshold - s.score) * inv_sigma),
+            None => entry.1.reset(),
+        };
+        let straggler = entry.1.is_straggler();
+        // Written only on a change (samples from a snapshot arrive unflagged).
+        if s.straggler() != straggler {
+            s.set_straggler(straggler);
+        }
+        if straggler {
+            self.stragglers.push(i);
+            if let Some(c) = self.cohort_stragglers.get_mut(s.cohort() as usize) {
+                *c += 1;
+            }
+        }
+        if let Some(transition) = t {
+            self.transitions.push(NodeTransition {
+                sample: i,
+                transition,
+            });
+        }
+        if s.live() {
+            self.diagnostic.offer(diagnostic_key(s), i);
+        }
+    }
+}
+
 fn inverse_sigma(sigma: f64) -> f64 {
     1.0 / sigma.max(MIN_SIGMA)
 }
@@ -407,7 +457,7 @@ fn inverse_sigma(sigma: f64) -> f64 {
 /// active nodes, then the rest), then the score's bit pattern (scores are in [0, 1], where
 /// the IEEE pattern orders like the value and stays below 2^62).
 fn diagnostic_key(s: &NodeSample) -> u64 {
-    let rank: u64 = match (s.straggler(), s.state) {
+    let rank: u64 = match (s.straggler(), s.state()) {
         (true, _) => 0,
         (false, NodeState::Active) => 1,
         _ => 2,
@@ -432,13 +482,14 @@ impl BottomK {
         BottomK {
             max,
             buf: Vec::with_capacity(max.saturating_mul(2).min(1 << 20)),
-            cutoff: u64::MAX,
+            // With `max` 0 nothing is kept: no key is below 0.
+            cutoff: if max == 0 { 0 } else { u64::MAX },
         }
     }
 
     #[inline]
     fn offer(&mut self, key: u64, index: usize) {
-        if self.max == 0 || key >= self.cutoff {
+        if key >= self.cutoff {
             return;
         }
         self.buf.push((key, index));
@@ -576,7 +627,7 @@ mod tests {
             }]
         );
         // It goes idle: cleared without a score comparison.
-        st.samples_mut()[3].state = NodeState::Idle;
+        st.samples_mut()[3].set_state(NodeState::Idle);
         let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
         assert_eq!(t.straggler_count, 0);
         assert_eq!(t.transitions[0].transition, Transition::Cleared);
@@ -660,7 +711,7 @@ mod tests {
         let mut st = state_with(v, &[""]);
         st.compute(&params(false), 0, Timestamp::from_secs(1));
         assert!(st.samples()[0].straggler());
-        st.samples_mut()[0].generation = 2;
+        st.samples_mut()[0].set_generation(2);
         st.samples_mut()[0].score = 0.95;
         let t = st.compute(&params(false), 0, Timestamp::from_secs(2));
         assert!(!st.samples()[0].straggler());
@@ -691,7 +742,7 @@ mod tests {
                 );
                 s.set_straggler(r % 97 == 0);
                 if r % 11 == 0 {
-                    s.state = NodeState::Idle;
+                    s.set_state(NodeState::Idle);
                 }
                 s
             })
@@ -702,7 +753,7 @@ mod tests {
                 let s = &v[i];
                 let rank = if s.straggler() {
                     0
-                } else if s.state == NodeState::Active {
+                } else if s.state() == NodeState::Active {
                     1
                 } else {
                     2
@@ -720,7 +771,7 @@ mod tests {
             .map(|i| sample(i, 0.5 + 0.05 * i as f64, NodeState::Active, 0, true))
             .collect();
         v[4].set_straggler(true);
-        v[1].state = NodeState::Idle;
+        v[1].set_state(NodeState::Idle);
         v[0].set_live(false);
         let sel = diagnostic_selection(&v, 3);
         assert_eq!(sel, vec![4, 2, 3]);

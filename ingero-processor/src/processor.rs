@@ -445,7 +445,7 @@ impl IngeroProcessor {
             let info = |i: usize| {
                 samples
                     .get(i)
-                    .and_then(|s| table.node_info(i, s.generation))
+                    .and_then(|s| table.node_info(i, s.generation()))
             };
             let a: Vec<_> = tick.stragglers.iter().map(|&i| info(i)).collect();
             let b: Vec<_> = diag.iter().map(|&i| info(i)).collect();
@@ -480,14 +480,14 @@ impl IngeroProcessor {
                 continue;
             };
             let node = info.as_ref().map_or("?", |(id, _)| id.as_ref());
-            let cohort = cohort_of(s.cohort);
+            let cohort = cohort_of(s.cohort());
             match t.transition {
                 Transition::Entered => tracing::info!(
                     cluster_id = %cluster_id,
                     node_id = node,
                     cgroup_path_hash = %cohort,
                     score = s.score,
-                    threshold = threshold_of(s.cohort),
+                    threshold = threshold_of(s.cohort()),
                     "straggler detected"
                 ),
                 Transition::Cleared => tracing::info!(
@@ -495,7 +495,7 @@ impl IngeroProcessor {
                     node_id = node,
                     cgroup_path_hash = %cohort,
                     score = s.score,
-                    state = s.state.as_str(),
+                    state = s.state().as_str(),
                     live = s.live(),
                     "straggler cleared"
                 ),
@@ -527,8 +527,8 @@ impl IngeroProcessor {
                 let (node_id, last_seen) = info?;
                 Some(NodeDiagnostics {
                     node_id,
-                    cohort: cohort_of(s.cohort),
-                    state: s.state.as_str(),
+                    cohort: cohort_of(s.cohort()),
+                    state: s.state().as_str(),
                     score: s.score,
                     last_seen_unix_nano: last_seen,
                     straggler: s.straggler(),

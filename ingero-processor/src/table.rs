@@ -8,13 +8,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Node state as the agent reports it in `ingero.node.state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum NodeState {
-    Active,
-    Idle,
-    Calibrating,
+    Active = 0,
+    Idle = 1,
+    Calibrating = 2,
 }
 
 impl NodeState {
+    #[inline]
+    fn from_u8(v: u8) -> NodeState {
+        match v {
+            0 => NodeState::Active,
+            1 => NodeState::Idle,
+            _ => NodeState::Calibrating,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<NodeState> {
         use component::wire::state;
         match s {
@@ -110,31 +120,41 @@ pub enum RecordOutcome {
 }
 
 /// The hot part of a node (24 bytes); its id lives in a parallel vector so the tick's
-/// copy-out reads only these.
+/// copy-out reads only these. The record holds its tick sample ready-made (flags: `VACANT`
+/// for a free slot, else 0), so the copy-out is one 16-byte copy plus the live bit.
 #[derive(Debug, Clone)]
 struct NodeRecord {
-    score: f64,
+    sample: NodeSample,
     last_seen: u64,
-    generation: u32,
-    cohort: CohortId,
-    state: NodeState,
-    occupied: bool,
 }
 
-const LIVE: u8 = 1;
-const STRAGGLER: u8 = 2;
-const VACANT: u8 = 4;
+impl NodeRecord {
+    fn occupied(&self) -> bool {
+        !self.sample.is_vacant()
+    }
+}
+
+const LIVE: u64 = 1;
+const STRAGGLER: u64 = 2;
+const VACANT: u64 = 4;
+
+// `NodeSample::meta` layout: generation in bits 0..32, cohort 32..48, state 48..56, flags
+// 56..64.
+const COHORT_SHIFT: u32 = 32;
+const STATE_SHIFT: u32 = 48;
+const FLAGS_SHIFT: u32 = 56;
+const FLAGS_MASK: u64 = 0xff << FLAGS_SHIFT;
 
 /// A compact copy of one table slot for the tick (16 bytes: the tick makes several passes
 /// over these). Samples are dense: sample `i` is table slot `i`, and a free slot is a
 /// vacant sample. The straggler flag is set by the tick computation.
+///
+/// Everything but the score is packed into one word, so copying a sample is two moves
+/// (a struct of five fields is copied field by field).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NodeSample {
     pub score: f64,
-    pub generation: u32,
-    pub cohort: CohortId,
-    pub state: NodeState,
-    flags: u8,
+    meta: u64,
 }
 
 impl NodeSample {
@@ -148,10 +168,10 @@ impl NodeSample {
     ) -> Self {
         NodeSample {
             score,
-            generation,
-            cohort,
-            state,
-            flags: if live { LIVE } else { 0 },
+            meta: u64::from(generation)
+                | u64::from(cohort) << COHORT_SHIFT
+                | (state as u64) << STATE_SHIFT
+                | (u64::from(live) * LIVE) << FLAGS_SHIFT,
         }
     }
 
@@ -159,23 +179,70 @@ impl NodeSample {
     pub fn vacant() -> Self {
         NodeSample {
             score: 0.0,
-            generation: 0,
-            cohort: CLUSTER_WIDE_COHORT,
-            state: NodeState::Idle,
-            flags: VACANT,
+            meta: (NodeState::Idle as u64) << STATE_SHIFT | VACANT << FLAGS_SHIFT,
         }
     }
 
+    /// The slot's occupant (a new occupant of the same slot has the next generation).
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.meta as u32
+    }
+
+    #[inline]
+    pub fn cohort(&self) -> CohortId {
+        (self.meta >> COHORT_SHIFT) as CohortId
+    }
+
+    #[inline]
+    pub fn state(&self) -> NodeState {
+        NodeState::from_u8((self.meta >> STATE_SHIFT) as u8)
+    }
+
+    pub fn set_generation(&mut self, generation: u32) {
+        self.meta = (self.meta & !0xffff_ffff) | u64::from(generation);
+    }
+
+    pub fn set_cohort(&mut self, cohort: CohortId) {
+        self.meta = (self.meta & !(0xffff << COHORT_SHIFT)) | u64::from(cohort) << COHORT_SHIFT;
+    }
+
+    pub fn set_state(&mut self, state: NodeState) {
+        self.meta = (self.meta & !(0xff << STATE_SHIFT)) | (state as u64) << STATE_SHIFT;
+    }
+
+    #[inline]
+    fn flags(&self) -> u64 {
+        self.meta >> FLAGS_SHIFT
+    }
+
+    /// Replace every flag (the snapshot: an occupied record becomes live or not).
+    #[inline]
+    fn set_flags(&mut self, flags: u64) {
+        self.meta = (self.meta & !FLAGS_MASK) | flags << FLAGS_SHIFT;
+    }
+
+    #[inline]
     pub fn is_vacant(&self) -> bool {
-        self.flags & VACANT != 0
+        self.flags() & VACANT != 0
     }
 
+    #[inline]
     pub fn live(&self) -> bool {
-        self.flags & LIVE != 0
+        self.flags() & LIVE != 0
     }
 
+    #[inline]
     pub fn straggler(&self) -> bool {
-        self.flags & STRAGGLER != 0
+        self.flags() & STRAGGLER != 0
+    }
+
+    /// Occupied, live and active: the sample enters the statistic and is classified.
+    #[inline]
+    pub fn live_active(&self) -> bool {
+        let both = ((LIVE | VACANT) << FLAGS_SHIFT) | (0xff << STATE_SHIFT);
+        let want = (LIVE << FLAGS_SHIFT) | (NodeState::Active as u64) << STATE_SHIFT;
+        self.meta & both == want
     }
 
     pub fn set_live(&mut self, live: bool) {
@@ -186,12 +253,9 @@ impl NodeSample {
         self.set(STRAGGLER, straggler);
     }
 
-    fn set(&mut self, bit: u8, on: bool) {
-        if on {
-            self.flags |= bit;
-        } else {
-            self.flags &= !bit;
-        }
+    fn set(&mut self, bit: u64, on: bool) {
+        let f = self.flags();
+        self.set_flags(if on { f | bit } else { f & !bit });
     }
 }
 
@@ -211,7 +275,7 @@ impl NodeCounts {
         if s.is_vacant() {
             return false;
         }
-        match (s.live(), s.state) {
+        match (s.live(), s.state()) {
             (true, NodeState::Active) => {
                 self.active += 1;
                 return true;
@@ -305,6 +369,34 @@ impl CohortInterner {
     }
 }
 
+/// What the snapshot records about slots that are not live and active: other states,
+/// expiry, free slots.
+#[derive(Debug, Default)]
+struct RareSlots {
+    /// Everything but `active` (the snapshot counts those itself).
+    counts: NodeCounts,
+    evictable: usize,
+    forget: Vec<usize>,
+}
+
+impl RareSlots {
+    /// `sample`: the slot's stored sample with this tick's live flag.
+    #[cold]
+    #[inline(never)]
+    fn note(&mut self, slot: usize, sample: NodeSample, forgotten: bool, out: &mut NodeSample) {
+        if sample.is_vacant() {
+            return;
+        }
+        if forgotten {
+            self.forget.push(slot);
+            return;
+        }
+        self.evictable += usize::from(!sample.live());
+        self.counts.add(&sample);
+        *out = sample;
+    }
+}
+
 /// Every node of one cluster.
 #[derive(Debug)]
 pub struct NodeTable {
@@ -364,12 +456,12 @@ impl NodeTable {
             if u.received_at < rec.last_seen {
                 return RecordOutcome::Superseded;
             }
-            rec.score = u.score;
-            rec.state = u.state;
+            rec.sample.score = u.score;
+            rec.sample.set_state(u.state);
             rec.last_seen = u.received_at;
             let mut cohort_capped = false;
             if limits.cohorts_enabled {
-                let current = rec.cohort;
+                let current = rec.sample.cohort();
                 let same = self
                     .cohorts
                     .name(current)
@@ -379,7 +471,7 @@ impl NodeTable {
                     let id = self.cohorts.acquire(u.cohort, limits.max_cohorts);
                     cohort_capped = id.is_none();
                     if let Some(rec) = self.slots.get_mut(slot as usize) {
-                        rec.cohort = id.unwrap_or(CLUSTER_WIDE_COHORT);
+                        rec.sample.set_cohort(id.unwrap_or(CLUSTER_WIDE_COHORT));
                     }
                 }
             }
@@ -415,12 +507,8 @@ impl NodeTable {
                     return RecordOutcome::NodeCap;
                 };
                 self.slots.push(NodeRecord {
-                    score: 0.0,
+                    sample: NodeSample::vacant(),
                     last_seen: 0,
-                    generation: 0,
-                    cohort: CLUSTER_WIDE_COHORT,
-                    state: NodeState::Idle,
-                    occupied: false,
                 });
                 self.ids.push(None);
                 s
@@ -431,12 +519,9 @@ impl NodeTable {
             self.ids.get_mut(slot as usize),
         ) {
             *slot_id = Some(id.clone());
-            rec.occupied = true;
-            rec.generation = rec.generation.wrapping_add(1);
-            rec.score = u.score;
+            let generation = rec.sample.generation().wrapping_add(1);
+            rec.sample = NodeSample::new(generation, u.score, cohort, u.state, false);
             rec.last_seen = u.received_at;
-            rec.state = u.state;
-            rec.cohort = cohort;
         }
         self.index.insert(id, slot);
         RecordOutcome::Stored { cohort_capped }
@@ -450,7 +535,7 @@ impl NodeTable {
         let found = self
             .slots
             .iter()
-            .position(|r| r.occupied && r.last_seen < cutoff);
+            .position(|r| r.occupied() && r.last_seen < cutoff);
         match found {
             Some(slot) => {
                 self.remove(slot, budget);
@@ -468,9 +553,10 @@ impl NodeTable {
         let (Some(rec), Some(slot_id)) = (self.slots.get_mut(slot), self.ids.get_mut(slot)) else {
             return;
         };
-        rec.occupied = false;
+        let cohort = rec.sample.cohort();
+        // Keep the generation: the next occupant takes the one after it.
+        rec.sample.set_flags(VACANT);
         if let Some(id) = slot_id.take() {
-            let cohort = rec.cohort;
             self.index.remove(&id);
             self.cohorts.release(cohort);
             if let Ok(slot) = u32::try_from(slot) {
@@ -496,36 +582,43 @@ impl NodeTable {
         active_scores: &mut Vec<f64>,
         cohort_names: &mut Vec<Option<Arc<str>>>,
     ) -> (NodeCounts, usize) {
-        // Work on owned locals: with no aliasing through `&mut`, the vectors' lengths stay
-        // in registers and each push is a store plus a predictable capacity check.
+        // Both outputs are sized up front and written through slices, and everything a
+        // healthy slot does not touch (other states, expiry) sits behind one cold call on
+        // a struct in memory: `push` or a handful of rarely used counters in the loop would
+        // crowd its registers and spill the hot cursors to the stack on every slot.
+        let n = self.slots.len();
         let mut samples = std::mem::take(out);
         let mut scores = std::mem::take(active_scores);
         samples.clear();
-        samples.reserve(self.slots.len());
+        samples.resize(n, NodeSample::vacant());
         scores.clear();
-        scores.reserve(self.index.len());
-        let mut counts = NodeCounts::default();
-        let mut evictable = 0usize;
-        let mut forget = Vec::new();
-        for (slot, rec) in self.slots.iter().enumerate() {
-            if !rec.occupied {
-                samples.push(NodeSample::vacant());
-                continue;
-            }
+        scores.resize(n, 0.0);
+        let score_slots = scores.as_mut_slice();
+        let mut active = 0usize;
+        let mut rare = RareSlots::default();
+        for ((slot, rec), out) in self.slots.iter().enumerate().zip(samples.iter_mut()) {
             let age = now.saturating_sub(rec.last_seen);
-            if age > forget_nanos {
-                forget.push(slot);
-                samples.push(NodeSample::vacant());
-                continue;
-            }
             let live = age <= ttl_nanos;
-            evictable += usize::from(!live);
-            let sample = NodeSample::new(rec.generation, rec.score, rec.cohort, rec.state, live);
-            if counts.add(&sample) {
-                scores.push(rec.score);
+            // A free slot keeps its `VACANT` flag: it can never pass as live and active.
+            let mut sample = rec.sample;
+            sample.set_flags(sample.flags() | (u64::from(live) * LIVE));
+            if sample.live_active() && age <= forget_nanos {
+                if let Some(s) = score_slots.get_mut(active) {
+                    *s = sample.score;
+                }
+                active += 1;
+                *out = sample;
+            } else {
+                rare.note(slot, sample, age > forget_nanos, out);
             }
-            samples.push(sample);
         }
+        scores.truncate(active);
+        let RareSlots {
+            mut counts,
+            evictable,
+            forget,
+        } = rare;
+        counts.active = active as u64;
         *out = samples;
         *active_scores = scores;
         let removed = forget.len();
@@ -548,7 +641,7 @@ impl NodeTable {
         let rec = self
             .slots
             .get(slot)
-            .filter(|r| r.occupied && r.generation == generation)?;
+            .filter(|r| r.occupied() && r.sample.generation() == generation)?;
         let id = self.ids.get(slot)?.clone()?;
         Some((id, rec.last_seen))
     }
@@ -665,7 +758,7 @@ mod tests {
             .iter()
             .enumerate()
             .filter(|(_, s)| !s.is_vacant())
-            .map(|(slot, s)| t.node_id(slot, s.generation).unwrap().to_string())
+            .map(|(slot, s)| t.node_id(slot, s.generation()).unwrap().to_string())
             .collect();
         assert!(!ids.contains(&"old".to_string()));
         assert!(ids.contains(&"d".to_string()));
@@ -764,8 +857,8 @@ mod tests {
             &mut names,
         );
         for (slot, s) in out.iter().enumerate() {
-            let id = t.node_id(slot, s.generation).unwrap();
-            let cohort = names[s.cohort as usize].as_deref().unwrap();
+            let id = t.node_id(slot, s.generation()).unwrap();
+            let cohort = names[s.cohort() as usize].as_deref().unwrap();
             let expected = match id.as_ref() {
                 "a" | "b" => "h1",
                 _ => "h3",
@@ -826,6 +919,33 @@ mod tests {
     }
 
     #[test]
+    fn packed_sample_fields_round_trip_and_only_occupied_live_active_samples_qualify() {
+        let mut s = NodeSample::new(u32::MAX, 0.5, CohortId::MAX, NodeState::Calibrating, true);
+        assert_eq!(
+            (s.generation(), s.cohort(), s.state(), s.live()),
+            (u32::MAX, CohortId::MAX, NodeState::Calibrating, true)
+        );
+        assert!(!s.live_active());
+        s.set_state(NodeState::Active);
+        assert!(s.live_active());
+        s.set_straggler(true);
+        assert!(s.live_active() && s.straggler() && !s.is_vacant());
+        s.set_generation(7);
+        s.set_cohort(3);
+        assert_eq!(
+            (s.generation(), s.cohort(), s.state()),
+            (7, 3, NodeState::Active)
+        );
+        s.set_live(false);
+        assert!(!s.live_active());
+        // A free slot never qualifies, even with the live bit set.
+        let mut v = NodeSample::vacant();
+        v.set_state(NodeState::Active);
+        v.set_live(true);
+        assert!(v.is_vacant() && !v.live_active());
+    }
+
+    #[test]
     fn cohorts_disabled_store_no_keys() {
         let b = NodeBudget::new(100);
         let mut t = NodeTable::new();
@@ -833,7 +953,7 @@ mod tests {
         l.cohorts_enabled = false;
         t.record(&up("a", "h1", 0.9, 0), &l, &b);
         assert_eq!(t.cohort_count(), 0);
-        assert_eq!(snap(&mut t, 0, &b)[0].cohort, CLUSTER_WIDE_COHORT);
+        assert_eq!(snap(&mut t, 0, &b)[0].cohort(), CLUSTER_WIDE_COHORT);
     }
 
     #[test]
@@ -847,8 +967,8 @@ mod tests {
         t.record(&up("z", "", 0.9, 1000), &l, &b);
         let second = snap(&mut t, 1000, &b);
         assert_eq!(second.len(), 1, "the freed slot was reused");
-        assert_ne!(first.generation, second[0].generation);
-        assert_eq!(t.node_id(0, first.generation), None);
-        assert_eq!(t.node_id(0, second[0].generation).as_deref(), Some("z"));
+        assert_ne!(first.generation(), second[0].generation());
+        assert_eq!(t.node_id(0, first.generation()), None);
+        assert_eq!(t.node_id(0, second[0].generation()).as_deref(), Some("z"));
     }
 }
