@@ -13,7 +13,8 @@
 //!   when left without metrics);
 //! - resource attributes and the attributes of gauge and sum data points keep only the
 //!   selected keys, every occurrence, in wire order (so "first occurrence wins" or any other
-//!   lookup rule sees the same values);
+//!   lookup rule sees the same values); a resource left without metrics keeps no attributes
+//!   (the processors read a resource's attributes only for the metrics they read);
 //! - what no processor reads is left at its default: schema URLs, instrumentation scopes,
 //!   metric descriptions, units and metadata, the resource's dropped-attribute count and
 //!   entity references, exemplars;
@@ -144,9 +145,9 @@ fn resource_metrics(bytes: &[u8], sel: &Selection) -> Result<ResourceMetrics, Se
     walk(bytes, |tag, wt, buf| match tag {
         RM_RESOURCE => {
             let body = take_len(wt, buf)?;
-            // Repeated occurrences of a message field merge (protobuf semantics).
-            let res = rm.resource.get_or_insert_with(Default::default);
-            resource(body, sel.resource_attributes, res)
+            // Framing only for now: the attributes are read in a second pass, when the
+            // resource holds a selected metric.
+            resource(body, &[], rm.resource.get_or_insert_with(Default::default))
         }
         RM_SCOPE_METRICS => {
             let body = take_len(wt, buf)?;
@@ -156,7 +157,23 @@ fn resource_metrics(bytes: &[u8], sel: &Selection) -> Result<ResourceMetrics, Se
         RM_SCHEMA_URL => skip_known(wt, Len, tag, buf),
         _ => skip(wt, tag, buf),
     })?;
+    if let Some(res) = &mut rm.resource
+        && !sel.resource_attributes.is_empty()
+        && holds_metrics(&rm.scope_metrics)
+    {
+        walk(bytes, |tag, wt, buf| match tag {
+            // Repeated occurrences of a message field merge (protobuf semantics).
+            RM_RESOURCE => resource(take_len(wt, buf)?, sel.resource_attributes, res),
+            _ => skip(wt, tag, buf),
+        })?;
+    }
     Ok(rm)
+}
+
+/// Whether any scope kept a metric (a processor reads a resource's attributes only for the
+/// metrics it reads).
+fn holds_metrics(scopes: &[ScopeMetrics]) -> bool {
+    scopes.iter().any(|sm| !sm.metrics.is_empty())
 }
 
 fn resource(bytes: &[u8], keys: &[&str], res: &mut Resource) -> Result<(), SelectError> {
@@ -358,15 +375,29 @@ fn take_len<'a>(wt: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], SelectErro
     let len = usize::try_from(len)
         .ok()
         .filter(|&l| l <= buf.len())
-        .ok_or_else(|| SelectError::Malformed("buffer underflow".into()))?;
+        .ok_or_else(underflow)?;
     let (body, rest) = buf.split_at(len);
     *buf = rest;
     Ok(body)
 }
 
-/// Skip an unknown field.
+/// Skip an unknown field (groups, never used by OTLP, through prost).
 fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), SelectError> {
-    Ok(skip_field(wt, tag, buf, DecodeContext::default())?)
+    let width = match wt {
+        WireType::LengthDelimited => return take_len(wt, buf).map(drop),
+        WireType::Varint => return Ok(decode_varint(buf).map(drop)?),
+        WireType::SixtyFourBit => 8,
+        WireType::ThirtyTwoBit => 4,
+        WireType::StartGroup | WireType::EndGroup => {
+            return Ok(skip_field(wt, tag, buf, DecodeContext::default())?);
+        }
+    };
+    *buf = buf.get(width..).ok_or_else(underflow)?;
+    Ok(())
+}
+
+fn underflow() -> SelectError {
+    SelectError::Malformed("buffer underflow".into())
 }
 
 /// Skip a known field no processor reads, refusing another wire type than its declaration
@@ -395,16 +426,23 @@ pub fn project(req: &mut ExportMetricsServiceRequest, sel: &Selection) {
     };
     for rm in &mut req.resource_metrics {
         rm.schema_url.clear();
+        for sm in &mut rm.scope_metrics {
+            sm.metrics
+                .retain(|m| sel.metrics.contains(&m.name.as_str()));
+        }
+        let reads_resource = holds_metrics(&rm.scope_metrics);
         if let Some(res) = &mut rm.resource {
-            keep(sel.resource_attributes, &mut res.attributes);
+            if reads_resource {
+                keep(sel.resource_attributes, &mut res.attributes);
+            } else {
+                res.attributes.clear();
+            }
             res.dropped_attributes_count = 0;
             res.entity_refs.clear();
         }
         for sm in &mut rm.scope_metrics {
             sm.scope = None;
             sm.schema_url.clear();
-            sm.metrics
-                .retain(|m| sel.metrics.contains(&m.name.as_str()));
             for m in &mut sm.metrics {
                 m.description.clear();
                 m.unit.clear();
@@ -502,6 +540,29 @@ mod tests {
             none.resource_metrics.iter().all(|rm| {
                 resource_attrs(rm).is_empty() && rm.scope_metrics[0].metrics.is_empty()
             })
+        );
+    }
+
+    #[test]
+    fn a_resource_without_selected_metrics_keeps_no_attributes() {
+        let mut req = ExportMetricsServiceRequest::default();
+        req.resource_metrics
+            .extend(testkit::json_to_proto(&testkit::nccl_export_json(
+                Some("c"),
+                "n0",
+                &[testkit::NcclPoint::all_reduce("aa", 0, 2, 1.0, 1)],
+            )));
+        req.resource_metrics
+            .extend(AgentPush::new("c", "n1", 0.9).to_proto().resource_metrics);
+        let b = req.encode_to_vec();
+        let got = decode_selected(&b, &HEALTH).unwrap();
+        assert_eq!(got, decode_full_then_project(&b, &HEALTH).unwrap());
+        let nccl = &got.resource_metrics[0];
+        assert!(nccl.resource.is_some() && resource_attrs(nccl).is_empty());
+        assert!(nccl.scope_metrics[0].metrics.is_empty());
+        assert_eq!(
+            get_str(resource_attrs(&got.resource_metrics[1]), resource::NODE_ID),
+            Some("n1")
         );
     }
 
