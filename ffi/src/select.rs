@@ -35,7 +35,6 @@ use component::otlp::{
     Resource, ResourceMetrics, ScopeMetrics, Sum,
 };
 use prost::Message;
-use prost::bytes::Buf;
 use prost::encoding::{
     DecodeContext, WireType, bool as pbool, check_wire_type, decode_key, decode_varint, double,
     fixed64, int32, sfixed64, skip_field, uint32,
@@ -69,7 +68,7 @@ pub enum SelectError {
     /// prost refused a message this module decodes fully (or a framing error it found).
     Decode(DecodeError),
     /// Framing this module checks itself.
-    Malformed(String),
+    Malformed(&'static str),
 }
 
 impl std::fmt::Display for SelectError {
@@ -142,12 +141,22 @@ pub fn decode_selected(
 
 fn resource_metrics(bytes: &[u8], sel: &Selection) -> Result<ResourceMetrics, SelectError> {
     let mut rm = ResourceMetrics::default();
+    // The resource's attributes are read only when the resource holds a selected metric,
+    // known after the walk: the (one, in practice) resource field waits until then.
+    let mut first_resource: Option<&[u8]> = None;
+    let mut more_resources = false;
     walk(bytes, |tag, wt, buf| match tag {
         RM_RESOURCE => {
             let body = take_len(wt, buf)?;
-            // Framing only for now: the attributes are read in a second pass, when the
-            // resource holds a selected metric.
-            resource(body, &[], rm.resource.get_or_insert_with(Default::default))
+            let res = rm.resource.get_or_insert_with(Default::default);
+            if first_resource.is_none() {
+                first_resource = Some(body);
+                Ok(())
+            } else {
+                // Framing only; read in a second pass below.
+                more_resources = true;
+                resource(body, &[], res)
+            }
         }
         RM_SCOPE_METRICS => {
             let body = take_len(wt, buf)?;
@@ -157,13 +166,21 @@ fn resource_metrics(bytes: &[u8], sel: &Selection) -> Result<ResourceMetrics, Se
         RM_SCHEMA_URL => skip_known(wt, Len, tag, buf),
         _ => skip(wt, tag, buf),
     })?;
-    if let Some(res) = &mut rm.resource
-        && !sel.resource_attributes.is_empty()
-        && holds_metrics(&rm.scope_metrics)
-    {
+    let (Some(res), Some(first)) = (&mut rm.resource, first_resource) else {
+        return Ok(rm);
+    };
+    let keys = if holds_metrics(&rm.scope_metrics) {
+        sel.resource_attributes
+    } else {
+        &[]
+    };
+    if !more_resources || keys.is_empty() {
+        resource(first, keys, res)?;
+    } else {
+        // Repeated occurrences of a message field merge (protobuf semantics): read them
+        // all, in order.
         walk(bytes, |tag, wt, buf| match tag {
-            // Repeated occurrences of a message field merge (protobuf semantics).
-            RM_RESOURCE => resource(take_len(wt, buf)?, sel.resource_attributes, res),
+            RM_RESOURCE => resource(take_len(wt, buf)?, keys, res),
             _ => skip(wt, tag, buf),
         })?;
     }
@@ -356,22 +373,50 @@ fn attribute_if_selected(
 
 /// Call `field` for every (tag, wire type) of the message in `bytes`; `field` consumes the
 /// field's value from the buffer.
+#[inline(always)]
 fn walk<'a>(
     mut bytes: &'a [u8],
     mut field: impl FnMut(u32, WireType, &mut &'a [u8]) -> Result<(), SelectError>,
 ) -> Result<(), SelectError> {
-    while bytes.has_remaining() {
-        let (tag, wt) = decode_key(&mut bytes)?;
+    while !bytes.is_empty() {
+        let (tag, wt) = key(&mut bytes)?;
         field(tag, wt, &mut bytes)?;
     }
     Ok(())
 }
 
+/// A field key. Every key of an OTLP metrics batch fits one byte (field numbers below 16):
+/// that case is read here, the others by prost (which also reports the errors).
+#[inline(always)]
+fn key(buf: &mut &[u8]) -> Result<(u32, WireType), SelectError> {
+    if let Some((&b, rest)) = buf.split_first()
+        && (8..0x80).contains(&b)
+        && let Ok(wt) = WireType::try_from(u64::from(b & 7))
+    {
+        *buf = rest;
+        return Ok((u32::from(b >> 3), wt));
+    }
+    Ok(decode_key(buf)?)
+}
+
+/// A varint; one-byte values (almost every length in a batch) without a call into prost.
+#[inline(always)]
+fn varint(buf: &mut &[u8]) -> Result<u64, SelectError> {
+    if let Some((&b, rest)) = buf.split_first()
+        && b < 0x80
+    {
+        *buf = rest;
+        return Ok(u64::from(b));
+    }
+    Ok(decode_varint(buf)?)
+}
+
 /// The body of a length-delimited field, advancing past it; a known field declared
 /// length-delimited with another wire type is an error, as in prost.
+#[inline(always)]
 fn take_len<'a>(wt: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], SelectError> {
     check_wire_type(Len, wt)?;
-    let len = decode_varint(buf)?;
+    let len = varint(buf)?;
     let len = usize::try_from(len)
         .ok()
         .filter(|&l| l <= buf.len())
@@ -382,10 +427,11 @@ fn take_len<'a>(wt: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], SelectErro
 }
 
 /// Skip an unknown field (groups, never used by OTLP, through prost).
+#[inline(always)]
 fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), SelectError> {
     let width = match wt {
         WireType::LengthDelimited => return take_len(wt, buf).map(drop),
-        WireType::Varint => return Ok(decode_varint(buf).map(drop)?),
+        WireType::Varint => return varint(buf).map(drop),
         WireType::SixtyFourBit => 8,
         WireType::ThirtyTwoBit => 4,
         WireType::StartGroup | WireType::EndGroup => {
@@ -397,7 +443,7 @@ fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), SelectError> {
 }
 
 fn underflow() -> SelectError {
-    SelectError::Malformed("buffer underflow".into())
+    SelectError::Malformed("buffer underflow")
 }
 
 /// Skip a known field no processor reads, refusing another wire type than its declaration
@@ -413,9 +459,9 @@ fn skip_known(
 }
 
 fn string(bytes: &[u8]) -> Result<String, SelectError> {
-    std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| {
-        SelectError::Malformed("invalid string value: data is not UTF-8 encoded".into())
-    })
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|_| SelectError::Malformed("invalid string value: data is not UTF-8 encoded"))
 }
 
 /// What [`decode_selected`] keeps of a fully decoded batch: `req` with everything `sel`
