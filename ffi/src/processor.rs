@@ -207,7 +207,7 @@ pub unsafe extern "C" fn ingero_processor_process(
         }?;
         let slot = out(out_result, "out_result")?;
         let mut req = match p.built.passes_through {
-            Some(reads) => crate::select::decode_selected(bytes, reads),
+            Some(reads) => crate::select::decode_selected(bytes, &reads),
             None => ExportMetricsServiceRequest::decode(bytes).map_err(Into::into),
         }
         .map_err(|e| Failure::with(INGERO_ERR_DECODE, format!("data: {e}")))?;

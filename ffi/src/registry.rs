@@ -11,6 +11,7 @@ use crate::result::{
     Failure, INGERO_ERR_INVALID_ARGUMENT, INGERO_ERR_INVALID_CONFIG, INGERO_ERR_UNKNOWN_TYPE,
     INGERO_ERR_WRONG_KIND,
 };
+use crate::select::Selection;
 
 /// Processor types, in the order `components` lists them.
 pub(crate) const PROCESSOR_TYPES: [&str; 3] = [
@@ -26,11 +27,11 @@ pub(crate) struct BuiltProcessor {
     pub inner: Box<dyn Processor>,
     /// How often the host calls `tick`.
     pub tick_interval: Duration,
-    /// `Some(names)`: the crate documents that `process` never changes the batch and reads
-    /// only the metrics `names` (`ingero`, `nccl_peer_lag`). The C ABI then decodes only
-    /// those metrics ([`crate::select`]), skips re-encoding and tells the caller to keep its
-    /// own bytes; debug builds verify that the batch stays unchanged.
-    pub passes_through: Option<&'static [&'static str]>,
+    /// `Some(reads)`: the crate documents that `process` never changes the batch and reads
+    /// only `reads` of it (`ingero`, `nccl_peer_lag`). The C ABI then decodes only that
+    /// ([`crate::select`]), skips re-encoding and tells the caller to keep its own bytes;
+    /// debug builds verify that the batch stays unchanged.
+    pub passes_through: Option<Selection>,
 }
 
 impl std::fmt::Debug for BuiltProcessor {
@@ -78,7 +79,11 @@ pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProc
             Ok(BuiltProcessor {
                 tick_interval: p.push_interval(),
                 inner: Box::new(p),
-                passes_through: Some(ingero_processor::READS_METRICS),
+                passes_through: Some(Selection {
+                    metrics: ingero_processor::READS_METRICS,
+                    resource_attributes: ingero_processor::READS_RESOURCE_ATTRIBUTES,
+                    point_attributes: ingero_processor::READS_POINT_ATTRIBUTES,
+                }),
             })
         }
         provider_processor::TYPE => {
@@ -94,7 +99,11 @@ pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProc
             Ok(BuiltProcessor {
                 tick_interval: p.tick_interval(),
                 inner: Box::new(p),
-                passes_through: Some(nccl_processor::READS_METRICS),
+                passes_through: Some(Selection {
+                    metrics: nccl_processor::READS_METRICS,
+                    resource_attributes: nccl_processor::READS_RESOURCE_ATTRIBUTES,
+                    point_attributes: nccl_processor::READS_POINT_ATTRIBUTES,
+                }),
             })
         }
         k if EXTENSION_TYPES.contains(&k) => Err(Failure::with(

@@ -1,23 +1,66 @@
 //! Selective protobuf decoding for pass-through processors: decode an OTLP metrics batch
-//! keeping only the metrics a processor reads (by name), and skip the rest at the wire
-//! level without building them.
+//! keeping only what a processor reads, and skip the rest at the wire level without
+//! building it.
 //!
-//! A pass-through processor (`ingero`, `nccl_peer_lag`) only reads a few metrics of each
-//! agent push and its output batch is never used (the Go shim keeps its own
-//! `pmetric.Metrics`), so decoding the other metrics (their strings, attributes and
-//! points) is wasted work: with prost it is most of the call. The result equals a full
-//! prost decode with the unread metrics removed from every scope (resources and scopes
-//! themselves are kept, also when left without metrics). Skipped metrics are still checked
-//! for well-formed wire framing (tags, varints, lengths), not for their content (e.g. UTF-8
-//! of their strings), and a known field with the wrong wire type is an error as in prost:
-//! the bytes come from the collector's own marshaler, so this only matters for input that
-//! was never a valid batch.
+//! A pass-through processor (`ingero`, `nccl_peer_lag`) reads a few metrics of each agent
+//! push, two resource attributes and a few data-point attributes, and its output batch is
+//! never used (the Go shim keeps its own `pmetric.Metrics`), so building the rest (strings,
+//! attribute lists, points) is wasted work: with prost it is most of the call. Each
+//! processor crate declares what its `process` reads ([`Selection`]); the result of
+//! [`decode_selected`] equals a full prost decode passed through [`project`]:
+//!
+//! - metrics whose name is not selected are removed (resources and scopes are kept, also
+//!   when left without metrics);
+//! - resource attributes and the attributes of gauge and sum data points keep only the
+//!   selected keys, every occurrence, in wire order (so "first occurrence wins" or any other
+//!   lookup rule sees the same values); a resource left without metrics keeps no attributes
+//!   (the processors read a resource's attributes only for the metrics they read);
+//! - what no processor reads is left at its default: schema URLs, instrumentation scopes,
+//!   metric descriptions, units and metadata, the resource's dropped-attribute count and
+//!   entity references, exemplars;
+//! - everything else (names, data kinds, timestamps, values, flags, sum temporality and
+//!   monotonicity, histogram and summary metrics as a whole) is decoded as prost does,
+//!   with the same rules for repeated fields (a repeated message merges, the last scalar
+//!   or oneof member wins).
+//!
+//! Skipped parts are still checked for well-formed wire framing (tags, varints, lengths)
+//! and for the wire type of known fields, not for their content (e.g. UTF-8 of their
+//! strings, nesting depth of attribute values): the bytes come from the collector's own
+//! marshaler, so this only matters for input that was never a valid batch. Whatever prost
+//! accepts is accepted here with the same selected content (`tests/select_differential.rs`).
 
-use component::otlp::{ExportMetricsServiceRequest, Metric, ResourceMetrics, ScopeMetrics};
+use WireType::LengthDelimited as Len;
+use component::otlp::{
+    ExportMetricsServiceRequest, Gauge, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue,
+    Resource, ResourceMetrics, ScopeMetrics, Sum,
+};
 use prost::Message;
-use prost::bytes::Buf;
-use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+use prost::encoding::{
+    DecodeContext, WireType, bool as pbool, check_wire_type, decode_key, decode_varint, double,
+    fixed64, int32, sfixed64, skip_field, uint32,
+};
 use prost::{DecodeError, bytes::Bytes};
+
+/// What a pass-through processor's `process` reads of a batch (declared by its crate:
+/// `READS_METRICS`, `READS_RESOURCE_ATTRIBUTES`, `READS_POINT_ATTRIBUTES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    /// Names of the metrics it reads; the others are skipped.
+    pub metrics: &'static [&'static str],
+    /// Resource attribute keys it reads.
+    pub resource_attributes: &'static [&'static str],
+    /// Data-point attribute keys it reads on the gauge and sum points of `metrics`.
+    pub point_attributes: &'static [&'static str],
+}
+
+impl Selection {
+    /// Nothing: resources and scopes only (tests).
+    pub const NOTHING: Selection = Selection {
+        metrics: &[],
+        resource_attributes: &[],
+        point_attributes: &[],
+    };
+}
 
 /// Why a batch did not decode.
 #[derive(Debug)]
@@ -25,7 +68,7 @@ pub enum SelectError {
     /// prost refused a message this module decodes fully (or a framing error it found).
     Decode(DecodeError),
     /// Framing this module checks itself.
-    Malformed(String),
+    Malformed(&'static str),
 }
 
 impl std::fmt::Display for SelectError {
@@ -45,80 +88,131 @@ impl From<DecodeError> for SelectError {
     }
 }
 
-/// Field numbers of the messages walked here (opentelemetry/proto/metrics/v1).
+/// Field numbers of the messages walked here (opentelemetry/proto/metrics/v1,
+/// resource/v1, common/v1).
 const REQUEST_RESOURCE_METRICS: u32 = 1;
 const RM_RESOURCE: u32 = 1;
 const RM_SCOPE_METRICS: u32 = 2;
 const RM_SCHEMA_URL: u32 = 3;
+const RESOURCE_ATTRIBUTES: u32 = 1;
+const RESOURCE_DROPPED_ATTRIBUTES_COUNT: u32 = 2;
+const RESOURCE_ENTITY_REFS: u32 = 3;
 const SM_SCOPE: u32 = 1;
 const SM_METRICS: u32 = 2;
 const SM_SCHEMA_URL: u32 = 3;
 const METRIC_NAME: u32 = 1;
+const METRIC_DESCRIPTION: u32 = 2;
+const METRIC_UNIT: u32 = 3;
+const METRIC_GAUGE: u32 = 5;
+const METRIC_SUM: u32 = 7;
+const METRIC_HISTOGRAM: u32 = 9;
+const METRIC_EXPONENTIAL_HISTOGRAM: u32 = 10;
+const METRIC_SUMMARY: u32 = 11;
+const METRIC_METADATA: u32 = 12;
+const GAUGE_DATA_POINTS: u32 = 1;
+const SUM_DATA_POINTS: u32 = 1;
+const SUM_AGGREGATION_TEMPORALITY: u32 = 2;
+const SUM_IS_MONOTONIC: u32 = 3;
+const NDP_START_TIME: u32 = 2;
+const NDP_TIME: u32 = 3;
+const NDP_AS_DOUBLE: u32 = 4;
+const NDP_EXEMPLARS: u32 = 5;
+const NDP_AS_INT: u32 = 6;
+const NDP_ATTRIBUTES: u32 = 7;
+const NDP_FLAGS: u32 = 8;
+const KV_KEY: u32 = 1;
 
-/// Decode `bytes` keeping only metrics whose name is in `names`.
+/// Decode `bytes` keeping only what `sel` selects (see the module documentation).
 pub fn decode_selected(
     bytes: &[u8],
-    names: &[&str],
+    sel: &Selection,
 ) -> Result<ExportMetricsServiceRequest, SelectError> {
     let mut req = ExportMetricsServiceRequest::default();
-    walk(bytes, |tag, wt, buf| match (tag, wt) {
-        (REQUEST_RESOURCE_METRICS, WireType::LengthDelimited) => {
-            let body = take_len(buf)?;
-            req.resource_metrics.push(resource_metrics(body, names)?);
+    walk(bytes, |tag, wt, buf| match tag {
+        REQUEST_RESOURCE_METRICS => {
+            let body = take_len(wt, buf)?;
+            req.resource_metrics.push(resource_metrics(body, sel)?);
             Ok(())
         }
-        (REQUEST_RESOURCE_METRICS, _) => Err(wrong_wire_type(wt)),
         _ => skip(wt, tag, buf),
     })?;
     Ok(req)
 }
 
-fn resource_metrics(bytes: &[u8], names: &[&str]) -> Result<ResourceMetrics, SelectError> {
+fn resource_metrics(bytes: &[u8], sel: &Selection) -> Result<ResourceMetrics, SelectError> {
     let mut rm = ResourceMetrics::default();
-    walk(bytes, |tag, wt, buf| match (tag, wt) {
-        (RM_RESOURCE, WireType::LengthDelimited) => {
-            let body = take_len(buf)?;
-            // Repeated occurrences of a message field merge (protobuf semantics).
-            rm.resource
-                .get_or_insert_with(Default::default)
-                .merge(body)?;
+    // The resource's attributes are read only when the resource holds a selected metric,
+    // known after the walk: the (one, in practice) resource field waits until then.
+    let mut first_resource: Option<&[u8]> = None;
+    let mut more_resources = false;
+    walk(bytes, |tag, wt, buf| match tag {
+        RM_RESOURCE => {
+            let body = take_len(wt, buf)?;
+            let res = rm.resource.get_or_insert_with(Default::default);
+            if first_resource.is_none() {
+                first_resource = Some(body);
+                Ok(())
+            } else {
+                // Framing only; read in a second pass below.
+                more_resources = true;
+                resource(body, &[], res)
+            }
+        }
+        RM_SCOPE_METRICS => {
+            let body = take_len(wt, buf)?;
+            rm.scope_metrics.push(scope_metrics(body, sel)?);
             Ok(())
         }
-        (RM_SCOPE_METRICS, WireType::LengthDelimited) => {
-            let body = take_len(buf)?;
-            rm.scope_metrics.push(scope_metrics(body, names)?);
-            Ok(())
-        }
-        (RM_SCHEMA_URL, WireType::LengthDelimited) => {
-            rm.schema_url = string(take_len(buf)?)?;
-            Ok(())
-        }
-        (RM_RESOURCE | RM_SCOPE_METRICS | RM_SCHEMA_URL, _) => Err(wrong_wire_type(wt)),
+        RM_SCHEMA_URL => skip_known(wt, Len, tag, buf),
         _ => skip(wt, tag, buf),
     })?;
+    let (Some(res), Some(first)) = (&mut rm.resource, first_resource) else {
+        return Ok(rm);
+    };
+    let keys = if holds_metrics(&rm.scope_metrics) {
+        sel.resource_attributes
+    } else {
+        &[]
+    };
+    if !more_resources || keys.is_empty() {
+        resource(first, keys, res)?;
+    } else {
+        // Repeated occurrences of a message field merge (protobuf semantics): read them
+        // all, in order.
+        walk(bytes, |tag, wt, buf| match tag {
+            RM_RESOURCE => resource(take_len(wt, buf)?, keys, res),
+            _ => skip(wt, tag, buf),
+        })?;
+    }
     Ok(rm)
 }
 
-fn scope_metrics(bytes: &[u8], names: &[&str]) -> Result<ScopeMetrics, SelectError> {
+/// Whether any scope kept a metric (a processor reads a resource's attributes only for the
+/// metrics it reads).
+fn holds_metrics(scopes: &[ScopeMetrics]) -> bool {
+    scopes.iter().any(|sm| !sm.metrics.is_empty())
+}
+
+fn resource(bytes: &[u8], keys: &[&str], res: &mut Resource) -> Result<(), SelectError> {
+    walk(bytes, |tag, wt, buf| match tag {
+        RESOURCE_ATTRIBUTES => attribute_if_selected(take_len(wt, buf)?, keys, &mut res.attributes),
+        RESOURCE_DROPPED_ATTRIBUTES_COUNT => skip_known(wt, WireType::Varint, tag, buf),
+        RESOURCE_ENTITY_REFS => skip_known(wt, Len, tag, buf),
+        _ => skip(wt, tag, buf),
+    })
+}
+
+fn scope_metrics(bytes: &[u8], sel: &Selection) -> Result<ScopeMetrics, SelectError> {
     let mut sm = ScopeMetrics::default();
-    walk(bytes, |tag, wt, buf| match (tag, wt) {
-        (SM_SCOPE, WireType::LengthDelimited) => {
-            let body = take_len(buf)?;
-            sm.scope.get_or_insert_with(Default::default).merge(body)?;
-            Ok(())
-        }
-        (SM_METRICS, WireType::LengthDelimited) => {
-            let body = take_len(buf)?;
-            if metric_name_is_one_of(body, names)? {
-                sm.metrics.push(Metric::decode(body)?);
+    walk(bytes, |tag, wt, buf| match tag {
+        SM_METRICS => {
+            let body = take_len(wt, buf)?;
+            if metric_name_is_one_of(body, sel.metrics)? {
+                sm.metrics.push(metric(body, sel.point_attributes)?);
             }
             Ok(())
         }
-        (SM_SCHEMA_URL, WireType::LengthDelimited) => {
-            sm.schema_url = string(take_len(buf)?)?;
-            Ok(())
-        }
-        (SM_SCOPE | SM_METRICS | SM_SCHEMA_URL, _) => Err(wrong_wire_type(wt)),
+        SM_SCOPE | SM_SCHEMA_URL => skip_known(wt, Len, tag, buf),
         _ => skip(wt, tag, buf),
     })?;
     Ok(sm)
@@ -127,176 +221,302 @@ fn scope_metrics(bytes: &[u8], names: &[&str]) -> Result<ScopeMetrics, SelectErr
 /// Whether the encoded `Metric` is named one of `names`. Walks the whole message (so its
 /// framing is checked) and uses the last `name` field, as a decoder would.
 fn metric_name_is_one_of(bytes: &[u8], names: &[&str]) -> Result<bool, SelectError> {
-    let mut name: &[u8] = b"";
-    walk(bytes, |tag, wt, buf| match (tag, wt) {
-        (METRIC_NAME, WireType::LengthDelimited) => {
-            name = take_len(buf)?;
+    let name = last_string_field(bytes, METRIC_NAME)?;
+    Ok(names.iter().any(|n| n.as_bytes() == name))
+}
+
+/// The last occurrence of the length-delimited field `field` of a message (empty when
+/// absent), checking the framing of the whole message.
+fn last_string_field(bytes: &[u8], field: u32) -> Result<&[u8], SelectError> {
+    let mut value: &[u8] = b"";
+    walk(bytes, |tag, wt, buf| {
+        if tag == field {
+            value = take_len(wt, buf)?;
+            Ok(())
+        } else {
+            skip(wt, tag, buf)
+        }
+    })?;
+    Ok(value)
+}
+
+fn metric(bytes: &[u8], point_keys: &[&str]) -> Result<Metric, SelectError> {
+    let mut m = Metric::default();
+    walk(bytes, |tag, wt, buf| match tag {
+        METRIC_NAME => {
+            m.name = string(take_len(wt, buf)?)?;
             Ok(())
         }
-        (METRIC_NAME, _) => Err(wrong_wire_type(wt)),
+        METRIC_GAUGE => {
+            let body = take_len(wt, buf)?;
+            // A oneof member merges into the same member and replaces another one.
+            if !matches!(m.data, Some(MetricKind::Gauge(_))) {
+                m.data = Some(MetricKind::Gauge(Gauge::default()));
+            }
+            match &mut m.data {
+                Some(MetricKind::Gauge(g)) => gauge(body, point_keys, g),
+                _ => Ok(()),
+            }
+        }
+        METRIC_SUM => {
+            let body = take_len(wt, buf)?;
+            if !matches!(m.data, Some(MetricKind::Sum(_))) {
+                m.data = Some(MetricKind::Sum(Sum::default()));
+            }
+            match &mut m.data {
+                Some(MetricKind::Sum(s)) => sum(body, point_keys, s),
+                _ => Ok(()),
+            }
+        }
+        METRIC_HISTOGRAM => {
+            let body = take_len(wt, buf)?;
+            match &mut m.data {
+                Some(MetricKind::Histogram(h)) => h.merge(body)?,
+                _ => m.data = Some(MetricKind::Histogram(Message::decode(body)?)),
+            }
+            Ok(())
+        }
+        METRIC_EXPONENTIAL_HISTOGRAM => {
+            let body = take_len(wt, buf)?;
+            match &mut m.data {
+                Some(MetricKind::ExponentialHistogram(h)) => h.merge(body)?,
+                _ => m.data = Some(MetricKind::ExponentialHistogram(Message::decode(body)?)),
+            }
+            Ok(())
+        }
+        METRIC_SUMMARY => {
+            let body = take_len(wt, buf)?;
+            match &mut m.data {
+                Some(MetricKind::Summary(s)) => s.merge(body)?,
+                _ => m.data = Some(MetricKind::Summary(Message::decode(body)?)),
+            }
+            Ok(())
+        }
+        METRIC_DESCRIPTION | METRIC_UNIT | METRIC_METADATA => skip_known(wt, Len, tag, buf),
         _ => skip(wt, tag, buf),
     })?;
-    Ok(names.iter().any(|n| n.as_bytes() == name))
+    Ok(m)
+}
+
+fn gauge(bytes: &[u8], keys: &[&str], g: &mut Gauge) -> Result<(), SelectError> {
+    walk(bytes, |tag, wt, buf| match tag {
+        GAUGE_DATA_POINTS => {
+            g.data_points.push(number_point(take_len(wt, buf)?, keys)?);
+            Ok(())
+        }
+        _ => skip(wt, tag, buf),
+    })
+}
+
+fn sum(bytes: &[u8], keys: &[&str], s: &mut Sum) -> Result<(), SelectError> {
+    let ctx = DecodeContext::default;
+    walk(bytes, |tag, wt, buf| match tag {
+        SUM_DATA_POINTS => {
+            s.data_points.push(number_point(take_len(wt, buf)?, keys)?);
+            Ok(())
+        }
+        SUM_AGGREGATION_TEMPORALITY => Ok(int32::merge(
+            wt,
+            &mut s.aggregation_temporality,
+            buf,
+            ctx(),
+        )?),
+        SUM_IS_MONOTONIC => Ok(pbool::merge(wt, &mut s.is_monotonic, buf, ctx())?),
+        _ => skip(wt, tag, buf),
+    })
+}
+
+fn number_point(bytes: &[u8], keys: &[&str]) -> Result<NumberDataPoint, SelectError> {
+    let mut dp = NumberDataPoint::default();
+    let ctx = DecodeContext::default;
+    walk(bytes, |tag, wt, buf| match tag {
+        NDP_ATTRIBUTES => attribute_if_selected(take_len(wt, buf)?, keys, &mut dp.attributes),
+        NDP_START_TIME => Ok(fixed64::merge(
+            wt,
+            &mut dp.start_time_unix_nano,
+            buf,
+            ctx(),
+        )?),
+        NDP_TIME => Ok(fixed64::merge(wt, &mut dp.time_unix_nano, buf, ctx())?),
+        NDP_AS_DOUBLE => {
+            let mut v = 0.0;
+            double::merge(wt, &mut v, buf, ctx())?;
+            dp.value = Some(NumberValue::AsDouble(v));
+            Ok(())
+        }
+        NDP_AS_INT => {
+            let mut v = 0;
+            sfixed64::merge(wt, &mut v, buf, ctx())?;
+            dp.value = Some(NumberValue::AsInt(v));
+            Ok(())
+        }
+        NDP_FLAGS => Ok(uint32::merge(wt, &mut dp.flags, buf, ctx())?),
+        NDP_EXEMPLARS => skip_known(wt, Len, tag, buf),
+        _ => skip(wt, tag, buf),
+    })?;
+    Ok(dp)
+}
+
+/// Decode the encoded `KeyValue` in `bytes` into `out` when its key (the last `key` field,
+/// as a decoder would take it) is one of `keys`; otherwise only check its framing.
+fn attribute_if_selected(
+    bytes: &[u8],
+    keys: &[&str],
+    out: &mut Vec<KeyValue>,
+) -> Result<(), SelectError> {
+    let key = last_string_field(bytes, KV_KEY)?;
+    if keys.iter().any(|k| k.as_bytes() == key) {
+        out.push(KeyValue::decode(bytes)?);
+    }
+    Ok(())
 }
 
 /// Call `field` for every (tag, wire type) of the message in `bytes`; `field` consumes the
 /// field's value from the buffer.
+#[inline(always)]
 fn walk<'a>(
     mut bytes: &'a [u8],
     mut field: impl FnMut(u32, WireType, &mut &'a [u8]) -> Result<(), SelectError>,
 ) -> Result<(), SelectError> {
-    while bytes.has_remaining() {
-        let (tag, wt) = decode_key(&mut bytes)?;
+    while !bytes.is_empty() {
+        let (tag, wt) = key(&mut bytes)?;
         field(tag, wt, &mut bytes)?;
     }
     Ok(())
 }
 
-/// The body of a length-delimited field, advancing past it.
-fn take_len<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], SelectError> {
-    let len = decode_varint(buf)?;
+/// A field key. Every key of an OTLP metrics batch fits one byte (field numbers below 16):
+/// that case is read here, the others by prost (which also reports the errors).
+#[inline(always)]
+fn key(buf: &mut &[u8]) -> Result<(u32, WireType), SelectError> {
+    if let Some((&b, rest)) = buf.split_first()
+        && (8..0x80).contains(&b)
+        && let Ok(wt) = WireType::try_from(u64::from(b & 7))
+    {
+        *buf = rest;
+        return Ok((u32::from(b >> 3), wt));
+    }
+    Ok(decode_key(buf)?)
+}
+
+/// A varint; one-byte values (almost every length in a batch) without a call into prost.
+#[inline(always)]
+fn varint(buf: &mut &[u8]) -> Result<u64, SelectError> {
+    if let Some((&b, rest)) = buf.split_first()
+        && b < 0x80
+    {
+        *buf = rest;
+        return Ok(u64::from(b));
+    }
+    Ok(decode_varint(buf)?)
+}
+
+/// The body of a length-delimited field, advancing past it; a known field declared
+/// length-delimited with another wire type is an error, as in prost.
+#[inline(always)]
+fn take_len<'a>(wt: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], SelectError> {
+    check_wire_type(Len, wt)?;
+    let len = varint(buf)?;
     let len = usize::try_from(len)
         .ok()
         .filter(|&l| l <= buf.len())
-        .ok_or_else(|| SelectError::Malformed("buffer underflow".into()))?;
+        .ok_or_else(underflow)?;
     let (body, rest) = buf.split_at(len);
     *buf = rest;
     Ok(body)
 }
 
-/// A known field with another wire type than its declaration (prost refuses these too).
-fn wrong_wire_type(wt: WireType) -> SelectError {
-    SelectError::Malformed(format!(
-        "invalid wire type: {wt:?} (expected LengthDelimited)"
-    ))
+/// Skip an unknown field (groups, never used by OTLP, through prost).
+#[inline(always)]
+fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), SelectError> {
+    let width = match wt {
+        WireType::LengthDelimited => return take_len(wt, buf).map(drop),
+        WireType::Varint => return varint(buf).map(drop),
+        WireType::SixtyFourBit => 8,
+        WireType::ThirtyTwoBit => 4,
+        WireType::StartGroup | WireType::EndGroup => {
+            return Ok(skip_field(wt, tag, buf, DecodeContext::default())?);
+        }
+    };
+    *buf = buf.get(width..).ok_or_else(underflow)?;
+    Ok(())
 }
 
-fn skip(wt: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), SelectError> {
-    Ok(skip_field(wt, tag, buf, DecodeContext::default())?)
+fn underflow() -> SelectError {
+    SelectError::Malformed("buffer underflow")
+}
+
+/// Skip a known field no processor reads, refusing another wire type than its declaration
+/// (as prost does when it decodes the field).
+fn skip_known(
+    wt: WireType,
+    expected: WireType,
+    tag: u32,
+    buf: &mut &[u8],
+) -> Result<(), SelectError> {
+    check_wire_type(expected, wt)?;
+    skip(wt, tag, buf)
 }
 
 fn string(bytes: &[u8]) -> Result<String, SelectError> {
-    std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| {
-        SelectError::Malformed("invalid string value: data is not UTF-8 encoded".into())
-    })
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|_| SelectError::Malformed("invalid string value: data is not UTF-8 encoded"))
 }
 
-/// Reference semantics (tests): a full decode with the unread metrics removed.
-#[doc(hidden)]
-pub fn decode_full_then_filter(
-    bytes: &[u8],
-    names: &[&str],
-) -> Result<ExportMetricsServiceRequest, DecodeError> {
-    let mut req = ExportMetricsServiceRequest::decode(Bytes::copy_from_slice(bytes))?;
+/// What [`decode_selected`] keeps of a fully decoded batch: `req` with everything `sel`
+/// does not select removed or left at its default (see the module documentation).
+pub fn project(req: &mut ExportMetricsServiceRequest, sel: &Selection) {
+    let keep = |keys: &[&str], attrs: &mut Vec<KeyValue>| {
+        attrs.retain(|kv| keys.contains(&kv.key.as_str()));
+    };
     for rm in &mut req.resource_metrics {
+        rm.schema_url.clear();
         for sm in &mut rm.scope_metrics {
-            sm.metrics.retain(|m| names.contains(&m.name.as_str()));
+            sm.metrics
+                .retain(|m| sel.metrics.contains(&m.name.as_str()));
         }
-    }
-    Ok(req)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use component::otlp::{kv_str, resource_attrs};
-    use testkit::AgentPush;
-
-    const HEALTH: &[&str] = &[component::wire::metric::HEALTH_SCORE];
-
-    fn batch(n: usize) -> Vec<u8> {
-        let mut req = ExportMetricsServiceRequest::default();
-        for i in 0..n {
-            req.resource_metrics.extend(
-                AgentPush::new("c", &format!("n{i}"), 0.9)
-                    .to_proto()
-                    .resource_metrics,
-            );
+        let reads_resource = holds_metrics(&rm.scope_metrics);
+        if let Some(res) = &mut rm.resource {
+            if reads_resource {
+                keep(sel.resource_attributes, &mut res.attributes);
+            } else {
+                res.attributes.clear();
+            }
+            res.dropped_attributes_count = 0;
+            res.entity_refs.clear();
         }
-        req.encode_to_vec()
-    }
-
-    #[test]
-    fn keeps_exactly_the_named_metrics_with_resources_and_scopes() {
-        let b = batch(3);
-        let got = decode_selected(&b, HEALTH).unwrap();
-        assert_eq!(got, decode_full_then_filter(&b, HEALTH).unwrap());
-        assert_eq!(got.resource_metrics.len(), 3);
-        let names: Vec<&str> = got
-            .resource_metrics
-            .iter()
-            .flat_map(|rm| &rm.scope_metrics)
-            .flat_map(|sm| &sm.metrics)
-            .map(|m| m.name.as_str())
-            .collect();
-        assert_eq!(names, vec![HEALTH[0]; 3]);
-        assert_eq!(
-            component::otlp::get_str(resource_attrs(&got.resource_metrics[1]), "ingero.node.id"),
-            Some("n1")
-        );
-        // No names: resources and scopes only.
-        let none = decode_selected(&b, &[]).unwrap();
-        assert_eq!(none, decode_full_then_filter(&b, &[]).unwrap());
-    }
-
-    #[test]
-    fn repeated_singular_fields_follow_protobuf_rules() {
-        // Two `resource` fields merge (attributes concatenate); the last `name` wins.
-        let a = ResourceMetrics {
-            resource: Some(component::otlp::Resource {
-                attributes: vec![kv_str("a", "1")],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let mut b = ResourceMetrics {
-            resource: Some(component::otlp::Resource {
-                attributes: vec![kv_str("b", "2")],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        b.scope_metrics.push(ScopeMetrics {
-            metrics: vec![Metric {
-                name: HEALTH[0].into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        let mut rm_bytes = a.encode_to_vec();
-        rm_bytes.extend(b.encode_to_vec());
-        let mut req = Vec::new();
-        prost::encoding::bytes::encode(REQUEST_RESOURCE_METRICS, &rm_bytes, &mut req);
-        let got = decode_selected(&req, HEALTH).unwrap();
-        assert_eq!(got, decode_full_then_filter(&req, HEALTH).unwrap());
-        assert_eq!(
-            got.resource_metrics[0]
-                .resource
-                .as_ref()
-                .unwrap()
-                .attributes
-                .len(),
-            2
-        );
-
-        let mut m = Metric {
-            name: "other".into(),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        prost::encoding::string::encode(METRIC_NAME, &HEALTH[0].to_string(), &mut m);
-        assert!(metric_name_is_one_of(&m, HEALTH).unwrap());
-    }
-
-    #[test]
-    fn truncated_input_is_an_error_never_a_panic() {
-        let b = batch(2);
-        for cut in 0..b.len() {
-            let r = decode_selected(&b[..cut], HEALTH);
-            if let Ok(v) = &r {
-                // A cut on a field boundary is a valid (shorter) message.
-                assert_eq!(v, &decode_full_then_filter(&b[..cut], HEALTH).unwrap());
+        for sm in &mut rm.scope_metrics {
+            sm.scope = None;
+            sm.schema_url.clear();
+            for m in &mut sm.metrics {
+                m.description.clear();
+                m.unit.clear();
+                m.metadata.clear();
+                let points: &mut [NumberDataPoint] = match &mut m.data {
+                    Some(MetricKind::Gauge(g)) => &mut g.data_points,
+                    Some(MetricKind::Sum(s)) => &mut s.data_points,
+                    _ => &mut [],
+                };
+                for dp in points {
+                    keep(sel.point_attributes, &mut dp.attributes);
+                    dp.exemplars.clear();
+                }
             }
         }
     }
 }
+
+/// Reference semantics (tests): a full prost decode passed through [`project`].
+#[doc(hidden)]
+pub fn decode_full_then_project(
+    bytes: &[u8],
+    sel: &Selection,
+) -> Result<ExportMetricsServiceRequest, DecodeError> {
+    let mut req = ExportMetricsServiceRequest::decode(Bytes::copy_from_slice(bytes))?;
+    project(&mut req, sel);
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests;

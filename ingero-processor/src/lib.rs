@@ -48,8 +48,26 @@ pub use processor::IngeroProcessor;
 pub const TYPE: &str = "ingero";
 
 /// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
-/// holding just these (the C ABI decodes only them).
+/// holding just these (the C ABI decodes only them). Of these metrics it reads the name,
+/// the data kind, the number of points and, of gauge and sum points, the value and the
+/// attributes in [`READS_POINT_ATTRIBUTES`]; of a resource only the attributes in
+/// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `processor.rs`
+/// (`ffi/tests/select_differential.rs` checks that a batch cut down to them gives the same
+/// outcome, telemetry, diagnostics and tick output).
 pub const READS_METRICS: &[&str] = &[component::wire::metric::HEALTH_SCORE];
+
+/// The only resource attributes `process` reads (the C ABI decodes only these).
+pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
+    component::wire::resource::CLUSTER_ID,
+    component::wire::resource::NODE_ID,
+];
+
+/// The only data-point attributes `process` reads, on the points of [`READS_METRICS`] (the
+/// C ABI decodes only these).
+pub const READS_POINT_ATTRIBUTES: &[&str] = &[
+    component::wire::attr::NODE_STATE,
+    component::wire::attr::CGROUP_PATH_HASH,
+];
 
 /// Decode, validate and build a processor from its config subtree (`null` = defaults).
 pub fn create(cfg: &component::ConfigValue) -> Result<IngeroProcessor, component::ConfigErrors> {

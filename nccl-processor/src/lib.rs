@@ -45,11 +45,32 @@ pub mod tracker;
 pub const TYPE: &str = "nccl_peer_lag";
 
 /// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
-/// holding just these (the C ABI decodes only them).
+/// holding just these (the C ABI decodes only them). Of these metrics it reads the name,
+/// the data kind and, of gauge and sum points, the timestamp and the attributes in
+/// [`READS_POINT_ATTRIBUTES`]; of a resource only the attributes in
+/// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `ingest.rs` and
+/// `processor.rs` (`ffi/tests/select_differential.rs` checks that a batch cut down to them
+/// gives the same counters and tick output).
 pub const READS_METRICS: &[&str] = &[
     component::wire::metric::NCCL_DURATION_MS,
     component::wire::metric::NCCL_BYTES,
     component::wire::metric::NCCL_BARRIER_WAIT_MS,
+];
+
+/// The only resource attributes `process` reads (the C ABI decodes only these).
+pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
+    component::wire::resource::CLUSTER_ID,
+    component::wire::resource::NODE_ID,
+];
+
+/// The only data-point attributes `process` reads, on the points of [`READS_METRICS`] (the
+/// C ABI decodes only these).
+pub const READS_POINT_ATTRIBUTES: &[&str] = &[
+    component::wire::attr::NCCL_OP_TYPE,
+    component::wire::attr::NCCL_COMM_ID_HASH,
+    component::wire::attr::NCCL_RANK,
+    component::wire::attr::NCCL_NRANKS,
+    component::wire::attr::NCCL_OP_SEQ,
 ];
 
 pub use config::NcclConfig;

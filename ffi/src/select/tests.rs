@@ -1,0 +1,243 @@
+//! Unit tests of the selective decoder (the differential proptests are in
+//! `tests/select_differential.rs`).
+
+use super::*;
+use component::otlp::{get_str, kv_i64, kv_str, resource_attrs};
+use component::wire::{attr, metric, resource};
+use testkit::AgentPush;
+
+const HEALTH: Selection = Selection {
+    metrics: &[metric::HEALTH_SCORE],
+    resource_attributes: &[resource::CLUSTER_ID, resource::NODE_ID],
+    point_attributes: &[attr::NODE_STATE],
+};
+
+fn batch(n: usize) -> Vec<u8> {
+    let mut req = ExportMetricsServiceRequest::default();
+    for i in 0..n {
+        req.resource_metrics.extend(
+            AgentPush::new("c", &format!("n{i}"), 0.9)
+                .provider("aws")
+                .world(8, 1)
+                .to_proto()
+                .resource_metrics,
+        );
+    }
+    req.encode_to_vec()
+}
+
+fn keys(attrs: &[KeyValue]) -> Vec<&str> {
+    attrs.iter().map(|kv| kv.key.as_str()).collect()
+}
+
+#[test]
+fn keeps_exactly_what_is_selected_with_resources_and_scopes() {
+    let b = batch(3);
+    let got = decode_selected(&b, &HEALTH).unwrap();
+    assert_eq!(got, decode_full_then_project(&b, &HEALTH).unwrap());
+    assert_eq!(got.resource_metrics.len(), 3);
+    let metrics: Vec<&Metric> = got
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .collect();
+    let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, vec![metric::HEALTH_SCORE; 3]);
+    let rm = &got.resource_metrics[1];
+    // The push's resource also holds the provider, world size and rank: not selected.
+    assert_eq!(
+        keys(resource_attrs(rm)),
+        vec![resource::NODE_ID, resource::CLUSTER_ID]
+    );
+    assert_eq!(get_str(resource_attrs(rm), resource::NODE_ID), Some("n1"));
+    assert_eq!(rm.scope_metrics[0].scope, None);
+    let points = component::otlp::number_points(metrics[1]);
+    assert_eq!(keys(&points[0].attributes), vec![attr::NODE_STATE]);
+    assert_eq!(points[0].time_unix_nano, 1_763_769_600_000_000_000);
+    assert_eq!(component::otlp::point_value(&points[0]), Some(0.9));
+    assert_eq!(metrics[1].unit, "");
+    // Nothing selected: resources and scopes only.
+    let none = decode_selected(&b, &Selection::NOTHING).unwrap();
+    assert_eq!(
+        none,
+        decode_full_then_project(&b, &Selection::NOTHING).unwrap()
+    );
+    assert!(
+        none.resource_metrics
+            .iter()
+            .all(|rm| { resource_attrs(rm).is_empty() && rm.scope_metrics[0].metrics.is_empty() })
+    );
+}
+
+#[test]
+fn a_resource_without_selected_metrics_keeps_no_attributes() {
+    let mut req = ExportMetricsServiceRequest::default();
+    req.resource_metrics
+        .extend(testkit::json_to_proto(&testkit::nccl_export_json(
+            Some("c"),
+            "n0",
+            &[testkit::NcclPoint::all_reduce("aa", 0, 2, 1.0, 1)],
+        )));
+    req.resource_metrics
+        .extend(AgentPush::new("c", "n1", 0.9).to_proto().resource_metrics);
+    let b = req.encode_to_vec();
+    let got = decode_selected(&b, &HEALTH).unwrap();
+    assert_eq!(got, decode_full_then_project(&b, &HEALTH).unwrap());
+    let nccl = &got.resource_metrics[0];
+    assert!(nccl.resource.is_some() && resource_attrs(nccl).is_empty());
+    assert!(nccl.scope_metrics[0].metrics.is_empty());
+    assert_eq!(
+        get_str(resource_attrs(&got.resource_metrics[1]), resource::NODE_ID),
+        Some("n1")
+    );
+}
+
+#[test]
+fn repeated_fields_follow_protobuf_rules() {
+    // Two `resource` fields merge (attributes concatenate); the last `name` wins.
+    let a = ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![kv_str(resource::NODE_ID, "1"), kv_str("other", "x")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut b = ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![kv_str(resource::NODE_ID, "2")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    b.scope_metrics.push(ScopeMetrics {
+        metrics: vec![Metric {
+            name: metric::HEALTH_SCORE.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let mut rm_bytes = a.encode_to_vec();
+    rm_bytes.extend(b.encode_to_vec());
+    let mut req = Vec::new();
+    prost::encoding::bytes::encode(REQUEST_RESOURCE_METRICS, &rm_bytes, &mut req);
+    let got = decode_selected(&req, &HEALTH).unwrap();
+    assert_eq!(got, decode_full_then_project(&req, &HEALTH).unwrap());
+    assert_eq!(
+        keys(resource_attrs(&got.resource_metrics[0])),
+        vec![resource::NODE_ID, resource::NODE_ID]
+    );
+
+    let mut m = Metric {
+        name: "other".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    prost::encoding::string::encode(METRIC_NAME, &metric::HEALTH_SCORE.to_string(), &mut m);
+    assert!(metric_name_is_one_of(&m, HEALTH.metrics).unwrap());
+
+    // A key written twice: the last one decides whether the attribute is kept.
+    let mut kv = kv_str("other", "v").encode_to_vec();
+    prost::encoding::string::encode(KV_KEY, &attr::NODE_STATE.to_string(), &mut kv);
+    let mut out = Vec::new();
+    attribute_if_selected(&kv, HEALTH.point_attributes, &mut out).unwrap();
+    assert_eq!(out, vec![kv_str(attr::NODE_STATE, "v")]);
+}
+
+#[test]
+fn oneof_members_merge_or_replace_as_in_prost() {
+    let point = |v: NumberValue, attrs: Vec<KeyValue>| NumberDataPoint {
+        attributes: attrs,
+        time_unix_nano: 7,
+        value: Some(v),
+        ..Default::default()
+    };
+    // A metric encoded with no name holds only its data member.
+    let only = |d: MetricKind| {
+        Metric {
+            data: Some(d),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let gauge = |dp: NumberDataPoint| {
+        only(MetricKind::Gauge(Gauge {
+            data_points: vec![dp],
+        }))
+    };
+    let sum = only(MetricKind::Sum(Sum {
+        data_points: vec![point(NumberValue::AsInt(3), vec![])],
+        aggregation_temporality: 2,
+        is_monotonic: true,
+    }));
+    // gauge + gauge merge, a sum replaces them, a second sum merges, a gauge replaces
+    // it and the last gauge merges into that one.
+    let mut m = Metric {
+        name: metric::HEALTH_SCORE.into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    m.extend(gauge(point(
+        NumberValue::AsDouble(0.5),
+        vec![kv_i64("x", 1), kv_str(attr::NODE_STATE, "idle")],
+    )));
+    m.extend(gauge(point(NumberValue::AsInt(1), vec![])));
+    m.extend(&sum);
+    m.extend(&sum);
+    m.extend(gauge(point(NumberValue::AsDouble(0.25), vec![])));
+    // Two value fields in one point: the last wins.
+    let mut dp = point(NumberValue::AsDouble(0.1), vec![]).encode_to_vec();
+    prost::encoding::sfixed64::encode(NDP_AS_INT, &9, &mut dp);
+    let mut g = Vec::new();
+    prost::encoding::bytes::encode(GAUGE_DATA_POINTS, &dp, &mut g);
+    prost::encoding::bytes::encode(METRIC_GAUGE, &g, &mut m);
+    let mut sm = Vec::new();
+    prost::encoding::bytes::encode(SM_METRICS, &m, &mut sm);
+    let mut rm = Vec::new();
+    prost::encoding::bytes::encode(RM_SCOPE_METRICS, &sm, &mut rm);
+    let mut req = Vec::new();
+    prost::encoding::bytes::encode(REQUEST_RESOURCE_METRICS, &rm, &mut req);
+
+    let got = decode_selected(&req, &HEALTH).unwrap();
+    assert_eq!(got, decode_full_then_project(&req, &HEALTH).unwrap());
+    let m = &got.resource_metrics[0].scope_metrics[0].metrics[0];
+    let values: Vec<Option<f64>> = component::otlp::number_points(m)
+        .iter()
+        .map(component::otlp::point_value)
+        .collect();
+    assert_eq!(values, vec![Some(0.25), Some(9.0)]);
+    assert!(matches!(m.data, Some(MetricKind::Gauge(_))));
+}
+
+#[test]
+fn a_known_field_with_the_wrong_wire_type_is_refused_as_by_prost() {
+    // `unit` (never decoded here) written as a varint, `time_unix_nano` as a varint.
+    for (tag, wt) in [
+        (METRIC_UNIT, WireType::Varint),
+        (METRIC_GAUGE, WireType::Varint),
+    ] {
+        let mut m = Vec::new();
+        prost::encoding::string::encode(METRIC_NAME, &metric::HEALTH_SCORE.to_string(), &mut m);
+        prost::encoding::encode_key(tag, wt, &mut m);
+        prost::encoding::encode_varint(1, &mut m);
+        assert!(Metric::decode(m.as_slice()).is_err());
+        assert!(metric(&m, &[]).is_err(), "tag {tag}");
+    }
+    let mut dp = Vec::new();
+    prost::encoding::encode_key(NDP_TIME, WireType::Varint, &mut dp);
+    prost::encoding::encode_varint(1, &mut dp);
+    assert!(NumberDataPoint::decode(dp.as_slice()).is_err());
+    assert!(number_point(&dp, &[]).is_err());
+}
+
+#[test]
+fn truncated_input_is_an_error_never_a_panic() {
+    let b = batch(2);
+    for cut in 0..b.len() {
+        let r = decode_selected(&b[..cut], &HEALTH);
+        if let Ok(v) = &r {
+            // A cut on a field boundary is a valid (shorter) message.
+            assert_eq!(v, &decode_full_then_project(&b[..cut], &HEALTH).unwrap());
+        }
+    }
+}
