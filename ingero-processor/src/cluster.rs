@@ -272,10 +272,7 @@ impl ClusterTickState {
                     step.effective.get(s.cohort() as usize).copied()
                 && (threshold - s.score) * inv_sigma <= drift
             {
-                let key = diagnostic_key(s);
-                if key < step.diagnostic.cutoff {
-                    step.diagnostic.offer(key, i);
-                }
+                step.diagnostic.offer(diagnostic_key(s), i);
                 continue;
             }
             step.general(i, s, entry);
