@@ -31,8 +31,8 @@
 
 use WireType::LengthDelimited as Len;
 use component::otlp::{
-    ExportMetricsServiceRequest, Gauge, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue,
-    Resource, ResourceMetrics, ScopeMetrics, Sum,
+    AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, KeyValue, Metric, MetricKind,
+    NumberDataPoint, NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
 };
 use prost::Message;
 use prost::encoding::{
@@ -364,11 +364,48 @@ fn attribute_if_selected(
     keys: &[&str],
     out: &mut Vec<KeyValue>,
 ) -> Result<(), SelectError> {
+    if let Some((key, value)) = plain_string_attribute(bytes) {
+        if keys.iter().any(|k| k.as_bytes() == key) {
+            out.push(KeyValue {
+                key: string(key)?,
+                value: Some(AnyValue {
+                    value: Some(AnyValueKind::StringValue(string(value)?)),
+                }),
+                ..KeyValue::default()
+            });
+        }
+        return Ok(());
+    }
     let key = last_string_field(bytes, KV_KEY)?;
     if keys.iter().any(|k| k.as_bytes() == key) {
         out.push(KeyValue::decode(bytes)?);
     }
     Ok(())
+}
+
+/// The key and string value of an encoded `KeyValue` in the shape marshalers write for a
+/// string attribute (every attribute the processors read): `key` once, then `value` once
+/// holding only `string_value`. `None` for any other encoding (another value kind, a
+/// repeated or reordered field, `key_strindex`), which then takes the general path, so
+/// prost's merge rules still decide those.
+#[inline]
+fn plain_string_attribute(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    const KEY: u8 = (1 << 3) | 2; // field 1, length-delimited
+    const VALUE: u8 = (2 << 3) | 2;
+    const STRING_VALUE: u8 = (1 << 3) | 2;
+    fn field<'a>(tag: u8, buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let (&t, rest) = buf.split_first()?;
+        if t != tag {
+            return None;
+        }
+        *buf = rest;
+        take_len(Len, buf).ok()
+    }
+    let mut buf = bytes;
+    let key = field(KEY, &mut buf)?;
+    let mut value = field(VALUE, &mut buf)?;
+    let s = field(STRING_VALUE, &mut value)?;
+    (buf.is_empty() && value.is_empty()).then_some((key, s))
 }
 
 /// Call `field` for every (tag, wire type) of the message in `bytes`; `field` consumes the

@@ -145,6 +145,57 @@ fn repeated_fields_follow_protobuf_rules() {
 }
 
 #[test]
+fn string_attributes_in_any_encoding_decode_as_prost_decodes_them() {
+    let selected = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        attribute_if_selected(bytes, HEALTH.point_attributes, &mut out).map(|()| out)
+    };
+    let plain = kv_str(attr::NODE_STATE, "active").encode_to_vec();
+    assert!(
+        plain_string_attribute(&plain).is_some(),
+        "the fast path is taken"
+    );
+    assert_eq!(
+        selected(&plain).unwrap(),
+        vec![KeyValue::decode(plain.as_slice()).unwrap()]
+    );
+    let empty = kv_str(attr::NODE_STATE, "").encode_to_vec();
+    assert_eq!(
+        selected(&empty).unwrap(),
+        vec![kv_str(attr::NODE_STATE, "")]
+    );
+
+    // Encodings a marshaler does not write go to the general path, with prost's rules.
+    let value = AnyValue {
+        value: Some(AnyValueKind::StringValue("idle".into())),
+    };
+    let mut value_first = Vec::new();
+    prost::encoding::message::encode(2, &value, &mut value_first);
+    prost::encoding::string::encode(KV_KEY, &attr::NODE_STATE.to_string(), &mut value_first);
+    let mut two_values = plain.clone();
+    prost::encoding::message::encode(2, &value, &mut two_values);
+    for bytes in [value_first, two_values] {
+        assert!(plain_string_attribute(&bytes).is_none());
+        assert_eq!(
+            selected(&bytes).unwrap(),
+            vec![KeyValue::decode(bytes.as_slice()).unwrap()]
+        );
+    }
+
+    // A selected key with a value that is not UTF-8 is refused, as prost refuses it; an
+    // unselected one is only framed.
+    let mut bad = plain.clone();
+    let last = bad.len() - 1;
+    bad[last] = 0xff;
+    assert!(KeyValue::decode(bad.as_slice()).is_err());
+    assert!(selected(&bad).is_err());
+    let mut other = kv_str("other", "x").encode_to_vec();
+    let last = other.len() - 1;
+    other[last] = 0xff;
+    assert_eq!(selected(&other).unwrap(), vec![]);
+}
+
+#[test]
 fn oneof_members_merge_or_replace_as_in_prost() {
     let point = |v: NumberValue, attrs: Vec<KeyValue>| NumberDataPoint {
         attributes: attrs,
