@@ -1,14 +1,16 @@
-//! Streaming OTLP/JSON decoder for `ExportMetricsServiceRequest`.
+//! OTLP/JSON decoder for `ExportMetricsServiceRequest`, written for the receiver's hot path.
 //!
 //! The generic path (`serde_json::from_slice` through opentelemetry-proto's `with-serde`
 //! impls) buffers every metric, data point, exemplar and attribute value into serde's
-//! private `Content` tree, because those types use `#[serde(flatten)]` for their oneofs; on
-//! the agent's push that buffering and its allocations were most of the receiver's CPU.
-//! Here one `DeserializeSeed`/`Visitor` per OTLP message is driven directly by a
-//! `serde_json::Deserializer` over the body: keys are matched without allocating, values
-//! go straight into the prost structs, nothing is buffered. Layout: this file holds the
-//! entry point and the generic message machinery, `scalars` the number, string-number
-//! and bytes encodings, `common` attributes and resources, `metrics` the metric messages.
+//! private `Content` tree, because those types use `#[serde(flatten)]` for their oneofs.
+//! This decoder does not use serde at all (an earlier version drove serde visitors, whose
+//! layers cost more than the scanning): a small lexer ([`reader`]) walks the body once and each
+//! OTLP message reads its own fields from it. Keys are matched as borrowed slices of the
+//! body, strings without escapes are copied once into their `String`, numbers are
+//! classified while their digits are scanned, nothing is buffered. Layout: this file holds
+//! the entry point and the generic message machinery, `reader` the lexer, `scalars` the
+//! number, string-number and bytes encodings, `common` attributes and resources,
+//! `metrics` the metric messages.
 //!
 //! # Rules (shared with the generic path; checked by differential tests)
 //! - Field names in lowerCamelCase. Unknown fields are skipped, as OTLP/JSON requires. A
@@ -30,7 +32,10 @@
 //! - `asDouble`/`asInt` of the wrong type (`"asDouble":"NaN"`, `"asInt":1.5`) leaves the
 //!   point without a value instead of failing the request: the processors then refuse that
 //!   one point and the client gets a partial-success count for it.
-//! - Nothing but whitespace after the value; serde_json's 128-level recursion limit.
+//! - Nothing but whitespace after the value; serde_json's 128-level recursion limit for
+//!   decoded objects and arrays. The grammar, string escapes and number classification are
+//!   serde_json's (`reader` has unit tests against it); error messages name the line and
+//!   column, with wording close to serde_json's.
 //!
 //! # Where this decoder deliberately differs from the generic path
 //! Looser (accepted here, refused or lost there), as the OTLP/JSON and proto3 JSON
@@ -44,8 +49,8 @@
 //! - An omitted `KeyValue.key`, `ArrayValue.values`, `KeyValueList.values` or `EntityRef`
 //!   field defaults like every other field. The generic path refused these with `missing
 //!   field`, although Go's protojson omits them when empty (`{"arrayValue":{}}`).
-//! - Values of unknown fields are checked for JSON syntax only, by serde_json's skipper:
-//!   any depth (it is iterative), and a string with a lone surrogate escape (`"\ud800"`)
+//! - Values of unknown fields are checked for JSON syntax only, as serde_json's skipper
+//!   does: any depth (it is iterative), and a string with a lone surrogate escape (`"\ud800"`)
 //!   passes. The generic path decoded the unknown fields of metrics, data points,
 //!   exemplars and `AnyValue`s into its buffer and so refused both there (elsewhere it
 //!   skipped them as this decoder does).
@@ -68,39 +73,27 @@
 //!   levels is refused with its own message. The generic path was bounded only by
 //!   serde_json's recursion limit (about 40 levels of `AnyValue`).
 
-use std::fmt;
-use std::marker::PhantomData;
-
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+mod reader;
+
+pub use reader::JsonError;
+use reader::{Number, Peek, Reader, Result};
 
 /// Deepest `AnyValue` accepted: an attribute's value is level 1, each `arrayValue` or
 /// `kvlistValue` adds one.
 pub const MAX_ANY_VALUE_DEPTH: usize = 32;
 
 /// Decode an OTLP/JSON `ExportMetricsServiceRequest` body.
-pub fn decode_metrics(body: &[u8]) -> Result<ExportMetricsServiceRequest, serde_json::Error> {
-    // The whole body must be UTF-8, including values that are skipped unread (serde_json
-    // checks only the strings it decodes); checked once here, strings are not re-checked.
-    let text = std::str::from_utf8(body).map_err(|e| {
-        let (line, column) = position(body, e.valid_up_to());
-        de::Error::custom(format_args!(
-            "invalid UTF-8 at line {line} column {column} (byte {})",
-            e.valid_up_to()
-        ))
-    })?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let req = MessageSeed::<ExportMetricsServiceRequest>::new().deserialize(&mut de)?;
-    de.end()?;
+pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRequest, JsonError> {
+    // The whole body must be UTF-8, including values that are skipped unread; checked
+    // once here, so the lexer can slice strings out of it without checking again.
+    let text = std::str::from_utf8(body)
+        .map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
+    let mut r = Reader::new(text);
+    let req = read_message::<ExportMetricsServiceRequest>(&mut r)?;
+    r.end()?;
     Ok(req)
-}
-
-/// 1-based line and column of a byte offset, as serde_json counts them.
-fn position(body: &[u8], offset: usize) -> (usize, usize) {
-    let before = body.get(..offset).unwrap_or(body);
-    let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
-    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
-    (line, column)
 }
 
 /// The fields of one message, looked up by either JSON spelling.
@@ -127,6 +120,7 @@ macro_rules! fields {
         const _: () = assert!([$($camel),+].len() <= 32);
 
         impl $crate::receiver::otlp_json::FieldKey for $name {
+            #[inline]
             fn lookup(name: &str) -> Option<Self> {
                 match name {
                     $($camel $(| $snake)? => Some(Self::$var),)+
@@ -139,6 +133,7 @@ macro_rules! fields {
             fn bit(self) -> u32 {
                 1u32 << (self as u32)
             }
+            #[inline]
             fn is_oneof(self) -> bool {
                 match self { $(Self::$var => fields!(@oneof $($kind)?)),+ }
             }
@@ -153,7 +148,7 @@ mod metrics;
 mod scalars;
 
 use scalars::{
-    Base64Seed, I64Seed, NumberMember, NumberSeed, SpecialF64Seed, hex_bytes, uint64, uint64s,
+    NumberKind, NumberMember, base64_value, hex_bytes, int64, special_f64, uint64, uint64s,
 };
 
 /// A prost message decoded from a JSON object, field by field.
@@ -163,67 +158,36 @@ trait JsonMessage: Default {
     const EXPECTING: &'static str;
     /// Decode the value of `field` into `self`. Returns `false` when the value was `null`,
     /// so an unset oneof member does not decide the oneof.
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        field: Self::Field,
-        map: &mut A,
-    ) -> Result<bool, A::Error>;
+    fn field(&mut self, field: Self::Field, r: &mut Reader<'_>) -> Result<bool>;
 }
 
-/// Decodes any [`JsonMessage`] from a JSON object.
-struct MessageSeed<M>(PhantomData<fn() -> M>);
-
-impl<M> MessageSeed<M> {
-    fn new() -> Self {
-        MessageSeed(PhantomData)
+/// Read one object (which must be next) as `M`.
+fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
+    if r.peek() != Peek::Object {
+        return Err(r.invalid_type(M::EXPECTING));
     }
-}
-
-impl<M> Clone for MessageSeed<M> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<M> Copy for MessageSeed<M> {}
-
-impl<'de, M: JsonMessage> DeserializeSeed<'de> for MessageSeed<M> {
-    type Value = M;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<M, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de, M: JsonMessage> Visitor<'de> for MessageSeed<M> {
-    type Value = M;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(M::EXPECTING)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<M, A::Error> {
-        let mut msg = M::default();
-        let mut seen = Seen::default();
-        let mut oneof_set = false;
-        while let Some(key) = map.next_key_seed(KeySeed::<M::Field>::new())? {
-            match key {
-                None => skip(&mut map)?,
-                Some(f) if f.is_oneof() => {
-                    if oneof_set {
-                        skip(&mut map)?;
-                    } else {
-                        oneof_set = msg.field(f, &mut map)?;
-                    }
-                }
-                Some(f) => {
-                    seen.mark::<_, A::Error>(f)?;
-                    msg.field(f, &mut map)?;
+    r.begin_object()?;
+    let mut msg = M::default();
+    let mut seen = Seen::default();
+    let mut oneof_set = false;
+    let mut first = true;
+    while let Some(key) = r.next_key(&mut first)? {
+        match M::Field::lookup(&key) {
+            None => r.skip_value()?,
+            Some(f) if f.is_oneof() => {
+                if oneof_set {
+                    r.skip_value()?;
+                } else {
+                    oneof_set = msg.field(f, r)?;
                 }
             }
+            Some(f) => {
+                seen.mark(f, r)?;
+                msg.field(f, r)?;
+            }
         }
-        Ok(msg)
     }
+    Ok(msg)
 }
 
 /// Known fields already read in one object.
@@ -231,138 +195,148 @@ impl<'de, M: JsonMessage> Visitor<'de> for MessageSeed<M> {
 struct Seen(u32);
 
 impl Seen {
-    fn mark<F: FieldKey, E: de::Error>(&mut self, f: F) -> Result<(), E> {
+    fn mark<F: FieldKey>(&mut self, f: F, r: &Reader<'_>) -> Result<()> {
         if self.0 & f.bit() != 0 {
-            return Err(E::duplicate_field(f.name()));
+            return Err(r.error(format_args!("duplicate field `{}`", f.name())));
         }
         self.0 |= f.bit();
         Ok(())
     }
 }
 
-/// Skip the value of an unknown (or already decided) field.
-fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
-    map.next_value::<IgnoredAny>().map(|_| ())
-}
-
-/// An object key mapped to a field, `None` if unknown; no allocation even when escaped.
-struct KeySeed<F>(PhantomData<fn() -> F>);
-
-impl<F> KeySeed<F> {
-    fn new() -> Self {
-        KeySeed(PhantomData)
-    }
-}
-
-impl<'de, F: FieldKey> DeserializeSeed<'de> for KeySeed<F> {
-    type Value = Option<F>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<F>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de, F: FieldKey> Visitor<'de> for KeySeed<F> {
-    type Value = Option<F>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<F>, E> {
-        Ok(F::lookup(v))
-    }
-}
-
-/// `null` as `None`, anything else through the inner seed.
-#[derive(Clone, Copy)]
-struct NullOr<S>(S);
-
-impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for NullOr<S> {
-    type Value = Option<S::Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for NullOr<S> {
-    type Value = Option<S::Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a value or null")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        self.0.deserialize(d).map(Some)
-    }
-}
-
-/// A JSON array, each element through the seed.
-#[derive(Clone, Copy)]
-struct Repeated<S>(S);
-
-impl<'de, S: DeserializeSeed<'de> + Copy> DeserializeSeed<'de> for Repeated<S> {
-    type Value = Vec<S::Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de, S: DeserializeSeed<'de> + Copy> Visitor<'de> for Repeated<S> {
-    type Value = Vec<S::Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(self.0)? {
-            out.push(v);
+/// A repeated field: `null` is empty, else an array whose elements `each` reads.
+fn repeated<T>(
+    r: &mut Reader<'_>,
+    mut each: impl FnMut(&mut Reader<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    match r.peek() {
+        Peek::Null => {
+            r.null()?;
+            return Ok(Vec::new());
         }
-        Ok(out)
+        Peek::Array => r.begin_array()?,
+        _ => return Err(r.invalid_type("an array")),
     }
-}
-
-/// A repeated field: `null` or absent is empty.
-fn repeated<'de, A, S>(map: &mut A, seed: S) -> Result<Vec<S::Value>, A::Error>
-where
-    A: MapAccess<'de>,
-    S: DeserializeSeed<'de> + Copy,
-{
-    Ok(map
-        .next_value_seed(NullOr(Repeated(seed)))?
-        .unwrap_or_default())
+    let mut out = Vec::new();
+    let mut first = true;
+    while r.next_element(&mut first)? {
+        out.push(each(r)?);
+    }
+    Ok(out)
 }
 
 /// A repeated message field.
-fn messages<'de, A: MapAccess<'de>, M: JsonMessage>(map: &mut A) -> Result<Vec<M>, A::Error> {
-    repeated(map, MessageSeed::<M>::new())
+fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
+    repeated(r, read_message::<M>)
 }
 
 /// An optional message field (`null` is unset).
-fn message<'de, A: MapAccess<'de>, M: JsonMessage>(map: &mut A) -> Result<Option<M>, A::Error> {
-    map.next_value_seed(NullOr(MessageSeed::<M>::new()))
+fn message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Option<M>> {
+    if r.null()? {
+        return Ok(None);
+    }
+    read_message(r).map(Some)
 }
 
-/// A scalar field with serde's own rules for its type (`String`, `bool`, `u32`, `i32`,
-/// `f64`); `null` is the default.
-fn scalar<'de, A, T>(map: &mut A) -> Result<T, A::Error>
-where
-    A: MapAccess<'de>,
-    T: de::Deserialize<'de> + Default,
-{
-    Ok(map.next_value::<Option<T>>()?.unwrap_or_default())
+/// A `string` field; `null` is empty.
+fn string(r: &mut Reader<'_>) -> Result<String> {
+    Ok(opt_string(r)?.unwrap_or_default())
+}
+
+/// A string, `None` for `null`.
+fn opt_string(r: &mut Reader<'_>) -> Result<Option<String>> {
+    match r.peek() {
+        Peek::String => Ok(Some(r.string()?.into_owned())),
+        Peek::Null => r.null().map(|_| None),
+        _ => Err(r.invalid_type("a string")),
+    }
+}
+
+/// A `bool` field; `null` is `false`.
+fn boolean(r: &mut Reader<'_>) -> Result<bool> {
+    Ok(opt_bool(r)?.unwrap_or_default())
+}
+
+/// A `repeated string` field; `null` is empty (elements may not be `null`).
+fn strings(r: &mut Reader<'_>) -> Result<Vec<String>> {
+    repeated(r, |r| {
+        if r.peek() == Peek::String {
+            Ok(r.string()?.into_owned())
+        } else {
+            Err(r.invalid_type("a string"))
+        }
+    })
+}
+
+/// A boolean, `None` for `null`.
+fn opt_bool(r: &mut Reader<'_>) -> Result<Option<bool>> {
+    if r.null()? {
+        return Ok(None);
+    }
+    match r.bool()? {
+        Some(b) => Ok(Some(b)),
+        None => Err(r.invalid_type("a boolean")),
+    }
+}
+
+/// A JSON number (which must be next, else `invalid type: .., expected <expecting>`).
+fn number(r: &mut Reader<'_>, expecting: &str) -> Result<Number> {
+    if r.peek() == Peek::Number {
+        r.number()
+    } else {
+        Err(r.invalid_type(expecting))
+    }
+}
+
+/// A 32-bit integer field (`uint32`, `int32`, `fixed32`, enums): a JSON integer in range;
+/// `null` is 0.
+fn int32<T: TryFrom<u64> + TryFrom<i64> + Default>(r: &mut Reader<'_>, name: &str) -> Result<T> {
+    if r.null()? {
+        return Ok(T::default());
+    }
+    let n = number(r, name)?;
+    let v = match n {
+        Number::U64(v) => <T as TryFrom<u64>>::try_from(v).ok(),
+        Number::I64(v) => <T as TryFrom<i64>>::try_from(v).ok(),
+        Number::F64(_) => {
+            return Err(r.error(format_args!(
+                "invalid type: {}, expected {name}",
+                n.describe()
+            )));
+        }
+    };
+    v.ok_or_else(|| {
+        r.error(format_args!(
+            "invalid value: {}, expected {name}",
+            n.describe()
+        ))
+    })
+}
+
+fn uint32(r: &mut Reader<'_>) -> Result<u32> {
+    int32(r, "u32")
+}
+
+fn sint32(r: &mut Reader<'_>) -> Result<i32> {
+    int32(r, "i32")
+}
+
+/// A `double` field; `null` is 0.
+fn double(r: &mut Reader<'_>) -> Result<f64> {
+    Ok(opt_double(r)?.unwrap_or_default())
+}
+
+/// An `optional double`, `None` for `null`.
+fn opt_double(r: &mut Reader<'_>) -> Result<Option<f64>> {
+    if r.null()? {
+        return Ok(None);
+    }
+    number(r, "f64").map(|n| Some(n.as_f64()))
+}
+
+/// A `repeated double` field; `null` is empty (elements may not be `null`).
+fn doubles(r: &mut Reader<'_>) -> Result<Vec<f64>> {
+    repeated(r, |r| number(r, "f64").map(Number::as_f64))
 }
 
 #[cfg(test)]

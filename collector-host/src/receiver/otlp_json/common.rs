@@ -1,23 +1,21 @@
 //! `common.v1` and `resource.v1`: attributes (`KeyValue`, `AnyValue` and its arrays and
 //! key-value lists, depth-limited), `InstrumentationScope`, `Resource`, `EntityRef`.
 
-use std::fmt;
-
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, EntityRef, InstrumentationScope, KeyValue, KeyValueList,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 
+use super::reader::{Peek, Reader, Result};
 use super::{
-    Base64Seed, I64Seed, JsonMessage, KeySeed, MAX_ANY_VALUE_DEPTH, NullOr, Seen, messages,
-    repeated, scalar, skip,
+    FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, Seen, base64_value, int64, messages, opt_bool,
+    opt_double, opt_string, repeated, sint32, string, strings, uint32,
 };
 
 /// A repeated `KeyValue` field at the top of an attribute tree.
-pub(super) fn attributes<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Vec<KeyValue>, A::Error> {
-    repeated(map, KeyValueSeed { depth: 0 })
+pub(super) fn attributes(r: &mut Reader<'_>) -> Result<Vec<KeyValue>> {
+    repeated(r, |r| key_value(r, 0))
 }
 
 fields!(KeyValueField {
@@ -26,48 +24,39 @@ fields!(KeyValueField {
     KeyStrindex = "keyStrindex" | "key_strindex",
 });
 
+/// Open an object that must be next, or fail with `invalid type`.
+fn object(r: &mut Reader<'_>, expecting: &str) -> Result<()> {
+    if r.peek() != Peek::Object {
+        return Err(r.invalid_type(expecting));
+    }
+    r.begin_object()
+}
+
 /// A `KeyValue` whose value is an `AnyValue` at level `depth + 1`.
-#[derive(Clone, Copy)]
-struct KeyValueSeed {
-    depth: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for KeyValueSeed {
-    type Value = KeyValue;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<KeyValue, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyValueSeed {
-    type Value = KeyValue;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a KeyValue object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyValue, A::Error> {
-        let mut kv = KeyValue::default();
-        let mut seen = Seen::default();
-        while let Some(key) = map.next_key_seed(KeySeed::<KeyValueField>::new())? {
-            let Some(f) = key else {
-                skip(&mut map)?;
-                continue;
-            };
-            seen.mark::<_, A::Error>(f)?;
-            match f {
-                KeyValueField::Key => kv.key = scalar(&mut map)?,
-                KeyValueField::Value => {
-                    kv.value = map.next_value_seed(NullOr(AnyValueSeed {
-                        depth: self.depth + 1,
-                    }))?;
-                }
-                KeyValueField::KeyStrindex => kv.key_strindex = scalar(&mut map)?,
+fn key_value(r: &mut Reader<'_>, depth: usize) -> Result<KeyValue> {
+    object(r, "a KeyValue object")?;
+    let mut kv = KeyValue::default();
+    let mut seen = Seen::default();
+    let mut first = true;
+    while let Some(key) = r.next_key(&mut first)? {
+        let Some(f) = KeyValueField::lookup(&key) else {
+            r.skip_value()?;
+            continue;
+        };
+        seen.mark(f, r)?;
+        match f {
+            KeyValueField::Key => kv.key = string(r)?,
+            KeyValueField::Value => {
+                kv.value = if r.null()? {
+                    None
+                } else {
+                    Some(any_value(r, depth + 1)?)
+                };
             }
+            KeyValueField::KeyStrindex => kv.key_strindex = sint32(r)?,
         }
-        Ok(kv)
     }
+    Ok(kv)
 }
 
 fields!(AnyValueField {
@@ -80,150 +69,69 @@ fields!(AnyValueField {
     BytesValue = "bytesValue" | "bytes_value",
 });
 
-/// An `AnyValue` at nesting level `depth` (1 = an attribute's value).
-#[derive(Clone, Copy)]
-struct AnyValueSeed {
-    depth: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for AnyValueSeed {
-    type Value = AnyValue;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<AnyValue, D::Error> {
-        if self.depth > MAX_ANY_VALUE_DEPTH {
-            return Err(de::Error::custom(format_args!(
-                "attribute value nested deeper than {MAX_ANY_VALUE_DEPTH} levels of arrayValue/kvlistValue"
-            )));
-        }
-        d.deserialize_map(self)
+/// An `AnyValue` (not `null`) at nesting level `depth` (1 = an attribute's value). Every
+/// member is read (and must be valid); the last one that is not `null` wins.
+fn any_value(r: &mut Reader<'_>, depth: usize) -> Result<AnyValue> {
+    if depth > MAX_ANY_VALUE_DEPTH {
+        return Err(r.error(format_args!(
+            "attribute value nested deeper than {MAX_ANY_VALUE_DEPTH} levels of arrayValue/kvlistValue"
+        )));
     }
-}
-
-impl<'de> Visitor<'de> for AnyValueSeed {
-    type Value = AnyValue;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object for AnyValue")
-    }
-
-    /// Every member is read (and must be valid); the last one that is not `null` wins.
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyValue, A::Error> {
-        let mut value = None;
-        while let Some(key) = map.next_key_seed(KeySeed::<AnyValueField>::new())? {
-            let member = match key {
-                None => {
-                    skip(&mut map)?;
-                    continue;
-                }
-                Some(AnyValueField::StringValue) => {
-                    map.next_value::<Option<String>>()?.map(Value::StringValue)
-                }
-                Some(AnyValueField::BoolValue) => {
-                    map.next_value::<Option<bool>>()?.map(Value::BoolValue)
-                }
-                Some(AnyValueField::IntValue) => {
-                    map.next_value_seed(NullOr(I64Seed))?.map(Value::IntValue)
-                }
-                Some(AnyValueField::DoubleValue) => {
-                    map.next_value::<Option<f64>>()?.map(Value::DoubleValue)
-                }
-                Some(AnyValueField::ArrayValue) => map
-                    .next_value_seed(NullOr(ArrayValueSeed { depth: self.depth }))?
-                    .map(Value::ArrayValue),
-                Some(AnyValueField::KvlistValue) => map
-                    .next_value_seed(NullOr(KeyValueListSeed { depth: self.depth }))?
-                    .map(Value::KvlistValue),
-                Some(AnyValueField::BytesValue) => map
-                    .next_value_seed(NullOr(Base64Seed))?
-                    .map(Value::BytesValue),
-            };
-            if member.is_some() {
-                value = member;
+    object(r, "a JSON object for AnyValue")?;
+    let mut value = None;
+    let mut first = true;
+    while let Some(key) = r.next_key(&mut first)? {
+        let member = match AnyValueField::lookup(&key) {
+            None => {
+                r.skip_value()?;
+                continue;
             }
+            Some(AnyValueField::StringValue) => opt_string(r)?.map(Value::StringValue),
+            Some(AnyValueField::BoolValue) => opt_bool(r)?.map(Value::BoolValue),
+            Some(AnyValueField::IntValue) => int64(r)?.map(Value::IntValue),
+            Some(AnyValueField::DoubleValue) => opt_double(r)?.map(Value::DoubleValue),
+            Some(AnyValueField::ArrayValue) => {
+                values_list(r, "an ArrayValue object", |r| any_value(r, depth + 1))?
+                    .map(|values| Value::ArrayValue(ArrayValue { values }))
+            }
+            Some(AnyValueField::KvlistValue) => {
+                values_list(r, "a KeyValueList object", |r| key_value(r, depth))?
+                    .map(|values| Value::KvlistValue(KeyValueList { values }))
+            }
+            Some(AnyValueField::BytesValue) => base64_value(r)?.map(Value::BytesValue),
+        };
+        if member.is_some() {
+            value = member;
         }
-        Ok(AnyValue { value })
     }
+    Ok(AnyValue { value })
 }
 
 fields!(ValuesField { Values = "values" });
 
-/// The `arrayValue` of an `AnyValue` at level `depth`.
-#[derive(Clone, Copy)]
-struct ArrayValueSeed {
-    depth: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for ArrayValueSeed {
-    type Value = ArrayValue;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ArrayValue, D::Error> {
-        d.deserialize_map(self)
+/// The `{"values":[...]}` object of an `arrayValue` or `kvlistValue`; `None` for `null`.
+fn values_list<T>(
+    r: &mut Reader<'_>,
+    expecting: &str,
+    mut each: impl FnMut(&mut Reader<'_>) -> Result<T>,
+) -> Result<Option<Vec<T>>> {
+    if r.null()? {
+        return Ok(None);
     }
-}
-
-impl<'de> Visitor<'de> for ArrayValueSeed {
-    type Value = ArrayValue;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an ArrayValue object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ArrayValue, A::Error> {
-        let mut out = ArrayValue::default();
-        let mut seen = Seen::default();
-        while let Some(key) = map.next_key_seed(KeySeed::<ValuesField>::new())? {
-            match key {
-                None => skip(&mut map)?,
-                Some(f) => {
-                    seen.mark::<_, A::Error>(f)?;
-                    out.values = repeated(
-                        &mut map,
-                        AnyValueSeed {
-                            depth: self.depth + 1,
-                        },
-                    )?;
-                }
+    object(r, expecting)?;
+    let mut values = Vec::new();
+    let mut seen = Seen::default();
+    let mut first = true;
+    while let Some(key) = r.next_key(&mut first)? {
+        match ValuesField::lookup(&key) {
+            None => r.skip_value()?,
+            Some(f) => {
+                seen.mark(f, r)?;
+                values = repeated(r, &mut each)?;
             }
         }
-        Ok(out)
     }
-}
-
-/// The `kvlistValue` of an `AnyValue` at level `depth`.
-#[derive(Clone, Copy)]
-struct KeyValueListSeed {
-    depth: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for KeyValueListSeed {
-    type Value = KeyValueList;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<KeyValueList, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyValueListSeed {
-    type Value = KeyValueList;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a KeyValueList object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyValueList, A::Error> {
-        let mut out = KeyValueList::default();
-        let mut seen = Seen::default();
-        while let Some(key) = map.next_key_seed(KeySeed::<ValuesField>::new())? {
-            match key {
-                None => skip(&mut map)?,
-                Some(f) => {
-                    seen.mark::<_, A::Error>(f)?;
-                    out.values = repeated(&mut map, KeyValueSeed { depth: self.depth })?;
-                }
-            }
-        }
-        Ok(out)
-    }
+    Ok(Some(values))
 }
 
 fields!(ResourceField {
@@ -236,15 +144,11 @@ impl JsonMessage for Resource {
     type Field = ResourceField;
     const EXPECTING: &'static str = "a Resource object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ResourceField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ResourceField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceField::Attributes => self.attributes = attributes(map)?,
-            ResourceField::DroppedAttributesCount => self.dropped_attributes_count = scalar(map)?,
-            ResourceField::EntityRefs => self.entity_refs = messages(map)?,
+            ResourceField::Attributes => self.attributes = attributes(r)?,
+            ResourceField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
+            ResourceField::EntityRefs => self.entity_refs = messages(r)?,
         }
         Ok(true)
     }
@@ -261,16 +165,12 @@ impl JsonMessage for EntityRef {
     type Field = EntityRefField;
     const EXPECTING: &'static str = "an EntityRef object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: EntityRefField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: EntityRefField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            EntityRefField::SchemaUrl => self.schema_url = scalar(map)?,
-            EntityRefField::Type => self.r#type = scalar(map)?,
-            EntityRefField::IdKeys => self.id_keys = scalar(map)?,
-            EntityRefField::DescriptionKeys => self.description_keys = scalar(map)?,
+            EntityRefField::SchemaUrl => self.schema_url = string(r)?,
+            EntityRefField::Type => self.r#type = string(r)?,
+            EntityRefField::IdKeys => self.id_keys = strings(r)?,
+            EntityRefField::DescriptionKeys => self.description_keys = strings(r)?,
         }
         Ok(true)
     }
@@ -287,16 +187,12 @@ impl JsonMessage for InstrumentationScope {
     type Field = ScopeField;
     const EXPECTING: &'static str = "an InstrumentationScope object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ScopeField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ScopeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ScopeField::Name => self.name = scalar(map)?,
-            ScopeField::Version => self.version = scalar(map)?,
-            ScopeField::Attributes => self.attributes = attributes(map)?,
-            ScopeField::DroppedAttributesCount => self.dropped_attributes_count = scalar(map)?,
+            ScopeField::Name => self.name = string(r)?,
+            ScopeField::Version => self.version = string(r)?,
+            ScopeField::Attributes => self.attributes = attributes(r)?,
+            ScopeField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
         }
         Ok(true)
     }

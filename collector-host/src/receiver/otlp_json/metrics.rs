@@ -9,12 +9,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
     HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary,
     SummaryDataPoint, exemplar, metric, number_data_point,
 };
-use serde::de::MapAccess;
 
 use super::common::attributes;
+use super::reader::{Reader, Result};
 use super::{
-    JsonMessage, NumberMember, NumberSeed, SpecialF64Seed, hex_bytes, message, messages, scalar,
-    uint64, uint64s,
+    JsonMessage, NumberKind, NumberMember, boolean, double, doubles, hex_bytes, message, messages,
+    opt_double, sint32, special_f64, string, uint32, uint64, uint64s,
 };
 
 fields!(RequestField {
@@ -25,13 +25,9 @@ impl JsonMessage for ExportMetricsServiceRequest {
     type Field = RequestField;
     const EXPECTING: &'static str = "an ExportMetricsServiceRequest object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: RequestField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: RequestField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            RequestField::ResourceMetrics => self.resource_metrics = messages(map)?,
+            RequestField::ResourceMetrics => self.resource_metrics = messages(r)?,
         }
         Ok(true)
     }
@@ -47,15 +43,11 @@ impl JsonMessage for ResourceMetrics {
     type Field = ResourceMetricsField;
     const EXPECTING: &'static str = "a ResourceMetrics object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ResourceMetricsField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ResourceMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceMetricsField::Resource => self.resource = message(map)?,
-            ResourceMetricsField::ScopeMetrics => self.scope_metrics = messages(map)?,
-            ResourceMetricsField::SchemaUrl => self.schema_url = scalar(map)?,
+            ResourceMetricsField::Resource => self.resource = message(r)?,
+            ResourceMetricsField::ScopeMetrics => self.scope_metrics = messages(r)?,
+            ResourceMetricsField::SchemaUrl => self.schema_url = string(r)?,
         }
         Ok(true)
     }
@@ -71,15 +63,11 @@ impl JsonMessage for ScopeMetrics {
     type Field = ScopeMetricsField;
     const EXPECTING: &'static str = "a ScopeMetrics object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ScopeMetricsField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ScopeMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ScopeMetricsField::Scope => self.scope = message(map)?,
-            ScopeMetricsField::Metrics => self.metrics = messages(map)?,
-            ScopeMetricsField::SchemaUrl => self.schema_url = scalar(map)?,
+            ScopeMetricsField::Scope => self.scope = message(r)?,
+            ScopeMetricsField::Metrics => self.metrics = messages(r)?,
+            ScopeMetricsField::SchemaUrl => self.schema_url = string(r)?,
         }
         Ok(true)
     }
@@ -101,24 +89,20 @@ impl JsonMessage for Metric {
     type Field = MetricField;
     const EXPECTING: &'static str = "a Metric object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: MetricField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: MetricField, r: &mut Reader<'_>) -> Result<bool> {
         use metric::Data;
         // Oneof members are only read while `data` is unset (the caller skips the rest),
         // so `data` is set exactly when this member was not `null`.
         let data = match f {
-            MetricField::Name => return set(&mut self.name, scalar(map)?),
-            MetricField::Description => return set(&mut self.description, scalar(map)?),
-            MetricField::Unit => return set(&mut self.unit, scalar(map)?),
-            MetricField::Metadata => return set(&mut self.metadata, attributes(map)?),
-            MetricField::Gauge => message(map)?.map(Data::Gauge),
-            MetricField::Sum => message(map)?.map(Data::Sum),
-            MetricField::Histogram => message(map)?.map(Data::Histogram),
-            MetricField::ExponentialHistogram => message(map)?.map(Data::ExponentialHistogram),
-            MetricField::Summary => message(map)?.map(Data::Summary),
+            MetricField::Name => return set(&mut self.name, string(r)?),
+            MetricField::Description => return set(&mut self.description, string(r)?),
+            MetricField::Unit => return set(&mut self.unit, string(r)?),
+            MetricField::Metadata => return set(&mut self.metadata, attributes(r)?),
+            MetricField::Gauge => message(r)?.map(Data::Gauge),
+            MetricField::Sum => message(r)?.map(Data::Sum),
+            MetricField::Histogram => message(r)?.map(Data::Histogram),
+            MetricField::ExponentialHistogram => message(r)?.map(Data::ExponentialHistogram),
+            MetricField::Summary => message(r)?.map(Data::Summary),
         };
         self.data = data;
         Ok(self.data.is_some())
@@ -126,7 +110,7 @@ impl JsonMessage for Metric {
 }
 
 /// Store a decoded field; it counts as present.
-fn set<T, E>(slot: &mut T, value: T) -> Result<bool, E> {
+fn set<T>(slot: &mut T, value: T) -> Result<bool> {
     *slot = value;
     Ok(true)
 }
@@ -139,13 +123,9 @@ impl JsonMessage for Gauge {
     type Field = GaugeField;
     const EXPECTING: &'static str = "a Gauge object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: GaugeField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            GaugeField::DataPoints => self.data_points = messages(map)?,
+            GaugeField::DataPoints => self.data_points = messages(r)?,
         }
         Ok(true)
     }
@@ -155,13 +135,9 @@ impl JsonMessage for Summary {
     type Field = GaugeField;
     const EXPECTING: &'static str = "a Summary object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: GaugeField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            GaugeField::DataPoints => self.data_points = messages(map)?,
+            GaugeField::DataPoints => self.data_points = messages(r)?,
         }
         Ok(true)
     }
@@ -177,15 +153,11 @@ impl JsonMessage for Sum {
     type Field = SumField;
     const EXPECTING: &'static str = "a Sum object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: SumField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: SumField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            SumField::DataPoints => self.data_points = messages(map)?,
-            SumField::AggregationTemporality => self.aggregation_temporality = scalar(map)?,
-            SumField::IsMonotonic => self.is_monotonic = scalar(map)?,
+            SumField::DataPoints => self.data_points = messages(r)?,
+            SumField::AggregationTemporality => self.aggregation_temporality = sint32(r)?,
+            SumField::IsMonotonic => self.is_monotonic = boolean(r)?,
         }
         Ok(true)
     }
@@ -200,14 +172,10 @@ impl JsonMessage for Histogram {
     type Field = HistogramField;
     const EXPECTING: &'static str = "a Histogram object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: HistogramField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: HistogramField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            HistogramField::DataPoints => self.data_points = messages(map)?,
-            HistogramField::AggregationTemporality => self.aggregation_temporality = scalar(map)?,
+            HistogramField::DataPoints => self.data_points = messages(r)?,
+            HistogramField::AggregationTemporality => self.aggregation_temporality = sint32(r)?,
         }
         Ok(true)
     }
@@ -217,14 +185,10 @@ impl JsonMessage for ExponentialHistogram {
     type Field = HistogramField;
     const EXPECTING: &'static str = "an ExponentialHistogram object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: HistogramField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: HistogramField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            HistogramField::DataPoints => self.data_points = messages(map)?,
-            HistogramField::AggregationTemporality => self.aggregation_temporality = scalar(map)?,
+            HistogramField::DataPoints => self.data_points = messages(r)?,
+            HistogramField::AggregationTemporality => self.aggregation_temporality = sint32(r)?,
         }
         Ok(true)
     }
@@ -244,35 +208,31 @@ impl JsonMessage for NumberDataPoint {
     type Field = NumberPointField;
     const EXPECTING: &'static str = "a NumberDataPoint object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: NumberPointField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: NumberPointField, r: &mut Reader<'_>) -> Result<bool> {
         use number_data_point::Value;
         let member = match f {
             NumberPointField::Attributes => {
-                self.attributes = attributes(map)?;
+                self.attributes = attributes(r)?;
                 return Ok(true);
             }
             NumberPointField::StartTimeUnixNano => {
-                self.start_time_unix_nano = uint64(map)?;
+                self.start_time_unix_nano = uint64(r)?;
                 return Ok(true);
             }
             NumberPointField::TimeUnixNano => {
-                self.time_unix_nano = uint64(map)?;
+                self.time_unix_nano = uint64(r)?;
                 return Ok(true);
             }
             NumberPointField::Exemplars => {
-                self.exemplars = messages(map)?;
+                self.exemplars = messages(r)?;
                 return Ok(true);
             }
             NumberPointField::Flags => {
-                self.flags = scalar(map)?;
+                self.flags = uint32(r)?;
                 return Ok(true);
             }
-            NumberPointField::AsDouble => map.next_value_seed(NumberSeed::Double)?,
-            NumberPointField::AsInt => map.next_value_seed(NumberSeed::Int)?,
+            NumberPointField::AsDouble => NumberKind::Double.read(r)?,
+            NumberPointField::AsInt => NumberKind::Int.read(r)?,
         };
         self.value = match member {
             NumberMember::Null => return Ok(false),
@@ -302,23 +262,19 @@ impl JsonMessage for HistogramDataPoint {
     type Field = HistogramPointField;
     const EXPECTING: &'static str = "a HistogramDataPoint object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: HistogramPointField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: HistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            HistogramPointField::Attributes => self.attributes = attributes(map)?,
-            HistogramPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(map)?,
-            HistogramPointField::TimeUnixNano => self.time_unix_nano = uint64(map)?,
-            HistogramPointField::Count => self.count = uint64(map)?,
-            HistogramPointField::Sum => self.sum = map.next_value()?,
-            HistogramPointField::BucketCounts => self.bucket_counts = uint64s(map)?,
-            HistogramPointField::ExplicitBounds => self.explicit_bounds = scalar(map)?,
-            HistogramPointField::Exemplars => self.exemplars = messages(map)?,
-            HistogramPointField::Flags => self.flags = scalar(map)?,
-            HistogramPointField::Min => self.min = map.next_value()?,
-            HistogramPointField::Max => self.max = map.next_value()?,
+            HistogramPointField::Attributes => self.attributes = attributes(r)?,
+            HistogramPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
+            HistogramPointField::TimeUnixNano => self.time_unix_nano = uint64(r)?,
+            HistogramPointField::Count => self.count = uint64(r)?,
+            HistogramPointField::Sum => self.sum = opt_double(r)?,
+            HistogramPointField::BucketCounts => self.bucket_counts = uint64s(r)?,
+            HistogramPointField::ExplicitBounds => self.explicit_bounds = doubles(r)?,
+            HistogramPointField::Exemplars => self.exemplars = messages(r)?,
+            HistogramPointField::Flags => self.flags = uint32(r)?,
+            HistogramPointField::Min => self.min = opt_double(r)?,
+            HistogramPointField::Max => self.max = opt_double(r)?,
         }
         Ok(true)
     }
@@ -345,27 +301,23 @@ impl JsonMessage for ExponentialHistogramDataPoint {
     type Field = ExpHistogramPointField;
     const EXPECTING: &'static str = "an ExponentialHistogramDataPoint object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ExpHistogramPointField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ExpHistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         use ExpHistogramPointField as F;
         match f {
-            F::Attributes => self.attributes = attributes(map)?,
-            F::StartTimeUnixNano => self.start_time_unix_nano = uint64(map)?,
-            F::TimeUnixNano => self.time_unix_nano = uint64(map)?,
-            F::Count => self.count = uint64(map)?,
-            F::Sum => self.sum = map.next_value()?,
-            F::Scale => self.scale = scalar(map)?,
-            F::ZeroCount => self.zero_count = uint64(map)?,
-            F::Positive => self.positive = message(map)?,
-            F::Negative => self.negative = message(map)?,
-            F::Flags => self.flags = scalar(map)?,
-            F::Exemplars => self.exemplars = messages(map)?,
-            F::Min => self.min = map.next_value()?,
-            F::Max => self.max = map.next_value()?,
-            F::ZeroThreshold => self.zero_threshold = scalar(map)?,
+            F::Attributes => self.attributes = attributes(r)?,
+            F::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
+            F::TimeUnixNano => self.time_unix_nano = uint64(r)?,
+            F::Count => self.count = uint64(r)?,
+            F::Sum => self.sum = opt_double(r)?,
+            F::Scale => self.scale = sint32(r)?,
+            F::ZeroCount => self.zero_count = uint64(r)?,
+            F::Positive => self.positive = message(r)?,
+            F::Negative => self.negative = message(r)?,
+            F::Flags => self.flags = uint32(r)?,
+            F::Exemplars => self.exemplars = messages(r)?,
+            F::Min => self.min = opt_double(r)?,
+            F::Max => self.max = opt_double(r)?,
+            F::ZeroThreshold => self.zero_threshold = double(r)?,
         }
         Ok(true)
     }
@@ -380,14 +332,10 @@ impl JsonMessage for Buckets {
     type Field = BucketsField;
     const EXPECTING: &'static str = "a Buckets object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: BucketsField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: BucketsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            BucketsField::Offset => self.offset = scalar(map)?,
-            BucketsField::BucketCounts => self.bucket_counts = uint64s(map)?,
+            BucketsField::Offset => self.offset = sint32(r)?,
+            BucketsField::BucketCounts => self.bucket_counts = uint64s(r)?,
         }
         Ok(true)
     }
@@ -407,19 +355,15 @@ impl JsonMessage for SummaryDataPoint {
     type Field = SummaryPointField;
     const EXPECTING: &'static str = "a SummaryDataPoint object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: SummaryPointField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: SummaryPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            SummaryPointField::Attributes => self.attributes = attributes(map)?,
-            SummaryPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(map)?,
-            SummaryPointField::TimeUnixNano => self.time_unix_nano = uint64(map)?,
-            SummaryPointField::Count => self.count = uint64(map)?,
-            SummaryPointField::Sum => self.sum = scalar(map)?,
-            SummaryPointField::QuantileValues => self.quantile_values = messages(map)?,
-            SummaryPointField::Flags => self.flags = scalar(map)?,
+            SummaryPointField::Attributes => self.attributes = attributes(r)?,
+            SummaryPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
+            SummaryPointField::TimeUnixNano => self.time_unix_nano = uint64(r)?,
+            SummaryPointField::Count => self.count = uint64(r)?,
+            SummaryPointField::Sum => self.sum = double(r)?,
+            SummaryPointField::QuantileValues => self.quantile_values = messages(r)?,
+            SummaryPointField::Flags => self.flags = uint32(r)?,
         }
         Ok(true)
     }
@@ -434,14 +378,8 @@ impl JsonMessage for ValueAtQuantile {
     type Field = QuantileField;
     const EXPECTING: &'static str = "a ValueAtQuantile object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: QuantileField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
-        let v = map
-            .next_value_seed(super::NullOr(SpecialF64Seed))?
-            .unwrap_or_default();
+    fn field(&mut self, f: QuantileField, r: &mut Reader<'_>) -> Result<bool> {
+        let v = special_f64(r)?;
         match f {
             QuantileField::Quantile => self.quantile = v,
             QuantileField::Value => self.value = v,
@@ -463,31 +401,27 @@ impl JsonMessage for Exemplar {
     type Field = ExemplarField;
     const EXPECTING: &'static str = "an Exemplar object";
 
-    fn field<'de, A: MapAccess<'de>>(
-        &mut self,
-        f: ExemplarField,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
+    fn field(&mut self, f: ExemplarField, r: &mut Reader<'_>) -> Result<bool> {
         use exemplar::Value;
         let member = match f {
             ExemplarField::FilteredAttributes => {
-                self.filtered_attributes = attributes(map)?;
+                self.filtered_attributes = attributes(r)?;
                 return Ok(true);
             }
             ExemplarField::TimeUnixNano => {
-                self.time_unix_nano = uint64(map)?;
+                self.time_unix_nano = uint64(r)?;
                 return Ok(true);
             }
             ExemplarField::SpanId => {
-                self.span_id = hex_bytes(map)?;
+                self.span_id = hex_bytes(r)?;
                 return Ok(true);
             }
             ExemplarField::TraceId => {
-                self.trace_id = hex_bytes(map)?;
+                self.trace_id = hex_bytes(r)?;
                 return Ok(true);
             }
-            ExemplarField::AsDouble => map.next_value_seed(NumberSeed::Double)?,
-            ExemplarField::AsInt => map.next_value_seed(NumberSeed::Int)?,
+            ExemplarField::AsDouble => NumberKind::Double.read(r)?,
+            ExemplarField::AsInt => NumberKind::Int.read(r)?,
         };
         self.value = match member {
             NumberMember::Null => return Ok(false),

@@ -1,0 +1,859 @@
+//! The JSON lexer under the OTLP/JSON decoder: a cursor over a UTF-8 body that reads one
+//! token at a time for the message code above it. It follows serde_json's grammar and its
+//! number classification exactly (the differential tests compare the two), but builds
+//! nothing it is not asked for: keys and unescaped strings are borrowed from the body,
+//! numbers are classified while their digits are scanned, and values of unknown fields
+//! are checked for syntax by an iterative skipper without being decoded.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// serde_json's recursion limit for decoded values: objects and arrays that are decoded
+/// (not skipped) may nest this deep.
+const RECURSION_LIMIT: u32 = 128;
+
+/// A decoding error with the 1-based line and column where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    msg: String,
+    line: usize,
+    column: usize,
+}
+
+impl JsonError {
+    /// An error at byte `offset` of `body`.
+    pub(super) fn at(body: &[u8], offset: usize, msg: impl fmt::Display) -> JsonError {
+        let (line, column) = position(body, offset);
+        JsonError {
+            msg: msg.to_string(),
+            line,
+            column,
+        }
+    }
+
+    /// The message without the position.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    pub fn column(&self) -> usize {
+        self.column
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at line {} column {}",
+            self.msg, self.line, self.column
+        )
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// 1-based line and column of a byte offset (a column counts bytes, as serde_json's do).
+pub(super) fn position(body: &[u8], offset: usize) -> (usize, usize) {
+    let before = body.get(..offset).unwrap_or(body);
+    let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, column)
+}
+
+pub(super) type Result<T> = std::result::Result<T, JsonError>;
+
+/// A JSON number as serde_json classifies it: an integer literal that fits `u64`
+/// (non-negative) or `i64` (negative, not `-0`) keeps its integer value; everything else
+/// (fractions, exponents, `-0`, integers beyond 64 bits) is a double, which must be finite.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Number {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Number {
+    /// As a double, the way serde's `f64` impl converts every kind.
+    pub(super) fn as_f64(self) -> f64 {
+        match self {
+            Number::U64(v) => v as f64,
+            Number::I64(v) => v as f64,
+            Number::F64(v) => v,
+        }
+    }
+
+    /// How serde_json names the value in an `invalid type` error.
+    pub(super) fn describe(self) -> String {
+        match self {
+            Number::U64(v) => format!("integer `{v}`"),
+            Number::I64(v) => format!("integer `{v}`"),
+            Number::F64(v) => format!("floating point `{v}`"),
+        }
+    }
+}
+
+/// What comes next, for dispatch and for `invalid type` errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Peek {
+    Object,
+    Array,
+    String,
+    Number,
+    True,
+    False,
+    Null,
+    /// End of input or a byte no value starts with.
+    Other,
+}
+
+impl Peek {
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Peek::Object => "map",
+            Peek::Array => "sequence",
+            Peek::String => "string",
+            Peek::Number => "number",
+            Peek::True | Peek::False => "boolean",
+            Peek::Null => "null",
+            Peek::Other => "no value",
+        }
+    }
+}
+
+/// Cursor over a JSON text.
+pub(super) struct Reader<'a> {
+    text: &'a str,
+    pos: usize,
+    /// Decoded objects and arrays that may still open.
+    depth_left: u32,
+    /// Container stack of the skipper, kept across calls (`true` = object).
+    skip_stack: Vec<bool>,
+}
+
+/// A byte that ends the plain run of a string: `"`, `\` or a control character.
+#[inline]
+fn is_special(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// Index of the first byte at or after `i` that ends a plain string run (`bytes.len()` if
+/// none). Eight bytes at a time: each mask below sets the top bit of a byte that matches,
+/// and a false positive can only sit above a true one, so the lowest set bit is exact.
+#[inline]
+fn find_special(bytes: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = bytes.get(i..).and_then(|rest| rest.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*chunk);
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let hits = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (w.wrapping_sub(ONES * 0x20) & !w);
+        let hits = hits & HIGHS;
+        if hits != 0 {
+            return i + (hits.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&b) = bytes.get(i) {
+        if is_special(b) {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(text: &'a str) -> Self {
+        Reader {
+            text,
+            pos: 0,
+            depth_left: RECURSION_LIMIT,
+            skip_stack: Vec::new(),
+        }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    /// An error at the cursor.
+    pub(super) fn error(&self, msg: impl fmt::Display) -> JsonError {
+        JsonError::at(self.bytes(), self.pos, msg)
+    }
+
+    /// `invalid type: <what is next>, expected <expecting>`.
+    pub(super) fn invalid_type(&mut self, expecting: &str) -> JsonError {
+        let found = self.peek();
+        self.error(format_args!(
+            "invalid type: {}, expected {expecting}",
+            found.describe()
+        ))
+    }
+
+    #[inline]
+    fn byte(&self) -> Option<u8> {
+        self.bytes().get(self.pos).copied()
+    }
+
+    #[inline]
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.byte() {
+            self.pos += 1;
+        }
+    }
+
+    /// The kind of the next value (after whitespace), without consuming it.
+    #[inline]
+    pub(super) fn peek(&mut self) -> Peek {
+        self.skip_ws();
+        match self.byte() {
+            Some(b'{') => Peek::Object,
+            Some(b'[') => Peek::Array,
+            Some(b'"') => Peek::String,
+            Some(b'-' | b'0'..=b'9') => Peek::Number,
+            Some(b't') => Peek::True,
+            Some(b'f') => Peek::False,
+            Some(b'n') => Peek::Null,
+            _ => Peek::Other,
+        }
+    }
+
+    /// Only whitespace may follow the top-level value.
+    pub(super) fn end(&mut self) -> Result<()> {
+        self.skip_ws();
+        if self.pos == self.text.len() {
+            Ok(())
+        } else {
+            Err(self.error("trailing characters"))
+        }
+    }
+
+    fn eof_or(&self, msg: &str) -> JsonError {
+        if self.pos >= self.text.len() {
+            self.error(format_args!("EOF while parsing {msg}"))
+        } else {
+            self.error(format_args!("expected {msg}"))
+        }
+    }
+
+    fn expect_literal(&mut self, word: &'static str) -> Result<()> {
+        let rest = self.bytes().get(self.pos..).unwrap_or_default();
+        if rest.starts_with(word.as_bytes()) {
+            self.pos += word.len();
+            Ok(())
+        } else if word.as_bytes().starts_with(rest) {
+            self.pos = self.text.len();
+            Err(self.error("EOF while parsing a value"))
+        } else {
+            Err(self.error("expected ident"))
+        }
+    }
+
+    /// Consume `null` if it is next.
+    #[inline]
+    pub(super) fn null(&mut self) -> Result<bool> {
+        if self.peek() == Peek::Null {
+            self.expect_literal("null")?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// `true` or `false`, else `None` with nothing consumed.
+    pub(super) fn bool(&mut self) -> Result<Option<bool>> {
+        match self.peek() {
+            Peek::True => self.expect_literal("true").map(|()| Some(true)),
+            Peek::False => self.expect_literal("false").map(|()| Some(false)),
+            _ => Ok(None),
+        }
+    }
+
+    fn enter(&mut self) -> Result<()> {
+        if self.depth_left == 0 {
+            return Err(self.error("recursion limit exceeded"));
+        }
+        self.depth_left -= 1;
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Open a decoded object (`{` must be next; the caller checked with [`Self::peek`]).
+    pub(super) fn begin_object(&mut self) -> Result<()> {
+        self.enter()
+    }
+
+    /// Open a decoded array (`[` must be next).
+    pub(super) fn begin_array(&mut self) -> Result<()> {
+        self.enter()
+    }
+
+    /// The next key of an open object, with its `:` consumed; `None` at the closing `}`.
+    /// `first` is true before the first key.
+    #[inline]
+    pub(super) fn next_key(&mut self, first: &mut bool) -> Result<Option<Cow<'a, str>>> {
+        self.skip_ws();
+        match self.byte() {
+            Some(b'}') => {
+                self.pos += 1;
+                self.depth_left += 1;
+                return Ok(None);
+            }
+            Some(b',') if !*first => {
+                self.pos += 1;
+                self.skip_ws();
+            }
+            _ if !*first => return Err(self.eof_or("`,` or `}`")),
+            _ => {}
+        }
+        *first = false;
+        if self.byte() != Some(b'"') {
+            return Err(self.eof_or("a string key"));
+        }
+        self.pos += 1;
+        let key = self.string_body()?;
+        self.colon()?;
+        Ok(Some(key))
+    }
+
+    fn colon(&mut self) -> Result<()> {
+        self.skip_ws();
+        if self.byte() == Some(b':') {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.eof_or("`:`"))
+        }
+    }
+
+    /// Whether another element of an open array follows; `false` at the closing `]`.
+    #[inline]
+    pub(super) fn next_element(&mut self, first: &mut bool) -> Result<bool> {
+        self.skip_ws();
+        match self.byte() {
+            Some(b']') => {
+                self.pos += 1;
+                self.depth_left += 1;
+                Ok(false)
+            }
+            Some(b',') if !*first => {
+                self.pos += 1;
+                self.skip_ws();
+                if self.byte() == Some(b']') {
+                    return Err(self.error("trailing comma"));
+                }
+                Ok(true)
+            }
+            _ if !*first => Err(self.eof_or("`,` or `]`")),
+            None => Err(self.eof_or("a list")),
+            Some(_) => {
+                *first = false;
+                Ok(true)
+            }
+        }
+    }
+
+    /// A string value (`"` must be next), decoded; borrowed when it has no escapes.
+    #[inline]
+    pub(super) fn string(&mut self) -> Result<Cow<'a, str>> {
+        self.pos += 1;
+        self.string_body()
+    }
+
+    /// The rest of a string after its opening quote.
+    #[inline]
+    fn string_body(&mut self) -> Result<Cow<'a, str>> {
+        let start = self.pos;
+        let end = find_special(self.bytes(), start);
+        if self.bytes().get(end) == Some(&b'"') {
+            self.pos = end + 1;
+            // `start` follows a quote and `end` is a quote: both are char boundaries.
+            return match self.text.get(start..end) {
+                Some(s) => Ok(Cow::Borrowed(s)),
+                None => Err(self.error("invalid UTF-8 in string")),
+            };
+        }
+        self.pos = end;
+        self.escaped_string(start).map(Cow::Owned)
+    }
+
+    /// The slow path of a string: escapes, or an error.
+    #[cold]
+    fn escaped_string(&mut self, start: usize) -> Result<String> {
+        let mut out = String::with_capacity(self.pos - start + 16);
+        let mut run = start;
+        loop {
+            let end = find_special(self.bytes(), self.pos);
+            self.pos = end;
+            match self.byte() {
+                None => return Err(self.error("EOF while parsing a string")),
+                Some(b'"') => {
+                    out.push_str(self.text.get(run..end).unwrap_or_default());
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    out.push_str(self.text.get(run..end).unwrap_or_default());
+                    self.pos += 1;
+                    let c = self.escape()?;
+                    out.push(c);
+                    run = self.pos;
+                }
+                Some(_) => {
+                    return Err(self.error(
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// One escape after its backslash, decoded.
+    fn escape(&mut self) -> Result<char> {
+        let Some(b) = self.byte() else {
+            return Err(self.error("EOF while parsing a string"));
+        };
+        self.pos += 1;
+        Ok(match b {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let first = self.hex4()?;
+                match first {
+                    0xD800..=0xDBFF => {
+                        if self.bytes().get(self.pos..self.pos + 2) != Some(b"\\u") {
+                            return Err(self.error("lone leading surrogate in hex escape"));
+                        }
+                        self.pos += 2;
+                        let second = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&second) {
+                            return Err(self.error("lone leading surrogate in hex escape"));
+                        }
+                        let c = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+                        char::from_u32(c).ok_or_else(|| self.error("invalid unicode code point"))?
+                    }
+                    0xDC00..=0xDFFF => {
+                        return Err(self.error("unexpected end of hex escape"));
+                    }
+                    c => {
+                        char::from_u32(c).ok_or_else(|| self.error("invalid unicode code point"))?
+                    }
+                }
+            }
+            _ => {
+                self.pos -= 1;
+                return Err(self.error("invalid escape"));
+            }
+        })
+    }
+
+    /// Four hex digits of a `\u` escape.
+    fn hex4(&mut self) -> Result<u32> {
+        let mut v = 0u32;
+        for _ in 0..4 {
+            let digit = self.byte().and_then(|b| char::from(b).to_digit(16));
+            let Some(d) = digit else {
+                return Err(if self.byte().is_none() {
+                    self.error("EOF while parsing a string")
+                } else {
+                    self.error("invalid escape")
+                });
+            };
+            v = v * 16 + d;
+            self.pos += 1;
+        }
+        Ok(v)
+    }
+
+    /// A number (`-` or a digit must be next), classified as serde_json does.
+    pub(super) fn number(&mut self) -> Result<Number> {
+        let start = self.pos;
+        let negative = self.byte() == Some(b'-');
+        if negative {
+            self.pos += 1;
+        }
+        // Integer part: `0` or a non-zero digit and more digits.
+        let mut magnitude: u64 = 0;
+        let mut overflow = false;
+        match self.byte() {
+            Some(b'0') => {
+                self.pos += 1;
+                if let Some(b'0'..=b'9') = self.byte() {
+                    return Err(self.error("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                while let Some(d @ b'0'..=b'9') = self.byte() {
+                    match magnitude
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                    {
+                        Some(m) => magnitude = m,
+                        None => overflow = true,
+                    }
+                    self.pos += 1;
+                }
+            }
+            _ => return Err(self.eof_or("a number")),
+        }
+        let mut float = overflow;
+        if self.byte() == Some(b'.') {
+            float = true;
+            self.pos += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.byte() {
+            float = true;
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.byte() {
+                self.pos += 1;
+            }
+            self.digits()?;
+        }
+        if !float {
+            if !negative {
+                return Ok(Number::U64(magnitude));
+            }
+            // As serde_json: `-0` and magnitudes beyond `i64::MIN` are doubles.
+            let neg = (magnitude as i64).wrapping_neg();
+            if neg < 0 {
+                return Ok(Number::I64(neg));
+            }
+        }
+        let literal = self.text.get(start..self.pos).unwrap_or_default();
+        match literal.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Number::F64(v)),
+            _ => Err(JsonError::at(self.bytes(), start, "number out of range")),
+        }
+    }
+
+    /// One or more digits.
+    fn digits(&mut self) -> Result<()> {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.byte() {
+            self.pos += 1;
+        }
+        if self.pos == start {
+            return Err(self.eof_or("a digit"));
+        }
+        Ok(())
+    }
+
+    /// Skip one value of any kind, checking its syntax only (strings are not decoded, so a
+    /// lone surrogate escape passes, and numbers are not range-checked, as serde_json's
+    /// skipper). Iterative: nesting depth is not limited.
+    pub(super) fn skip_value(&mut self) -> Result<()> {
+        let mut stack = std::mem::take(&mut self.skip_stack);
+        stack.clear();
+        let result = self.skip_with(&mut stack);
+        self.skip_stack = stack;
+        result
+    }
+
+    fn skip_with(&mut self, stack: &mut Vec<bool>) -> Result<()> {
+        loop {
+            // One value, or the opening of a container.
+            match self.peek() {
+                Peek::Object => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.byte() == Some(b'}') {
+                        self.pos += 1;
+                    } else {
+                        stack.push(true);
+                        self.skip_key()?;
+                        continue;
+                    }
+                }
+                Peek::Array => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.byte() == Some(b']') {
+                        self.pos += 1;
+                    } else {
+                        stack.push(false);
+                        continue;
+                    }
+                }
+                Peek::String => {
+                    self.pos += 1;
+                    self.skip_string()?;
+                }
+                Peek::Number => self.skip_number()?,
+                Peek::True => self.expect_literal("true")?,
+                Peek::False => self.expect_literal("false")?,
+                Peek::Null => self.expect_literal("null")?,
+                Peek::Other => return Err(self.eof_or("value")),
+            }
+            // After a value: close containers until one continues.
+            loop {
+                let Some(&object) = stack.last() else {
+                    return Ok(());
+                };
+                self.skip_ws();
+                match self.byte() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if object {
+                            self.skip_ws();
+                            self.skip_key()?;
+                        } else {
+                            self.skip_ws();
+                            if self.byte() == Some(b']') {
+                                return Err(self.error("trailing comma"));
+                            }
+                        }
+                        break;
+                    }
+                    Some(b'}') if object => {
+                        self.pos += 1;
+                        stack.pop();
+                    }
+                    Some(b']') if !object => {
+                        self.pos += 1;
+                        stack.pop();
+                    }
+                    _ if object => return Err(self.eof_or("`,` or `}`")),
+                    _ => return Err(self.eof_or("`,` or `]`")),
+                }
+            }
+        }
+    }
+
+    /// A key and its colon inside a skipped object.
+    fn skip_key(&mut self) -> Result<()> {
+        if self.byte() != Some(b'"') {
+            return Err(if self.byte() == Some(b'}') {
+                self.error("trailing comma")
+            } else {
+                self.eof_or("a string key")
+            });
+        }
+        self.pos += 1;
+        self.skip_string()?;
+        self.colon()
+    }
+
+    /// The rest of a skipped string: escapes checked for syntax only.
+    fn skip_string(&mut self) -> Result<()> {
+        loop {
+            self.pos = find_special(self.bytes(), self.pos);
+            match self.byte() {
+                None => return Err(self.error("EOF while parsing a string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    match self.byte() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.pos += 1;
+                        }
+                        Some(b'u') => {
+                            self.pos += 1;
+                            self.hex4()?;
+                        }
+                        None => return Err(self.error("EOF while parsing a string")),
+                        Some(_) => return Err(self.error("invalid escape")),
+                    }
+                }
+                Some(_) => {
+                    return Err(self.error(
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// A skipped number: syntax only.
+    fn skip_number(&mut self) -> Result<()> {
+        if self.byte() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.byte() {
+            Some(b'0') => {
+                self.pos += 1;
+                if let Some(b'0'..=b'9') = self.byte() {
+                    return Err(self.error("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                while let Some(b'0'..=b'9') = self.byte() {
+                    self.pos += 1;
+                }
+            }
+            _ => return Err(self.eof_or("a number")),
+        }
+        if self.byte() == Some(b'.') {
+            self.pos += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.byte() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.byte() {
+                self.pos += 1;
+            }
+            self.digits()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_special_finds_the_first_stop_byte() {
+        let cases: &[(&[u8], usize)] = &[
+            (b"", 0),
+            (b"abc", 3),
+            (b"abcdefghij\"", 10),
+            (b"ab\"cdefghij\"", 2),
+            (b"abcdefgh\\", 8),
+            (b"abcdefg\x1f", 7),
+            (b"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", 8),
+            (b"\x7f\x80\xff\x20\x21\x22", 5),
+            (b"0123456789abcdef\x00", 16),
+        ];
+        for &(input, want) in cases {
+            assert_eq!(find_special(input, 0), want, "{input:?}");
+        }
+        // Every position, every byte value, against the byte-by-byte rule.
+        for b in 0..=255u8 {
+            for at in 0..17 {
+                let mut buf = vec![b'a'; 20];
+                buf[at] = b;
+                let want = buf.iter().position(|&c| is_special(c)).unwrap_or(buf.len());
+                assert_eq!(find_special(&buf, 0), want, "byte {b:#x} at {at}");
+            }
+        }
+    }
+
+    /// Number classification against serde_json's own (`serde_json::Number`).
+    #[test]
+    fn numbers_classify_as_serde_json_does() {
+        for lit in [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1.5",
+            "-0.0",
+            "1e3",
+            "1E+3",
+            "2.5e-3",
+            "123456789012345678901234567890",
+            "0.1",
+            "1.7976931348623157e308",
+            "5e-324",
+            "1e-400",
+        ] {
+            let mut r = Reader::new(lit);
+            let ours = r.number().unwrap();
+            assert_eq!(r.pos, lit.len(), "{lit}");
+            let theirs: serde_json::Number = serde_json::from_str(lit).unwrap();
+            let want = if let Some(u) = theirs.as_u64() {
+                Number::U64(u)
+            } else if let Some(i) = theirs.as_i64() {
+                Number::I64(i)
+            } else {
+                Number::F64(theirs.as_f64().unwrap())
+            };
+            match (ours, want) {
+                (Number::F64(a), Number::F64(b)) => {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{lit}")
+                }
+                (a, b) => assert_eq!(a, b, "{lit}"),
+            }
+        }
+        for bad in [
+            "-", "01", "1.", "1e", "1e+", "-a", ".5", "1.e3", "1e400", "-1e400",
+        ] {
+            let mut r = Reader::new(bad);
+            let ours = r.number().and_then(|_| r.end());
+            assert!(ours.is_err(), "{bad}");
+            assert!(
+                serde_json::from_str::<serde_json::Number>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn strings_decode_escapes_and_borrow_plain_text() {
+        let mut r = Reader::new(r#""plain" "a\"b\\c\/\b\f\n\r\t\u00e9\ud83d\ude00z""#);
+        assert!(matches!(r.string().unwrap(), Cow::Borrowed("plain")));
+        r.skip_ws();
+        assert_eq!(r.string().unwrap(), "a\"b\\c/\u{8}\u{c}\n\r\té😀z");
+        for bad in [
+            r#""\ud800""#,
+            r#""\ud800\u0041""#,
+            r#""\udc00""#,
+            r#""\x""#,
+            r#""\u12""#,
+            "\"a\u{1}\"",
+            r#""abc"#,
+            r#""a\"#,
+        ] {
+            let mut r = Reader::new(bad);
+            assert!(r.string().is_err(), "{bad}");
+            assert!(serde_json::from_str::<String>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn skipping_checks_syntax_at_any_depth() {
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        for ok in [
+            "1",
+            "-0.5e7",
+            r#""\ud800""#,
+            "[]",
+            "{}",
+            r#"{"a":[1,{"b":null},true,false,"x"],"c":{}}"#,
+            deep.as_str(),
+        ] {
+            let mut r = Reader::new(ok);
+            r.skip_value().unwrap();
+            r.end().unwrap();
+        }
+        for bad in [
+            "[1,]",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{1:2}",
+            "[1 2]",
+            "tru",
+            "nul",
+            "01",
+            "\"\\x\"",
+            "[",
+            "{\"a\":",
+            "1e400x",
+        ] {
+            let mut r = Reader::new(bad);
+            assert!(r.skip_value().and_then(|()| r.end()).is_err(), "{bad}");
+        }
+    }
+}
