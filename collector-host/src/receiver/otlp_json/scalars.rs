@@ -33,11 +33,26 @@ fn u64_value(r: &mut Reader<'_>) -> Result<u64> {
         },
         Peek::String => {
             let s = r.string()?;
+            if let Some(v) = short_decimal(&s) {
+                return Ok(v);
+            }
             s.parse::<u64>()
                 .map_err(|e| r.error(format_args!("{e}: {s:?}")))
         }
         _ => Err(r.invalid_type(U64_EXPECTING)),
     }
+}
+
+/// The value of 1 to 19 ASCII digits (which cannot overflow a `u64`), else `None` and the
+/// caller parses with Rust's rules. Timestamps take this path on every point.
+#[inline]
+fn short_decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 {
+        return None;
+    }
+    s.bytes().try_fold(0u64, |acc, b| {
+        b.is_ascii_digit().then(|| acc * 10 + u64::from(b - b'0'))
+    })
 }
 
 /// An `i64` as a JSON integer or a decimal string; `None` for `null`.
@@ -166,5 +181,27 @@ pub(super) fn base64_value(r: &mut Reader<'_>) -> Result<Option<Vec<u8>>> {
                 .map_err(|e| r.error(format_args!("invalid base64 in bytesValue: {e}")))
         }
         _ => Err(r.invalid_type("a base64 string")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_decimal;
+
+    #[test]
+    fn short_decimals_agree_with_the_std_parser() {
+        for s in [
+            "0",
+            "7",
+            "1763769600000000000",
+            "9999999999999999999",
+            "0000000000000000001",
+        ] {
+            assert_eq!(short_decimal(s), s.parse::<u64>().ok(), "{s}");
+        }
+        // Left to the std parser: empty, signs, 20 digits, anything not a digit.
+        for s in ["", "+7", "-1", "18446744073709551615", "1 ", "1_0", "١"] {
+            assert_eq!(short_decimal(s), None, "{s}");
+        }
     }
 }
