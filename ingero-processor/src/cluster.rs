@@ -109,6 +109,8 @@ pub struct ClusterTickState {
     /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
     effective: Vec<Option<(f64, f64)>>,
     cohort_stragglers: Vec<u64>,
+    /// The statistic's selection buffer.
+    select_scratch: Vec<f64>,
 }
 
 fn tally(counts: &mut NodeCounts, scores: &mut Vec<f64>, s: &NodeSample) {
@@ -217,9 +219,13 @@ impl ClusterTickState {
         let quorum_allowed = !(p.require_coverage && coverage_low);
 
         // Cluster-wide statistic over every active node.
-        let cluster_wide =
-            self.cluster_wide
-                .update(&p.threshold, &mut self.scores, quorum_allowed, now);
+        let cluster_wide = self.cluster_wide.update_with(
+            &p.threshold,
+            &mut self.scores,
+            quorum_allowed,
+            now,
+            &mut self.select_scratch,
+        );
         let cw_effective = cluster_wide
             .threshold
             .zip(cluster_wide.sigma.map(inverse_sigma));
@@ -364,9 +370,13 @@ impl ClusterTickState {
             };
             let slot = self.cohorts.entry(name.clone()).or_default();
             slot.seen_tick = tick;
-            let update = slot
-                .threshold
-                .update(&p.threshold, scores, quorum_allowed, now);
+            let update = slot.threshold.update_with(
+                &p.threshold,
+                scores,
+                quorum_allowed,
+                now,
+                &mut self.select_scratch,
+            );
             let own = if update.quorum_met {
                 update.threshold.zip(update.sigma.map(inverse_sigma))
             } else {
