@@ -245,6 +245,14 @@ impl NodeSample {
         self.meta & both == want
     }
 
+    /// Occupied, live, active and not flagged as a straggler (one mask compare).
+    #[inline]
+    pub fn live_active_unflagged(&self) -> bool {
+        let both = ((LIVE | VACANT | STRAGGLER) << FLAGS_SHIFT) | (0xff << STATE_SHIFT);
+        let want = (LIVE << FLAGS_SHIFT) | (NodeState::Active as u64) << STATE_SHIFT;
+        self.meta & both == want
+    }
+
     pub fn set_live(&mut self, live: bool) {
         self.set(LIVE, live);
     }
