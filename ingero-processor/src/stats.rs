@@ -216,6 +216,9 @@ fn bracketed_pair_with(
     select_pair(buf.get_mut(..len)?, r1 - below, r2 - below)
 }
 
+/// Values per chunk of [`gather_pair`]'s pass (a power of two).
+const GATHER_CHUNK: usize = 8;
+
 /// One read-only pass for a seeded bracket `[lo, hi]` over `map(x)`: counts the mapped
 /// values below `lo` and gathers those inside into `scratch` (sized to `values`, so it
 /// cannot overflow), then selects ranks `r1 <= r2` among them. `None` when the bracket
@@ -228,13 +231,30 @@ fn gather_pair(
     scratch: &mut Vec<f64>,
 ) -> Option<(f64, f64)> {
     let n = values.len();
-    if scratch.len() < n {
-        scratch.resize(n, 0.0);
+    if scratch.len() < n + GATHER_CHUNK {
+        scratch.resize(n + GATHER_CHUNK, 0.0);
     }
-    let buf = scratch.get_mut(..n)?;
+    let buf = scratch.as_mut_slice();
     let mut len = 0usize;
     let mut below = 0usize;
-    for &x in values {
+    // In chunks of 8: each value is stored at the chunk's next free position (a fixed
+    // array indexed by a masked offset, so no bounds check and no branch per value); the
+    // offset advances only for values inside the bracket.
+    let mut chunks = values.chunks_exact(GATHER_CHUNK);
+    for chunk in &mut chunks {
+        let dst = buf
+            .get_mut(len..len + GATHER_CHUNK)
+            .and_then(|d| <&mut [f64; GATHER_CHUNK]>::try_from(d).ok())?;
+        let mut k = 0usize;
+        for &x in chunk {
+            let y = map(x);
+            below += usize::from(y < lo);
+            dst[k & (GATHER_CHUNK - 1)] = y;
+            k += usize::from(y >= lo && y <= hi);
+        }
+        len += k;
+    }
+    for &x in chunks.remainder() {
         let y = map(x);
         below += usize::from(y < lo);
         if let Some(slot) = buf.get_mut(len) {
