@@ -288,11 +288,18 @@ impl ClusterTickState {
         // takes the general step, which clears the flag.
         let drift = p.cusum.drift;
         let dense = self.dense_effective.as_slice();
+        // The cluster-wide cohort's pair in registers (no lookup per node without cohorts).
+        let (cw_threshold, cw_inv_sigma) = dense.first().copied().unwrap_or((f64::NAN, f64::NAN));
         let mut pending = restless.iter().copied().peekable();
         let mut next = pending.peek().copied().unwrap_or(usize::MAX);
         for (i, s) in self.samples.iter_mut().enumerate() {
             if i != next {
-                if s.live_active_unflagged() {
+                if s.live_active_unflagged_in(CLUSTER_WIDE_COHORT) {
+                    if (cw_threshold - s.score) * cw_inv_sigma <= drift {
+                        step.diagnostic.offer(active_key(s.score), i);
+                        continue;
+                    }
+                } else if s.live_active_unflagged() {
                     let (threshold, inv_sigma) = dense
                         .get(s.cohort() as usize)
                         .copied()

@@ -253,6 +253,18 @@ impl NodeSample {
         self.meta & both == want
     }
 
+    /// [`Self::live_active_unflagged`] and in cohort `cohort` (one mask compare).
+    #[inline]
+    pub fn live_active_unflagged_in(&self, cohort: CohortId) -> bool {
+        let both = ((LIVE | VACANT | STRAGGLER) << FLAGS_SHIFT)
+            | (0xff << STATE_SHIFT)
+            | (0xffff << COHORT_SHIFT);
+        let want = (LIVE << FLAGS_SHIFT)
+            | (NodeState::Active as u64) << STATE_SHIFT
+            | u64::from(cohort) << COHORT_SHIFT;
+        self.meta & both == want
+    }
+
     pub fn set_live(&mut self, live: bool) {
         self.set(LIVE, live);
     }
@@ -996,6 +1008,31 @@ mod tests {
         assert!(out[0].is_vacant() && !out[0].live());
         assert_eq!((out[1].score, out[2].score), (0.8, 0.7));
         assert_eq!(std::mem::size_of::<NodeSample>(), 16);
+    }
+
+    #[test]
+    fn the_classifier_fast_path_masks_agree_with_the_field_accessors() {
+        for state in [NodeState::Active, NodeState::Idle, NodeState::Calibrating] {
+            for cohort in [0, 1, CohortId::MAX] {
+                for (live, straggler, vacant) in
+                    (0..8).map(|b| (b & 1 != 0, b & 2 != 0, b & 4 != 0))
+                {
+                    let mut s = if vacant {
+                        NodeSample::vacant()
+                    } else {
+                        NodeSample::new(u32::MAX, 0.5, cohort, state, live)
+                    };
+                    s.set_state(state);
+                    s.set_cohort(cohort);
+                    s.set_live(live);
+                    s.set_straggler(straggler);
+                    let unflagged = s.live_active() && !s.straggler();
+                    assert_eq!(s.live_active_unflagged(), unflagged, "{s:?}");
+                    assert_eq!(s.live_active_unflagged_in(0), unflagged && cohort == 0);
+                    assert_eq!(s.live_active_unflagged_in(1), unflagged && cohort == 1);
+                }
+            }
+        }
     }
 
     #[test]
