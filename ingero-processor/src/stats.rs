@@ -378,7 +378,7 @@ mod tests {
             (0..7).map(|_| next()).collect(),
         ];
         let mut scratch = Vec::new();
-        let (mut hits, mut misses) = (0, 0);
+        let (mut hits, mut misses, mut mad_misses) = (0, 0, 0);
         for v in &inputs {
             let exact = RobustStats::compute(&mut v.clone()).unwrap();
             let (m, d) = oracle(v);
@@ -402,6 +402,11 @@ mod tests {
                     ..exact
                 }),
                 Some(RobustStats { mad: 0.0, ..exact }),
+                // The median's bracket holds, the MAD's misses.
+                Some(RobustStats {
+                    mad: exact.mad * 3.0,
+                    ..exact
+                }),
                 Some(RobustStats {
                     median: f64::NAN,
                     ..exact
@@ -425,12 +430,28 @@ mod tests {
                         &mut Vec::new(),
                     )
                     .is_some();
-                    if hit { hits += 1 } else { misses += 1 }
+                    if hit {
+                        hits += 1;
+                        let md = (seed.mad - w).max(0.0);
+                        let mad_hit = gather_pair(
+                            v,
+                            (md, seed.mad + w),
+                            |x| (x - exact.median).abs(),
+                            ((nn - 1) / 2, nn / 2),
+                            &mut Vec::new(),
+                        )
+                        .is_some();
+                        mad_misses += usize::from(!mad_hit);
+                    } else {
+                        misses += 1
+                    }
                 }
             }
         }
         // Both the seeded path and its fallback were really taken.
         assert!(hits >= 5 && misses >= 5, "hits {hits}, misses {misses}");
+        // And the MAD's fallback after a median found by the seeded path.
+        assert!(mad_misses >= 3, "{mad_misses}");
     }
 
     #[test]
