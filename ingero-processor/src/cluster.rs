@@ -94,8 +94,17 @@ struct CohortSlot {
 pub struct ClusterTickState {
     cluster_wide: CohortThreshold,
     cohorts: HashMap<Arc<str>, CohortSlot>,
-    /// Per table slot: (generation, classifier).
+    /// Per table slot: (generation, classifier). The generation is kept current for every
+    /// classifier that is not at rest; one at rest behaves like a fresh one whatever its
+    /// generation says.
     classifiers: Vec<(u32, ShortfallCusum)>,
+    /// Ascending slots whose classifier is not at rest (sum > 0 or flagged): every other
+    /// classifier is at rest. The classification pass visits these through the general
+    /// step and decides every other slot from its sample alone.
+    restless: Vec<usize>,
+    /// Per cohort id: (threshold, 1 / sigma), NaN for none (so no shortfall compares as
+    /// within the drift).
+    dense_effective: Vec<(f64, f64)>,
     ticks: u64,
     samples: Vec<NodeSample>,
     cohort_names: Vec<Option<Arc<str>>>,
@@ -109,6 +118,8 @@ pub struct ClusterTickState {
     /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
     effective: Vec<Option<(f64, f64)>>,
     cohort_stragglers: Vec<u64>,
+    /// The statistic's selection buffer.
+    select_scratch: Vec<f64>,
 }
 
 fn tally(counts: &mut NodeCounts, scores: &mut Vec<f64>, s: &NodeSample) {
@@ -217,9 +228,13 @@ impl ClusterTickState {
         let quorum_allowed = !(p.require_coverage && coverage_low);
 
         // Cluster-wide statistic over every active node.
-        let cluster_wide =
-            self.cluster_wide
-                .update(&p.threshold, &mut self.scores, quorum_allowed, now);
+        let cluster_wide = self.cluster_wide.update_with(
+            &p.threshold,
+            &mut self.scores,
+            quorum_allowed,
+            now,
+            &mut self.select_scratch,
+        );
         let cw_effective = cluster_wide
             .threshold
             .zip(cluster_wide.sigma.map(inverse_sigma));
@@ -245,6 +260,13 @@ impl ClusterTickState {
         }
         self.cohort_stragglers.clear();
         self.cohort_stragglers.resize(self.effective.len(), 0);
+        self.dense_effective.clear();
+        self.dense_effective.extend(
+            self.effective
+                .iter()
+                .map(|e| e.unwrap_or((f64::NAN, f64::NAN))),
+        );
+        let restless = std::mem::take(&mut self.restless);
         let mut step = ClassifyStep {
             cusum: &p.cusum,
             effective: &self.effective,
@@ -252,37 +274,65 @@ impl ClusterTickState {
             transitions: Vec::new(),
             stragglers: Vec::new(),
             diagnostic: BottomK::new(p.diagnostics_max_nodes),
+            restless: Vec::with_capacity(restless.len()),
         };
-        // The common case inline: a live active node, classifier at rest, shortfall within
-        // the drift. Its state does not change (see `ShortfallCusum::observe_z`); only the
-        // diagnostics ranking sees it. Everything else goes through `ClassifyStep::general`
-        // (out of line, so the loop keeps its cursors in registers).
+        // Only two kinds of slot can change state: those whose classifier is not at rest
+        // (the `restless` list carried from the last tick), and live active nodes whose
+        // shortfall exceeds the drift. Both go through `ClassifyStep::general` (out of
+        // line, so the loop keeps its cursors in registers). Every other slot has a
+        // classifier at rest and either is not live and active (the general step would
+        // reset a classifier that is already at rest) or is within the drift (which leaves
+        // a classifier at rest unchanged: see `ShortfallCusum::observe_z`), so it only
+        // takes part in the diagnostics ranking, and its classifier is not even read.
+        // A sample flagged as a straggler on arrival (tests edit samples between ticks)
+        // takes the general step, which clears the flag.
         let drift = p.cusum.drift;
-        for ((i, s), entry) in self
-            .samples
-            .iter_mut()
-            .enumerate()
-            .zip(self.classifiers.iter_mut())
-        {
-            if s.live_active()
-                && !s.straggler()
-                && entry.0 == s.generation()
-                && entry.1.at_rest()
-                && let Some(Some((threshold, inv_sigma))) =
-                    step.effective.get(s.cohort() as usize).copied()
-                && (threshold - s.score) * inv_sigma <= drift
-            {
-                step.diagnostic.offer(diagnostic_key(s), i);
-                continue;
+        let dense = self.dense_effective.as_slice();
+        // The cluster-wide cohort's pair in registers (no lookup per node without cohorts).
+        let (cw_threshold, cw_inv_sigma) = dense.first().copied().unwrap_or((f64::NAN, f64::NAN));
+        let mut pending = restless.iter().copied().peekable();
+        let mut next = pending.peek().copied().unwrap_or(usize::MAX);
+        for (i, s) in self.samples.iter_mut().enumerate() {
+            if i != next {
+                if s.live_active_unflagged_in(CLUSTER_WIDE_COHORT) {
+                    if (cw_threshold - s.score) * cw_inv_sigma <= drift {
+                        step.diagnostic.offer(active_key(s.score), i);
+                        continue;
+                    }
+                } else if s.live_active_unflagged() {
+                    let (threshold, inv_sigma) = dense
+                        .get(s.cohort() as usize)
+                        .copied()
+                        .unwrap_or((f64::NAN, f64::NAN));
+                    if (threshold - s.score) * inv_sigma <= drift {
+                        step.diagnostic.offer(active_key(s.score), i);
+                        continue;
+                    }
+                } else if !s.straggler() {
+                    // (The general step lists no free slot, even one marked live.)
+                    if s.live() && !s.is_vacant() {
+                        step.diagnostic.offer(diagnostic_key(s), i);
+                    }
+                    continue;
+                }
+            } else {
+                pending.next();
+                next = pending.peek().copied().unwrap_or(usize::MAX);
             }
-            step.general(i, s, entry);
+            if let Some(entry) = self.classifiers.get_mut(i) {
+                step.general(i, s, entry);
+            }
         }
+        // Classifiers beyond this tick's samples were not visited: they stay as they are.
+        step.restless.extend(pending);
         let ClassifyStep {
             transitions,
             stragglers,
             diagnostic,
+            restless,
             ..
         } = step;
+        self.restless = restless;
         let straggler_count = stragglers.len() as u64;
         for c in &mut cohorts {
             c.straggler_count = self
@@ -364,9 +414,13 @@ impl ClusterTickState {
             };
             let slot = self.cohorts.entry(name.clone()).or_default();
             slot.seen_tick = tick;
-            let update = slot
-                .threshold
-                .update(&p.threshold, scores, quorum_allowed, now);
+            let update = slot.threshold.update_with(
+                &p.threshold,
+                scores,
+                quorum_allowed,
+                now,
+                &mut self.select_scratch,
+            );
             let own = if update.quorum_met {
                 update.threshold.zip(update.sigma.map(inverse_sigma))
             } else {
@@ -397,6 +451,8 @@ struct ClassifyStep<'a> {
     transitions: Vec<NodeTransition>,
     stragglers: Vec<usize>,
     diagnostic: BottomK,
+    /// Slots whose classifier is not at rest after this tick, ascending.
+    restless: Vec<usize>,
 }
 
 impl ClassifyStep<'_> {
@@ -440,6 +496,9 @@ impl ClassifyStep<'_> {
                 transition,
             });
         }
+        if !entry.1.at_rest() {
+            self.restless.push(i);
+        }
         if s.live() {
             self.diagnostic.offer(diagnostic_key(s), i);
         }
@@ -460,6 +519,12 @@ fn diagnostic_key(s: &NodeSample) -> u64 {
         _ => 2,
     };
     (rank << 62) | (s.score.to_bits() & ((1 << 62) - 1))
+}
+
+/// [`diagnostic_key`] of a live active sample that is not a straggler.
+#[inline]
+fn active_key(score: f64) -> u64 {
+    (1 << 62) | (score.to_bits() & ((1 << 62) - 1))
 }
 
 /// The `max` smallest `(key, index)` pairs of a stream offered in increasing index order.
@@ -716,6 +781,176 @@ mod tests {
             t.transitions.is_empty(),
             "the old node's state is not carried over"
         );
+    }
+
+    /// The straightforward classification the tick must reproduce: every slot through
+    /// the general step, no fast path, no carried list. Returns (stragglers, transitions,
+    /// diagnostics, per-cohort straggler counts) and flags `samples` in place.
+    fn reference_classify(
+        samples: &mut [NodeSample],
+        classifiers: &mut Vec<(u32, ShortfallCusum)>,
+        effective: &[Option<(f64, f64)>],
+        p: &ClusterParams,
+    ) -> (Vec<usize>, Vec<NodeTransition>, Vec<usize>, Vec<u64>) {
+        if classifiers.len() < samples.len() {
+            classifiers.resize(samples.len(), (u32::MAX, ShortfallCusum::default()));
+        }
+        let (mut stragglers, mut transitions) = (Vec::new(), Vec::new());
+        let mut per_cohort = vec![0u64; effective.len()];
+        for (i, s) in samples.iter_mut().enumerate() {
+            let entry = &mut classifiers[i];
+            if s.is_vacant() {
+                *entry = (u32::MAX, ShortfallCusum::default());
+                continue;
+            }
+            if entry.0 != s.generation() {
+                *entry = (s.generation(), ShortfallCusum::default());
+            }
+            let eff = if s.live_active() {
+                effective.get(s.cohort() as usize).copied().flatten()
+            } else {
+                None
+            };
+            let t = match eff {
+                Some((threshold, inv_sigma)) => {
+                    // The general CUSUM step, without `observe_z`'s rest shortcut.
+                    let c = &mut entry.1;
+                    let was = c.is_straggler();
+                    let z = (threshold - s.score) * inv_sigma;
+                    let mut probe = *c;
+                    let t = probe.observe_z(&p.cusum, z);
+                    let next = (c.sum() + z - p.cusum.drift).max(0.0).min(p.cusum.cap());
+                    assert_eq!(probe.sum(), f64::from(next as f32), "observe_z's sum");
+                    assert_eq!(
+                        probe.is_straggler(),
+                        if was {
+                            next > 0.0
+                        } else {
+                            next >= p.cusum.decision
+                        },
+                    );
+                    *c = probe;
+                    t
+                }
+                None => entry.1.reset(),
+            };
+            s.set_straggler(entry.1.is_straggler());
+            if entry.1.is_straggler() {
+                stragglers.push(i);
+                per_cohort[s.cohort() as usize] += 1;
+            }
+            if let Some(transition) = t {
+                transitions.push(NodeTransition {
+                    sample: i,
+                    transition,
+                });
+            }
+        }
+        // Every live sample but free slots (the tick's general step skips those even when
+        // a test marks them live).
+        let mut k = BottomK::new(p.diagnostics_max_nodes);
+        for (i, s) in samples.iter().enumerate() {
+            if s.live() && !s.is_vacant() {
+                k.offer(diagnostic_key(s), i);
+            }
+        }
+        (stragglers, transitions, k.finish(), per_cohort)
+    }
+
+    /// Differential test: over random fleets and many ticks (nodes dropping, recovering,
+    /// going idle, expiring, slots freed and reused, cohorts with and without quorum, the
+    /// samples edited between ticks with their flags left as the last tick set them), the
+    /// tick's classification (candidates only, carried list) equals the straightforward
+    /// pass: straggler flags and lists, transitions, per-cohort counts, diagnostics and
+    /// every classifier's state.
+    #[test]
+    fn candidate_classification_equals_the_full_pass() {
+        let mut x: u64 = 0x1234_5678_9ABC_DEF1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..24u64 {
+            let n = [5usize, 40, 300, 5000][(case % 4) as usize];
+            let cohorts = case % 3 == 1;
+            let mut p = params(cohorts);
+            p.diagnostics_max_nodes = [1000, 3, 0, 50][(case / 4 % 4) as usize];
+            if case % 5 == 4 {
+                p.cusum.drift = 0.0;
+            }
+            let names: &[&str] = if cohorts { &["", "a", "b"] } else { &[""] };
+            let fresh = |r: u64, g: u32| {
+                let score = 0.95 + ((r >> 8) % 600) as f64 / 10_000.0 - 0.03;
+                let cohort = if cohorts { (r % 3) as CohortId } else { 0 };
+                let mut s = sample(0, score, NodeState::Active, cohort, true);
+                s.set_generation(g);
+                s
+            };
+            let v: Vec<NodeSample> = (0..n).map(|_| fresh(next(), 1)).collect();
+            let mut st = state_with(v, names);
+            let mut reference: Vec<(u32, ShortfallCusum)> = Vec::new();
+            let mut flagged_ever = 0;
+            for tick in 0..40u64 {
+                // Edits: drops (deep and shallow), recoveries, state changes, expiry, free
+                // slots, reused slots, growth.
+                let len = st.samples().len();
+                for _ in 0..(len / 10 + 2) {
+                    let r = next();
+                    let i = (r % len as u64) as usize;
+                    let s = &mut st.samples_mut()[i];
+                    match (r >> 20) % 16 {
+                        0..=3 => s.score = 0.5 + ((r >> 30) % 400) as f64 / 1000.0,
+                        4..=7 => s.score = 0.95 + ((r >> 30) % 300) as f64 / 10_000.0,
+                        8 => s.set_state(NodeState::Idle),
+                        9 => s.set_state(NodeState::Active),
+                        10 => s.set_live(false),
+                        11 => s.set_live(true),
+                        12 => *s = NodeSample::vacant(),
+                        13 => {
+                            let g = s.generation().wrapping_add(1);
+                            *s = fresh(r, g);
+                        }
+                        14 => s.set_straggler(!s.straggler()),
+                        _ => s.score = 0.0,
+                    }
+                }
+                if tick % 13 == 12 {
+                    let r = next();
+                    st.samples_mut().push(fresh(r, 7));
+                }
+                let mut before = st.samples().to_vec();
+                let t = st.compute(&p, 0, Timestamp::from_secs(10 * (tick + 1)));
+                let (stragglers, transitions, diag, per_cohort) =
+                    reference_classify(&mut before, &mut reference, &st.effective, &p);
+                assert_eq!(st.samples(), &before[..], "case {case} tick {tick}");
+                assert_eq!(t.stragglers, stragglers, "case {case} tick {tick}");
+                assert_eq!(t.transitions, transitions, "case {case} tick {tick}");
+                assert_eq!(t.diagnostic_nodes, diag, "case {case} tick {tick}");
+                assert_eq!(t.straggler_count, stragglers.len() as u64);
+                assert_eq!(st.cohort_stragglers, per_cohort, "case {case} tick {tick}");
+                for c in &t.cohorts {
+                    let id = names.iter().position(|n| *n == c.name.as_ref()).unwrap();
+                    assert_eq!(c.straggler_count, per_cohort[id]);
+                }
+                for (i, (mine, theirs)) in st.classifiers.iter().zip(&reference).enumerate() {
+                    assert_eq!(mine.1, theirs.1, "case {case} tick {tick} slot {i}");
+                    if !mine.1.at_rest() {
+                        assert_eq!(mine.0, theirs.0, "case {case} tick {tick} slot {i}");
+                        assert!(st.restless.contains(&i));
+                    }
+                }
+                assert!(st.restless.windows(2).all(|w| w[0] < w[1]));
+                flagged_ever += stragglers.len();
+            }
+            if n >= 40 {
+                assert!(
+                    flagged_ever > 0,
+                    "case {case}: the general step was exercised"
+                );
+            }
+        }
     }
 
     #[test]

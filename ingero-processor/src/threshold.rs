@@ -91,6 +91,9 @@ pub struct CohortThreshold {
     smoothed: Option<f64>,
     sigma: Option<f64>,
     panic_since: Option<Timestamp>,
+    /// The last statistic, the seed of the next one's selection brackets (it only makes
+    /// the selection cheaper: see [`RobustStats::compute_seeded`]).
+    last_stats: Option<RobustStats>,
 }
 
 fn clamp_deliverable(t: f64) -> f64 {
@@ -116,6 +119,18 @@ impl CohortThreshold {
         active_scores: &mut [f64],
         quorum_allowed: bool,
         now: Timestamp,
+    ) -> CohortUpdate {
+        self.update_with(p, active_scores, quorum_allowed, now, &mut Vec::new())
+    }
+
+    /// [`Self::update`] with a selection buffer reused across ticks (same result).
+    pub fn update_with(
+        &mut self,
+        p: &ThresholdParams,
+        active_scores: &mut [f64],
+        quorum_allowed: bool,
+        now: Timestamp,
+        scratch: &mut Vec<f64>,
     ) -> CohortUpdate {
         let active = active_scores.len();
         let quorum_met = quorum_allowed && active as u64 >= p.statistical_min;
@@ -146,7 +161,8 @@ impl CohortThreshold {
             }
         }
 
-        let stats = RobustStats::compute(active_scores);
+        let stats = RobustStats::compute_seeded(active_scores, self.last_stats, scratch);
+        self.last_stats = stats;
         let raw_threshold = stats.map(|s| s.raw_threshold(p.k, p.mad_floor));
 
         if quorum_met
