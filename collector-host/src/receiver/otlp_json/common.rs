@@ -15,7 +15,16 @@ use super::{
 
 /// A repeated `KeyValue` field at the top of an attribute tree.
 pub(super) fn attributes(r: &mut Reader<'_>) -> Result<Vec<KeyValue>> {
-    repeated(r, |r| key_value(r, 0))
+    repeated(r, |r| match r.plain_string_attribute() {
+        Some((key, value)) => Ok(KeyValue {
+            key: key.to_owned(),
+            value: Some(AnyValue {
+                value: Some(Value::StringValue(value.to_owned())),
+            }),
+            key_strindex: 0,
+        }),
+        None => key_value(r, 0),
+    })
 }
 
 fields!(KeyValueField {

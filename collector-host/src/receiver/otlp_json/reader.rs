@@ -524,6 +524,41 @@ impl<'a> Reader<'a> {
         Ok(v)
     }
 
+    /// The attribute shape every OTLP/JSON marshaler writes for a string value,
+    /// `{"key":"K","value":{"stringValue":"V"}}` with no whitespace and no escapes: if it is
+    /// next, consume it and return `(K, V)`; else consume nothing. The general path decodes
+    /// exactly these bytes to the same `KeyValue`; this one skips its per-key dispatch.
+    #[inline]
+    pub(super) fn plain_string_attribute(&mut self) -> Option<(&'a str, &'a str)> {
+        const HEAD: &[u8] = b"{\"key\":\"";
+        const MIDDLE: &[u8] = b"\",\"value\":{\"stringValue\":\"";
+        const TAIL: &[u8] = b"\"}}";
+        // The two objects count against the recursion limit like decoded ones.
+        if self.depth_left < 2 {
+            return None;
+        }
+        let bytes = self.bytes();
+        let key_start = self.pos + HEAD.len();
+        if !bytes.get(self.pos..)?.starts_with(HEAD) {
+            return None;
+        }
+        // A plain run ends at a quote, a backslash or a control byte; only a quote followed
+        // by the expected bytes continues.
+        let key_end = find_special(bytes, key_start);
+        if !bytes.get(key_end..)?.starts_with(MIDDLE) {
+            return None;
+        }
+        let value_start = key_end + MIDDLE.len();
+        let value_end = find_special(bytes, value_start);
+        if !bytes.get(value_end..)?.starts_with(TAIL) {
+            return None;
+        }
+        let key = self.text.get(key_start..key_end)?;
+        let value = self.text.get(value_start..value_end)?;
+        self.pos = value_end + TAIL.len();
+        Some((key, value))
+    }
+
     /// A number (`-` or a digit must be next), classified as serde_json does.
     pub(super) fn number(&mut self) -> Result<Number> {
         let start = self.pos;
@@ -865,6 +900,30 @@ mod tests {
             assert!(r.string().is_err(), "{bad}");
             assert!(serde_json::from_str::<String>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn plain_string_attribute_takes_only_the_exact_shape() {
+        let mut r = Reader::new(r#"{"key":"k.a","value":{"stringValue":"v b"}},"#);
+        assert_eq!(r.plain_string_attribute(), Some(("k.a", "v b")));
+        assert_eq!(r.byte(), Some(b','));
+        for miss in [
+            r#"{"key":"k\"","value":{"stringValue":"v"}}"#,
+            r#"{"key":"k","value":{"stringValue":"v\n"}}"#,
+            r#"{"key":"k","value":{"stringValue":"v","x":1}}"#,
+            r#"{"key":"k","value":{"intValue":"1"}}"#,
+            r#"{"key":"k","value":{"stringValue":"v"}"#,
+            r#"{"key":"k", "value":{"stringValue":"v"}}"#,
+            r#"{"key":"k""#,
+        ] {
+            let mut r = Reader::new(miss);
+            assert_eq!(r.plain_string_attribute(), None, "{miss}");
+            assert_eq!(r.pos, 0, "{miss}");
+        }
+        // Too deep for two more objects: the general path reports the limit.
+        let mut r = Reader::new(r#"{"key":"k","value":{"stringValue":"v"}}"#);
+        r.depth_left = 1;
+        assert_eq!(r.plain_string_attribute(), None);
     }
 
     #[test]

@@ -614,3 +614,42 @@ fn errors_name_the_position() {
     assert!(e.contains("line 3 column"), "{e}");
     assert!(e.contains("Resource"), "{e}");
 }
+
+/// The marshalers' string attribute takes a shortcut; it and every near miss (which take
+/// the general path) decode as the old path decodes them.
+#[test]
+fn plain_string_attributes_and_near_misses_decode_alike() {
+    let plain = same(&one_attr(r#"{"stringValue":"v"}"#));
+    assert_eq!(
+        attr(&plain).value,
+        Some(AnyValue {
+            value: Some(AnyKind::StringValue("v".into()))
+        })
+    );
+    for kv in [
+        r#"{"key":"","value":{"stringValue":""}}"#,
+        r#"{"key":"ingero.node.state","value":{"stringValue":"active"}}"#,
+        r#"{"key":"k\"q","value":{"stringValue":"v"}}"#,
+        r#"{"key":"k","value":{"stringValue":"v\u0041"}}"#,
+        r#"{ "key":"k","value":{"stringValue":"v"}}"#,
+        r#"{"key":"k","value":{"stringValue":"v"} }"#,
+        r#"{"key":"k","value":{"stringValue":"v","boolValue":true}}"#,
+        r#"{"key":"k","value":{"stringValue":"v"},"keyStrindex":2}"#,
+        r#"{"key":"k","value":{"stringValue":"é😀"}}"#,
+        r#"{"value":{"stringValue":"v"},"key":"k"}"#,
+    ] {
+        let body =
+            format!(r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{kv},{kv}]}}}}]}}"#);
+        same(&body);
+    }
+    for bad in [
+        r#"{"key":"k","value":{"stringValue":"v"},"key":"x"}"#,
+        "{\"key\":\"k\",\"value\":{\"stringValue\":\"a\u{1}\"}}",
+        r#"{"key":"k","value":{"stringValue":"v"}"#,
+        r#"{"key":"k","value":{"stringValue":"v"}}}"#,
+    ] {
+        let body = format!(r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{bad}]}}}}]}}"#);
+        assert!(new(&body).is_err(), "{bad}");
+        assert!(old(&body).is_err(), "old {bad}");
+    }
+}
