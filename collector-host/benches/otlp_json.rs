@@ -1,6 +1,6 @@
 //! OTLP/JSON metrics decoding: the generic serde path (`serde_json::from_slice` through
-//! opentelemetry-proto's serde impls) against the streaming decoder the receiver uses
-//! (`receiver::otlp_json::decode_metrics`), on the bodies agents send: the health push
+//! opentelemetry-proto's serde impls) against the hand-written decoder the receiver uses
+//! (`receiver::otlp_json::decode_metrics`, group name `streaming`), on the bodies agents send: the health push
 //! exactly as `fleet-loadgen` builds it, the straggler-event push, and an `ingero trace`
 //! NCCL export of 64 collectives.
 //!
@@ -8,7 +8,10 @@
 //! `cargo bench -p collector-host --bench otlp_json -- --warm-up-time 1 --measurement-time 3`
 //!
 //! The allocator is mimalloc, as in `ingero-fleet`. `scan_only` is serde_json checking
-//! the syntax and building nothing: the floor for any decoder on top of it.
+//! the syntax and building nothing: a reference for the cost of reading the bytes at all.
+//! For comparisons between versions on the shared machine, count instructions instead:
+//! `valgrind --tool=callgrind --toggle-collect='*decode_metrics*' <bench binary> --bench
+//! --profile-time 2 '^otlp_json_metrics/streaming/agent_push$'`, divided by the calls.
 //!
 //! Every group runs twice: wall time (criterion's default) and, as `<group>_cpu`, the
 //! benchmark thread's own CPU time (`CLOCK_THREAD_CPUTIME_ID`), which leaves out the time
