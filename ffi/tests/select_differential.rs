@@ -18,7 +18,9 @@ use component::otlp::{
 };
 use component::wire::{attr, resource};
 use component::{BatchContext, MetricFamily, ProcessOutcome, Processor, Timestamp};
-use ingero_fleet::select::{Selection, decode_full_then_project, decode_selected};
+use ingero_fleet::select::{
+    Recycler, Selection, decode_full_then_project, decode_selected, decode_selected_reusing,
+};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use prost::Message;
@@ -437,6 +439,42 @@ proptest! {
                 decode_selected(&b, sel).unwrap(),
                 decode_full_then_project(&b, sel).unwrap()
             );
+        }
+    }
+
+    #[test]
+    fn decoding_with_recycled_allocations_equals_a_fresh_decode(
+        batches in prop::collection::vec(
+            (
+                prop::collection::vec((any::<u8>(), 0.0f64..1.0), 0..5),
+                prop::collection::vec((0u8..8, 0.1f64..100.0), 0..3),
+                prop::collection::vec(noise(), 0..8),
+                prop::option::of((any::<Index>(), any::<u8>())),
+            ),
+            1..6,
+        ),
+    ) {
+        // A sequence of batches of different shapes (some corrupted) through one recycler,
+        // as the C ABI decodes them on one thread: each gives what a fresh decode gives.
+        let mut r = Recycler::default();
+        for (health, nccl, noise, edit) in &batches {
+            let mut req = batch(health, nccl);
+            apply(&mut req, noise);
+            let mut b = req.encode_to_vec();
+            if let (Some((at, byte)), false) = (edit, b.is_empty()) {
+                let i = at.index(b.len());
+                b[i] = *byte;
+            }
+            for sel in &READERS {
+                let fresh = decode_selected(&b, sel);
+                match decode_selected_reusing(&b, sel, &mut r) {
+                    Ok(reused) => {
+                        prop_assert_eq!(&reused, fresh.as_ref().unwrap());
+                        r.recycle(reused);
+                    }
+                    Err(e) => prop_assert_eq!(e.to_string(), fresh.unwrap_err().to_string()),
+                }
+            }
         }
     }
 

@@ -292,3 +292,74 @@ fn truncated_input_is_an_error_never_a_panic() {
         }
     }
 }
+
+#[test]
+fn the_ascii_fast_path_of_strings_agrees_with_from_utf8() {
+    // Every length around the 8-byte chunks, with a non-ASCII byte (valid UTF-8 or not) at
+    // every position: `string` accepts and copies exactly what `str::from_utf8` accepts.
+    for len in 0..40usize {
+        let ascii: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(is_ascii(&ascii));
+        assert_eq!(string(&ascii).unwrap().as_bytes(), ascii.as_slice());
+        for pos in 0..len {
+            for bad in [0x80u8, 0xc3, 0xff, 0x7f | 0x80] {
+                let mut b = ascii.clone();
+                b[pos] = bad;
+                assert!(!is_ascii(&b), "len {len} pos {pos}");
+                assert_eq!(string(&b).is_ok(), std::str::from_utf8(&b).is_ok());
+            }
+            // A valid two-byte sequence ("é") starting here.
+            if pos + 1 < len {
+                let mut b = ascii.clone();
+                b[pos] = 0xc3;
+                b[pos + 1] = 0xa9;
+                assert!(!is_ascii(&b));
+                assert_eq!(string(&b).unwrap().as_bytes(), b.as_slice());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_recycled_batch_serves_the_next_decode_without_changing_it() {
+    let b = batch(3);
+    let fresh = decode_selected(&b, &HEALTH).unwrap();
+    let mut r = Recycler::default();
+    let first = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
+    assert_eq!(first, fresh);
+    r.recycle(first);
+    let kept = r.strings.len();
+    assert!(kept > 0 && !r.kvs.is_empty() && !r.points.is_empty() && !r.resources.is_empty());
+    // The same shape again: every string comes from the recycler, and goes back to it.
+    let second = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
+    assert!(r.strings.is_empty() && r.resources.is_empty());
+    assert_eq!(second, fresh);
+    r.recycle(second);
+    assert_eq!(r.strings.len(), kept);
+    // Another selection and batch from the same recycler: still what a fresh decode gives.
+    let other = batch(1);
+    let got = decode_selected_reusing(&other, &Selection::NOTHING, &mut r).unwrap();
+    assert_eq!(got, decode_selected(&other, &Selection::NOTHING).unwrap());
+    r.recycle(got);
+    // Bounded: nothing kept beyond the limits.
+    for _ in 0..3 {
+        let mut big = ExportMetricsServiceRequest::default();
+        for _ in 0..Recycler::KEEP_STRINGS {
+            big.resource_metrics
+                .extend(decode_selected(&b, &HEALTH).unwrap().resource_metrics);
+        }
+        r.recycle(big);
+    }
+    assert_eq!(r.strings.len(), Recycler::KEEP_STRINGS);
+    assert_eq!(r.kvs.len(), Recycler::KEEP_VECS);
+    let mut long = decode_selected(&b, &HEALTH).unwrap();
+    long.resource_metrics[0].scope_metrics[0].metrics[0].name =
+        "x".repeat(Recycler::MAX_STRING_BYTES + 1);
+    let mut r = Recycler::default();
+    r.recycle(long);
+    assert!(
+        r.strings
+            .iter()
+            .all(|s| s.capacity() <= Recycler::MAX_STRING_BYTES)
+    );
+}
