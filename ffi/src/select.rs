@@ -420,7 +420,9 @@ fn attribute_if_selected_in(
     out: &mut Vec<KeyValue>,
     r: &mut Recycler,
 ) -> Result<(), SelectError> {
-    if let Some((key, value)) = plain_string_attribute(bytes) {
+    if let Some((key, value)) =
+        plain_string_attribute(bytes).or_else(|| plain_string_attribute_value_first(bytes))
+    {
         if keys.iter().any(|k| k.as_bytes() == key) {
             let key = r.string(key)?;
             let value = r.string(value)?;
@@ -448,22 +450,39 @@ fn attribute_if_selected_in(
 /// prost's merge rules still decide those.
 #[inline]
 fn plain_string_attribute(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    const KEY: u8 = (1 << 3) | 2; // field 1, length-delimited
-    const VALUE: u8 = (2 << 3) | 2;
-    const STRING_VALUE: u8 = (1 << 3) | 2;
-    fn field<'a>(tag: u8, buf: &mut &'a [u8]) -> Option<&'a [u8]> {
-        let (&t, rest) = buf.split_first()?;
-        if t != tag {
-            return None;
-        }
-        *buf = rest;
-        take_len(Len, buf).ok()
-    }
     let mut buf = bytes;
-    let key = field(KEY, &mut buf)?;
-    let mut value = field(VALUE, &mut buf)?;
-    let s = field(STRING_VALUE, &mut value)?;
+    let key = plain_field(PLAIN_KEY, &mut buf)?;
+    let mut value = plain_field(PLAIN_VALUE, &mut buf)?;
+    let s = plain_field(PLAIN_STRING_VALUE, &mut value)?;
     (buf.is_empty() && value.is_empty()).then_some((key, s))
+}
+
+/// [`plain_string_attribute`] for the other order, `value` once (holding only
+/// `string_value`) then `key` once: what pdata's Go marshaler writes (it writes the fields
+/// of every message from the last to the first), so every attribute the Go shim passes.
+/// A decoder reads both orders as the same `KeyValue`.
+#[inline]
+fn plain_string_attribute_value_first(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut buf = bytes;
+    let mut value = plain_field(PLAIN_VALUE, &mut buf)?;
+    let key = plain_field(PLAIN_KEY, &mut buf)?;
+    let s = plain_field(PLAIN_STRING_VALUE, &mut value)?;
+    (buf.is_empty() && value.is_empty()).then_some((key, s))
+}
+
+const PLAIN_KEY: u8 = (1 << 3) | 2; // field 1, length-delimited
+const PLAIN_VALUE: u8 = (2 << 3) | 2;
+const PLAIN_STRING_VALUE: u8 = (1 << 3) | 2;
+
+/// The body of a length-delimited field with this one-byte key at the start of `buf`.
+#[inline(always)]
+fn plain_field<'a>(tag: u8, buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (&t, rest) = buf.split_first()?;
+    if t != tag {
+        return None;
+    }
+    *buf = rest;
+    take_len(Len, buf).ok()
 }
 
 /// Call `field` for every (tag, wire type) of the message in `bytes`; `field` consumes the

@@ -363,3 +363,56 @@ fn a_recycled_batch_serves_the_next_decode_without_changing_it() {
             .all(|s| s.capacity() <= Recycler::MAX_STRING_BYTES)
     );
 }
+
+#[test]
+fn value_first_string_attributes_take_their_fast_path_and_decode_as_prost() {
+    // pdata's Go marshaler writes `value` before `key`: the shape of every attribute the Go
+    // shim passes.
+    let selected = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        attribute_if_selected(bytes, HEALTH.point_attributes, &mut out).map(|()| out)
+    };
+    let encode = |key: &str, v: &str| {
+        let value = AnyValue {
+            value: Some(AnyValueKind::StringValue(v.into())),
+        };
+        let mut b = Vec::new();
+        prost::encoding::message::encode(2, &value, &mut b);
+        prost::encoding::string::encode(KV_KEY, &key.to_string(), &mut b);
+        b
+    };
+    for v in ["active", "", "é-idle"] {
+        let b = encode(attr::NODE_STATE, v);
+        assert!(plain_string_attribute(&b).is_none());
+        assert_eq!(
+            plain_string_attribute_value_first(&b),
+            Some((attr::NODE_STATE.as_bytes(), v.as_bytes()))
+        );
+        assert_eq!(
+            selected(&b).unwrap(),
+            vec![KeyValue::decode(b.as_slice()).unwrap()]
+        );
+    }
+    // Unselected: skipped; selected with a value that is not UTF-8: refused, as by prost.
+    assert_eq!(selected(&encode("other", "x")).unwrap(), vec![]);
+    let mut bad = encode(attr::NODE_STATE, "active");
+    bad[4] = 0xff; // inside "active" (tag, len, tag, len, then the bytes)
+    assert!(KeyValue::decode(bad.as_slice()).is_err());
+    assert!(selected(&bad).is_err());
+    // Anything more (a second key, another value kind) is not the fast path's shape.
+    let mut two_keys = encode(attr::NODE_STATE, "active");
+    prost::encoding::string::encode(KV_KEY, &"x".to_string(), &mut two_keys);
+    assert!(plain_string_attribute_value_first(&two_keys).is_none());
+    assert_eq!(
+        selected(&two_keys).unwrap(),
+        Vec::<KeyValue>::new(),
+        "the last key (x) wins, as in prost"
+    );
+    assert_eq!(KeyValue::decode(two_keys.as_slice()).unwrap().key, "x");
+    let int = kv_i64(attr::NODE_STATE, 3);
+    let mut int_first = Vec::new();
+    prost::encoding::message::encode(2, int.value.as_ref().unwrap(), &mut int_first);
+    prost::encoding::string::encode(KV_KEY, &int.key, &mut int_first);
+    assert!(plain_string_attribute_value_first(&int_first).is_none());
+    assert_eq!(selected(&int_first).unwrap(), vec![int]);
+}
