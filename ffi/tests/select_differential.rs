@@ -581,3 +581,38 @@ fn the_processor_comparison_covers_accepted_and_refused_points() {
         }
     }
 }
+
+/// Three agent pushes exactly as the Go shim passes them: `batchOf(3)` of
+/// `go-shim/internal/shimprocessor/bench_test.go` marshalled by pdata's Go `ProtoMarshaler`,
+/// which writes the fields of every message from the last to the first (`value` before
+/// `key`, a metric's `name` after its data), unlike prost.
+const GO_PDATA_3_PUSHES: &[u8] = include_bytes!("data/go_pdata_3_pushes.pb");
+
+#[test]
+fn go_marshalled_pushes_decode_as_prost_decodes_them() {
+    let mut r = Recycler::default();
+    for _ in 0..2 {
+        for sel in &READERS {
+            let full = decode_full_then_project(GO_PDATA_3_PUSHES, sel).unwrap();
+            assert_eq!(decode_selected(GO_PDATA_3_PUSHES, sel).unwrap(), full);
+            let reused = decode_selected_reusing(GO_PDATA_3_PUSHES, sel, &mut r).unwrap();
+            assert_eq!(reused, full);
+            r.recycle(reused);
+        }
+    }
+    // What `ingero` reads is there: per push its health metric, both ids, the point's state.
+    let got = decode_selected(GO_PDATA_3_PUSHES, &INGERO).unwrap();
+    assert_eq!(got.resource_metrics.len(), 3);
+    for rm in &got.resource_metrics {
+        let attrs = component::otlp::resource_attrs(rm);
+        assert!(component::otlp::get_str(attrs, component::wire::resource::NODE_ID).is_some());
+        let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).collect();
+        assert_eq!(metrics.len(), 1);
+        let points = component::otlp::number_points(metrics[0]);
+        assert_eq!(points.len(), 1);
+        assert!(
+            component::otlp::get_str(&points[0].attributes, component::wire::attr::NODE_STATE)
+                .is_some()
+        );
+    }
+}
