@@ -416,3 +416,29 @@ fn value_first_string_attributes_take_their_fast_path_and_decode_as_prost() {
     assert!(plain_string_attribute_value_first(&int_first).is_none());
     assert_eq!(selected(&int_first).unwrap(), vec![int]);
 }
+
+#[test]
+fn short_varints_decode_as_prost_decodes_them() {
+    // Every one- and two-byte encoding (canonical or not), alone and followed by more bytes.
+    let mut cases: Vec<Vec<u8>> = (0..0x80u8).map(|b| vec![b]).collect();
+    for b0 in 0x80..=0xffu8 {
+        for b1 in 0..0x80u8 {
+            cases.push(vec![b0, b1]);
+        }
+        cases.push(vec![b0]); // truncated
+    }
+    for case in cases {
+        for tail in [&[][..], &[0x05, 0x80][..]] {
+            let bytes = [case.as_slice(), tail].concat();
+            let (mut ours, mut theirs) = (bytes.as_slice(), bytes.as_slice());
+            match (varint(&mut ours), decode_varint(&mut theirs)) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a, b, "{bytes:?}");
+                    assert_eq!(ours, theirs, "{bytes:?}");
+                }
+                (Err(_), Err(_)) => {}
+                (a, b) => panic!("{bytes:?}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+}
