@@ -86,6 +86,29 @@ fn bench(c: &mut Criterion) {
             unsafe { ingero_processor_free(p) };
         }
     }
+    // Three pushes as the Go shim passes them (pdata's Go marshaler writes every message's
+    // fields last to first; the batches above are prost's, first to last).
+    let go = include_bytes!("../tests/data/go_pdata_3_pushes.pb");
+    let p = processor("ingero");
+    g.bench_function("go_pdata_pushes=3/abi_ingero", |b| {
+        b.iter(|| {
+            let mut r = ingero_process_result {
+                modified: false,
+                data: ingero_buf {
+                    ptr: std::ptr::null_mut(),
+                    len: 0,
+                },
+                rejected_points: 0,
+            };
+            let c = "bench";
+            let rc = unsafe {
+                ingero_processor_process(p, go.as_ptr(), go.len(), c.as_ptr(), c.len(), 1, &mut r)
+            };
+            assert_eq!(rc, ingero_result::INGERO_OK);
+            unsafe { ingero_buf_free(&mut r.data) };
+        })
+    });
+    unsafe { ingero_processor_free(p) };
     g.finish();
 }
 

@@ -34,6 +34,13 @@ impl std::fmt::Debug for ingero_processor {
     }
 }
 
+thread_local! {
+    /// Allocations of the pass-through batches decoded on this thread, for the next one
+    /// (bounded, see `select::Recycler`). Freed with the thread.
+    static RECYCLER: std::cell::RefCell<crate::select::Recycler> =
+        std::cell::RefCell::new(crate::select::Recycler::default());
+}
+
 /// What one `ingero_processor_process` call produced.
 #[repr(C)]
 #[derive(Debug)]
@@ -207,7 +214,8 @@ pub unsafe extern "C" fn ingero_processor_process(
         }?;
         let slot = out(out_result, "out_result")?;
         let mut req = match p.built.passes_through {
-            Some(reads) => crate::select::decode_selected(bytes, &reads),
+            Some(reads) => RECYCLER
+                .with_borrow_mut(|r| crate::select::decode_selected_reusing(bytes, &reads, r)),
             None => ExportMetricsServiceRequest::decode(bytes).map_err(Into::into),
         }
         .map_err(|e| Failure::with(INGERO_ERR_DECODE, format!("data: {e}")))?;
@@ -228,6 +236,9 @@ pub unsafe extern "C" fn ingero_processor_process(
             );
         }
         let result = if p.built.passes_through.is_some() {
+            // The decoded batch is not used any more: its strings and vectors serve the
+            // next batch decoded on this thread.
+            RECYCLER.with_borrow_mut(|r| r.recycle(req));
             ingero_process_result {
                 modified: false,
                 data: ingero_buf::EMPTY,

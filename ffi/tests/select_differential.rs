@@ -18,7 +18,9 @@ use component::otlp::{
 };
 use component::wire::{attr, resource};
 use component::{BatchContext, MetricFamily, ProcessOutcome, Processor, Timestamp};
-use ingero_fleet::select::{Selection, decode_full_then_project, decode_selected};
+use ingero_fleet::select::{
+    Recycler, Selection, decode_full_then_project, decode_selected, decode_selected_reusing,
+};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use prost::Message;
@@ -441,6 +443,42 @@ proptest! {
     }
 
     #[test]
+    fn decoding_with_recycled_allocations_equals_a_fresh_decode(
+        batches in prop::collection::vec(
+            (
+                prop::collection::vec((any::<u8>(), 0.0f64..1.0), 0..5),
+                prop::collection::vec((0u8..8, 0.1f64..100.0), 0..3),
+                prop::collection::vec(noise(), 0..8),
+                prop::option::of((any::<Index>(), any::<u8>())),
+            ),
+            1..6,
+        ),
+    ) {
+        // A sequence of batches of different shapes (some corrupted) through one recycler,
+        // as the C ABI decodes them on one thread: each gives what a fresh decode gives.
+        let mut r = Recycler::default();
+        for (health, nccl, noise, edit) in &batches {
+            let mut req = batch(health, nccl);
+            apply(&mut req, noise);
+            let mut b = req.encode_to_vec();
+            if let (Some((at, byte)), false) = (edit, b.is_empty()) {
+                let i = at.index(b.len());
+                b[i] = *byte;
+            }
+            for sel in &READERS {
+                let fresh = decode_selected(&b, sel);
+                match decode_selected_reusing(&b, sel, &mut r) {
+                    Ok(reused) => {
+                        prop_assert_eq!(&reused, fresh.as_ref().unwrap());
+                        r.recycle(reused);
+                    }
+                    Err(e) => prop_assert_eq!(e.to_string(), fresh.unwrap_err().to_string()),
+                }
+            }
+        }
+    }
+
+    #[test]
     fn mutated_bytes_never_panic_and_agree_when_prost_accepts(
         health in prop::collection::vec((any::<u8>(), 0.0f64..1.0), 1..4),
         nccl in prop::collection::vec((0u8..8, 0.1f64..100.0), 0..3),
@@ -541,5 +579,40 @@ fn the_processor_comparison_covers_accepted_and_refused_points() {
         } else {
             assert_ne!(a.tick_output, Vec::<u8>::new(), "{t}");
         }
+    }
+}
+
+/// Three agent pushes exactly as the Go shim passes them: `batchOf(3)` of
+/// `go-shim/internal/shimprocessor/bench_test.go` marshalled by pdata's Go `ProtoMarshaler`,
+/// which writes the fields of every message from the last to the first (`value` before
+/// `key`, a metric's `name` after its data), unlike prost.
+const GO_PDATA_3_PUSHES: &[u8] = include_bytes!("data/go_pdata_3_pushes.pb");
+
+#[test]
+fn go_marshalled_pushes_decode_as_prost_decodes_them() {
+    let mut r = Recycler::default();
+    for _ in 0..2 {
+        for sel in &READERS {
+            let full = decode_full_then_project(GO_PDATA_3_PUSHES, sel).unwrap();
+            assert_eq!(decode_selected(GO_PDATA_3_PUSHES, sel).unwrap(), full);
+            let reused = decode_selected_reusing(GO_PDATA_3_PUSHES, sel, &mut r).unwrap();
+            assert_eq!(reused, full);
+            r.recycle(reused);
+        }
+    }
+    // What `ingero` reads is there: per push its health metric, both ids, the point's state.
+    let got = decode_selected(GO_PDATA_3_PUSHES, &INGERO).unwrap();
+    assert_eq!(got.resource_metrics.len(), 3);
+    for rm in &got.resource_metrics {
+        let attrs = component::otlp::resource_attrs(rm);
+        assert!(component::otlp::get_str(attrs, component::wire::resource::NODE_ID).is_some());
+        let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).collect();
+        assert_eq!(metrics.len(), 1);
+        let points = component::otlp::number_points(metrics[0]);
+        assert_eq!(points.len(), 1);
+        assert!(
+            component::otlp::get_str(&points[0].attributes, component::wire::attr::NODE_STATE)
+                .is_some()
+        );
     }
 }

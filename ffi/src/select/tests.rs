@@ -292,3 +292,153 @@ fn truncated_input_is_an_error_never_a_panic() {
         }
     }
 }
+
+#[test]
+fn the_ascii_fast_path_of_strings_agrees_with_from_utf8() {
+    // Every length around the 8-byte chunks, with a non-ASCII byte (valid UTF-8 or not) at
+    // every position: `string` accepts and copies exactly what `str::from_utf8` accepts.
+    for len in 0..40usize {
+        let ascii: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(is_ascii(&ascii));
+        assert_eq!(string(&ascii).unwrap().as_bytes(), ascii.as_slice());
+        for pos in 0..len {
+            for bad in [0x80u8, 0xc3, 0xff, 0x7f | 0x80] {
+                let mut b = ascii.clone();
+                b[pos] = bad;
+                assert!(!is_ascii(&b), "len {len} pos {pos}");
+                assert_eq!(string(&b).is_ok(), std::str::from_utf8(&b).is_ok());
+            }
+            // A valid two-byte sequence ("é") starting here.
+            if pos + 1 < len {
+                let mut b = ascii.clone();
+                b[pos] = 0xc3;
+                b[pos + 1] = 0xa9;
+                assert!(!is_ascii(&b));
+                assert_eq!(string(&b).unwrap().as_bytes(), b.as_slice());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_recycled_batch_serves_the_next_decode_without_changing_it() {
+    let b = batch(3);
+    let fresh = decode_selected(&b, &HEALTH).unwrap();
+    let mut r = Recycler::default();
+    let first = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
+    assert_eq!(first, fresh);
+    r.recycle(first);
+    let kept = r.strings.len();
+    assert!(kept > 0 && !r.kvs.is_empty() && !r.points.is_empty() && !r.resources.is_empty());
+    // The same shape again: every string comes from the recycler, and goes back to it.
+    let second = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
+    assert!(r.strings.is_empty() && r.resources.is_empty());
+    assert_eq!(second, fresh);
+    r.recycle(second);
+    assert_eq!(r.strings.len(), kept);
+    // Another selection and batch from the same recycler: still what a fresh decode gives.
+    let other = batch(1);
+    let got = decode_selected_reusing(&other, &Selection::NOTHING, &mut r).unwrap();
+    assert_eq!(got, decode_selected(&other, &Selection::NOTHING).unwrap());
+    r.recycle(got);
+    // Bounded: nothing kept beyond the limits.
+    for _ in 0..3 {
+        let mut big = ExportMetricsServiceRequest::default();
+        for _ in 0..Recycler::KEEP_STRINGS {
+            big.resource_metrics
+                .extend(decode_selected(&b, &HEALTH).unwrap().resource_metrics);
+        }
+        r.recycle(big);
+    }
+    assert_eq!(r.strings.len(), Recycler::KEEP_STRINGS);
+    assert_eq!(r.kvs.len(), Recycler::KEEP_VECS);
+    let mut long = decode_selected(&b, &HEALTH).unwrap();
+    long.resource_metrics[0].scope_metrics[0].metrics[0].name =
+        "x".repeat(Recycler::MAX_STRING_BYTES + 1);
+    let mut r = Recycler::default();
+    r.recycle(long);
+    assert!(
+        r.strings
+            .iter()
+            .all(|s| s.capacity() <= Recycler::MAX_STRING_BYTES)
+    );
+}
+
+#[test]
+fn value_first_string_attributes_take_their_fast_path_and_decode_as_prost() {
+    // pdata's Go marshaler writes `value` before `key`: the shape of every attribute the Go
+    // shim passes.
+    let selected = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        attribute_if_selected(bytes, HEALTH.point_attributes, &mut out).map(|()| out)
+    };
+    let encode = |key: &str, v: &str| {
+        let value = AnyValue {
+            value: Some(AnyValueKind::StringValue(v.into())),
+        };
+        let mut b = Vec::new();
+        prost::encoding::message::encode(2, &value, &mut b);
+        prost::encoding::string::encode(KV_KEY, &key.to_string(), &mut b);
+        b
+    };
+    for v in ["active", "", "é-idle"] {
+        let b = encode(attr::NODE_STATE, v);
+        assert!(plain_string_attribute(&b).is_none());
+        assert_eq!(
+            plain_string_attribute_value_first(&b),
+            Some((attr::NODE_STATE.as_bytes(), v.as_bytes()))
+        );
+        assert_eq!(
+            selected(&b).unwrap(),
+            vec![KeyValue::decode(b.as_slice()).unwrap()]
+        );
+    }
+    // Unselected: skipped; selected with a value that is not UTF-8: refused, as by prost.
+    assert_eq!(selected(&encode("other", "x")).unwrap(), vec![]);
+    let mut bad = encode(attr::NODE_STATE, "active");
+    bad[4] = 0xff; // inside "active" (tag, len, tag, len, then the bytes)
+    assert!(KeyValue::decode(bad.as_slice()).is_err());
+    assert!(selected(&bad).is_err());
+    // Anything more (a second key, another value kind) is not the fast path's shape.
+    let mut two_keys = encode(attr::NODE_STATE, "active");
+    prost::encoding::string::encode(KV_KEY, &"x".to_string(), &mut two_keys);
+    assert!(plain_string_attribute_value_first(&two_keys).is_none());
+    assert_eq!(
+        selected(&two_keys).unwrap(),
+        Vec::<KeyValue>::new(),
+        "the last key (x) wins, as in prost"
+    );
+    assert_eq!(KeyValue::decode(two_keys.as_slice()).unwrap().key, "x");
+    let int = kv_i64(attr::NODE_STATE, 3);
+    let mut int_first = Vec::new();
+    prost::encoding::message::encode(2, int.value.as_ref().unwrap(), &mut int_first);
+    prost::encoding::string::encode(KV_KEY, &int.key, &mut int_first);
+    assert!(plain_string_attribute_value_first(&int_first).is_none());
+    assert_eq!(selected(&int_first).unwrap(), vec![int]);
+}
+
+#[test]
+fn short_varints_decode_as_prost_decodes_them() {
+    // Every one- and two-byte encoding (canonical or not), alone and followed by more bytes.
+    let mut cases: Vec<Vec<u8>> = (0..0x80u8).map(|b| vec![b]).collect();
+    for b0 in 0x80..=0xffu8 {
+        for b1 in 0..0x80u8 {
+            cases.push(vec![b0, b1]);
+        }
+        cases.push(vec![b0]); // truncated
+    }
+    for case in cases {
+        for tail in [&[][..], &[0x05, 0x80][..]] {
+            let bytes = [case.as_slice(), tail].concat();
+            let (mut ours, mut theirs) = (bytes.as_slice(), bytes.as_slice());
+            match (varint(&mut ours), decode_varint(&mut theirs)) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a, b, "{bytes:?}");
+                    assert_eq!(ours, theirs, "{bytes:?}");
+                }
+                (Err(_), Err(_)) => {}
+                (a, b) => panic!("{bytes:?}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+}

@@ -249,3 +249,29 @@ func TestNoCgoBuildFailsWithInstructions(t *testing.T) {
 		t.Fatalf("build error does not tell the user to set dist.cgo_enabled: true:\n%s", out)
 	}
 }
+
+// Process is written out without the closures of `with`/`call`: it still reports a closed
+// handle, the library's code and detailed message, and a pass-through result.
+func TestProcessReportsErrorsAsTheOtherCalls(t *testing.T) {
+	p, err := NewProcessor("ingero", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Process(nil, "", time.Now())
+	if err != nil || res.Modified || res.Data != nil || res.RejectedPoints != 0 {
+		t.Fatalf("empty batch: %+v %v", res, err)
+	}
+	_, err = p.Process([]byte{0x0a, 0xff, 0xff}, "", time.Now())
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeDecode || !strings.HasPrefix(e.Message, "data: ") {
+		t.Fatalf("garbage: %#v", err)
+	}
+	// The thread's last error does not leak into the next call.
+	if _, err := p.Process(nil, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := p.Process(nil, "", time.Now()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}
