@@ -44,10 +44,20 @@ def same(name, rust, go):
     check(name, rust == go, f"\n  ingero-fleet: {rust!r}\n  go collector: {go!r}")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct free loopback ports. The sockets stay bound until all n are chosen (one
+    at a time, the kernel may hand out the same port twice); a port can still be taken
+    between here and the collector's bind, which start_otelcol retries."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Proc:
@@ -166,10 +176,24 @@ service:
     return p
 
 
-def start_otelcol(binary, tmp):
-    a = {k: f"127.0.0.1:{free_port()}" for k in ["http", "grpc", "agent", "admin", "prom"]}
-    tport = free_port()
-    a["telemetry"] = f"127.0.0.1:{tport}"
+def start_otelcol(binary, tmp, attempts=3):
+    """The Go collector takes its listen addresses from the config, so they are chosen
+    here; a start that loses a port to another process is retried with fresh ones."""
+    for attempt in range(attempts):
+        try:
+            return start_otelcol_once(binary, tmp)
+        except RuntimeError as e:
+            if "address already in use" not in str(e) or attempt == attempts - 1:
+                raise
+            print(f"otelcol-ingero lost a port to another process, retrying: {e}".splitlines()[0])
+    raise AssertionError("unreachable")
+
+
+def start_otelcol_once(binary, tmp):
+    names = ["http", "grpc", "agent", "admin", "prom", "telemetry"]
+    ports = dict(zip(names, free_ports(len(names))))
+    a = {k: f"127.0.0.1:{ports[k]}" for k in names}
+    tport = ports["telemetry"]
     cfg = f"""
 receivers:
   otlp:
