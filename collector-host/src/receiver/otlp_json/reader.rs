@@ -562,48 +562,7 @@ impl<'a> Reader<'a> {
     /// A number (`-` or a digit must be next), classified as serde_json does.
     pub(super) fn number(&mut self) -> Result<Number> {
         let start = self.pos;
-        let negative = self.byte() == Some(b'-');
-        if negative {
-            self.pos += 1;
-        }
-        // Integer part: `0` or a non-zero digit and more digits.
-        let mut magnitude: u64 = 0;
-        let mut overflow = false;
-        match self.byte() {
-            Some(b'0') => {
-                self.pos += 1;
-                if let Some(b'0'..=b'9') = self.byte() {
-                    return Err(self.error("invalid number"));
-                }
-            }
-            Some(b'1'..=b'9') => {
-                while let Some(d @ b'0'..=b'9') = self.byte() {
-                    match magnitude
-                        .checked_mul(10)
-                        .and_then(|m| m.checked_add(u64::from(d - b'0')))
-                    {
-                        Some(m) => magnitude = m,
-                        None => overflow = true,
-                    }
-                    self.pos += 1;
-                }
-            }
-            _ => return Err(self.eof_or("a number")),
-        }
-        let mut float = overflow;
-        if self.byte() == Some(b'.') {
-            float = true;
-            self.pos += 1;
-            self.digits()?;
-        }
-        if let Some(b'e' | b'E') = self.byte() {
-            float = true;
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.byte() {
-                self.pos += 1;
-            }
-            self.digits()?;
-        }
+        let (negative, magnitude, float) = self.scan_number()?;
         if !float {
             if !negative {
                 return Ok(Number::U64(magnitude));
@@ -619,6 +578,54 @@ impl<'a> Reader<'a> {
             Ok(v) if v.is_finite() => Ok(Number::F64(v)),
             _ => Err(JsonError::at(self.bytes(), start, "number out of range")),
         }
+    }
+
+    /// The syntax of a number (`-` or a digit must be next): whether it is negative, the
+    /// magnitude of its integer part, and whether it is a double for serde_json (it has a
+    /// fraction or an exponent, or its integer part overflows a `u64`).
+    fn scan_number(&mut self) -> Result<(bool, u64, bool)> {
+        let negative = self.byte() == Some(b'-');
+        if negative {
+            self.pos += 1;
+        }
+        // Integer part: `0` or a non-zero digit and more digits.
+        let mut magnitude: u64 = 0;
+        let mut float = false;
+        match self.byte() {
+            Some(b'0') => {
+                self.pos += 1;
+                if let Some(b'0'..=b'9') = self.byte() {
+                    return Err(self.error("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                while let Some(d @ b'0'..=b'9') = self.byte() {
+                    match magnitude
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(u64::from(d - b'0')))
+                    {
+                        Some(m) => magnitude = m,
+                        None => float = true,
+                    }
+                    self.pos += 1;
+                }
+            }
+            _ => return Err(self.eof_or("a number")),
+        }
+        if self.byte() == Some(b'.') {
+            float = true;
+            self.pos += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.byte() {
+            float = true;
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.byte() {
+                self.pos += 1;
+            }
+            self.digits()?;
+        }
+        Ok((negative, magnitude, float))
     }
 
     /// One or more digits.
@@ -761,37 +768,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A skipped number: syntax only.
+    /// A skipped number: syntax only (no range check, as serde_json's skipper).
     fn skip_number(&mut self) -> Result<()> {
-        if self.byte() == Some(b'-') {
-            self.pos += 1;
-        }
-        match self.byte() {
-            Some(b'0') => {
-                self.pos += 1;
-                if let Some(b'0'..=b'9') = self.byte() {
-                    return Err(self.error("invalid number"));
-                }
-            }
-            Some(b'1'..=b'9') => {
-                while let Some(b'0'..=b'9') = self.byte() {
-                    self.pos += 1;
-                }
-            }
-            _ => return Err(self.eof_or("a number")),
-        }
-        if self.byte() == Some(b'.') {
-            self.pos += 1;
-            self.digits()?;
-        }
-        if let Some(b'e' | b'E') = self.byte() {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.byte() {
-                self.pos += 1;
-            }
-            self.digits()?;
-        }
-        Ok(())
+        self.scan_number().map(|_| ())
     }
 }
 
