@@ -290,6 +290,17 @@ mod tests {
     use super::*;
     use statrs::statistics::{Data, Median};
 
+    /// Uniform values in [0, 1) from a xorshift64 generator (deterministic per seed).
+    fn uniform(seed: u64) -> impl FnMut() -> f64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     fn oracle(values: &[f64]) -> (f64, f64) {
         let med = Data::new(values.to_vec()).median();
         let dev: Vec<f64> = values.iter().map(|v| (v - med).abs()).collect();
@@ -317,13 +328,7 @@ mod tests {
 
     #[test]
     fn long_inputs_match_statrs_on_the_bracketed_path_and_its_fallback() {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x9E37_79B9_7F4A_7C15);
         let n = BRACKET_MIN_LEN;
         let clustered: Vec<f64> = (0..n + 1).map(|_| 0.95 + 0.02 * (next() - 0.5)).collect();
         let spread: Vec<f64> = (0..n * 3 + 2).map(|_| next()).collect();
@@ -359,13 +364,7 @@ mod tests {
     /// both statistics match `statrs`.
     #[test]
     fn seeded_selection_equals_the_unseeded_one_and_statrs() {
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x2545_F491_4F6C_DD1D);
         let n = BRACKET_MIN_LEN;
         let inputs: Vec<Vec<f64>> = vec![
             (0..n * 25).map(|_| 0.95 + 0.06 * (next() - 0.5)).collect(),
@@ -457,13 +456,7 @@ mod tests {
     #[test]
     fn a_seed_from_the_previous_tick_hits_on_a_stationary_fleet() {
         // Fresh noise around the same level each tick: the seeded brackets hold the ranks.
-        let mut x: u64 = 77;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(77);
         let n = 100_000;
         let mut seed = None;
         let mut hits = 0;
