@@ -33,6 +33,24 @@ fn batch(nodes: usize) -> Vec<u8> {
     req.encode_to_vec()
 }
 
+/// One `ingero_processor_process` call on `data` (cluster `bench`), its output freed.
+fn process_once(p: *mut ingero_processor, data: &[u8]) {
+    let mut r = ingero_process_result {
+        modified: false,
+        data: ingero_buf {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        },
+        rejected_points: 0,
+    };
+    let c = "bench";
+    let rc = unsafe {
+        ingero_processor_process(p, data.as_ptr(), data.len(), c.as_ptr(), c.len(), 1, &mut r)
+    };
+    assert_eq!(rc, ingero_result::INGERO_OK);
+    unsafe { ingero_buf_free(&mut r.data) };
+}
+
 fn processor(id: &str) -> *mut ingero_processor {
     let mut p = std::ptr::null_mut();
     let rc = unsafe { ingero_processor_new(id.as_ptr(), id.len(), std::ptr::null(), 0, &mut p) };
@@ -58,30 +76,7 @@ fn bench(c: &mut Criterion) {
         for id in ["ingero", "nccl_peer_lag", "provider_lookup"] {
             let p = processor(id);
             g.bench_function(format!("pushes={nodes}/abi_{id}"), |b| {
-                b.iter(|| {
-                    let mut r = ingero_process_result {
-                        modified: false,
-                        data: ingero_buf {
-                            ptr: std::ptr::null_mut(),
-                            len: 0,
-                        },
-                        rejected_points: 0,
-                    };
-                    let c = "bench";
-                    let rc = unsafe {
-                        ingero_processor_process(
-                            p,
-                            data.as_ptr(),
-                            data.len(),
-                            c.as_ptr(),
-                            c.len(),
-                            1,
-                            &mut r,
-                        )
-                    };
-                    assert_eq!(rc, ingero_result::INGERO_OK);
-                    unsafe { ingero_buf_free(&mut r.data) };
-                })
+                b.iter(|| process_once(p, &data))
             });
             unsafe { ingero_processor_free(p) };
         }
@@ -91,22 +86,7 @@ fn bench(c: &mut Criterion) {
     let go = include_bytes!("../tests/data/go_pdata_3_pushes.pb");
     let p = processor("ingero");
     g.bench_function("go_pdata_pushes=3/abi_ingero", |b| {
-        b.iter(|| {
-            let mut r = ingero_process_result {
-                modified: false,
-                data: ingero_buf {
-                    ptr: std::ptr::null_mut(),
-                    len: 0,
-                },
-                rejected_points: 0,
-            };
-            let c = "bench";
-            let rc = unsafe {
-                ingero_processor_process(p, go.as_ptr(), go.len(), c.as_ptr(), c.len(), 1, &mut r)
-            };
-            assert_eq!(rc, ingero_result::INGERO_OK);
-            unsafe { ingero_buf_free(&mut r.data) };
-        })
+        b.iter(|| process_once(p, go))
     });
     unsafe { ingero_processor_free(p) };
     g.finish();
