@@ -4,6 +4,7 @@
 # (CPU time on this VM moves by 15 % or more between runs).
 # Usage: ./scripts/push-instructions.sh [json|protobuf] [ingero-fleet binary]
 # Needs valgrind (apt-get install valgrind) and a release build of collector-host.
+# KEEP=DIR keeps the callgrind output there (for callgrind_annotate --inclusive=yes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENC="${1:-json}"
@@ -42,6 +43,7 @@ callgrind_control -i on "$pid" >/dev/null 2>&1
   --duration 10s --encoding "$ENC" --json >"$work/load.json"
 callgrind_control -i off "$pid" >/dev/null 2>&1
 kill "$pid"; wait "$pid" 2>/dev/null || true
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/cg.out* "$KEEP"/; fi
 pushes=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pushes_ok'])" "$work/load.json")
 total=$(callgrind_annotate "$work"/cg.out* 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {gsub(",","",$1); print $1; done = 1}')
 echo "{\"encoding\":\"$ENC\",\"pushes\":$pushes,\"instructions\":$total,\"per_push\":$((total / pushes))}"
