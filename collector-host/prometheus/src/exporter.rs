@@ -97,6 +97,7 @@ impl PrometheusExporter {
             resource_to_telemetry: cfg.resource_to_telemetry_conversion.enabled,
             const_labels,
             drop_attributes: cfg.drop_attributes.clone(),
+            layout_memo: true,
         };
         Ok(PrometheusExporter {
             exp_s: cfg.expiration_secs(),
@@ -149,6 +150,20 @@ impl PrometheusExporter {
     }
 
     /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
+    /// The same exporter without the layout memo (`translate`): every push takes the full
+    /// translation. For differential tests; the results must not differ.
+    #[doc(hidden)]
+    pub fn without_layout_memo(mut self) -> Self {
+        self.settings.layout_memo = false;
+        self
+    }
+
+    /// Layouts in the layout memo (tests).
+    #[doc(hidden)]
+    pub fn layout_memo_entries(&self) -> usize {
+        self.interner.read().layouts.lock().len()
+    }
+
     pub fn consume(&self, data: &[ResourceMetrics], now: Timestamp) -> ConsumeStats {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut buffers) => {

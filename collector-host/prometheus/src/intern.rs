@@ -235,6 +235,112 @@ pub struct Interner {
     /// most lookups. First come, first kept, up to [`MAX_MEMO_ENTRIES`]: the shared shapes
     /// (state/workload, detection mode, GPU info) are met on the very first pushes.
     dsets: HashMap<Box<[u8]>, SetId>,
+    /// Point plans per metric layout (`translate::layout_key`). Behind its own mutex so a
+    /// translation holding only the shared view can fill it; compaction clears it.
+    pub layouts: parking_lot::Mutex<LayoutMemo>,
+}
+
+/// What translation decided for one data point of a memoised layout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PointPlan {
+    pub family: FamilyId,
+    pub kind: FamilyKind,
+    pub labels: SetId,
+    pub delta: bool,
+}
+
+/// The per-point decisions for one metric layout, valid for any resource label set that
+/// uses none of `names`.
+#[derive(Debug)]
+pub struct LayoutPlan {
+    /// One per data point, in the order the points appear in the `ResourceMetrics`.
+    pub points: Box<[PointPlan]>,
+    /// Label names of the points' label sets, sorted and deduplicated. A resource label
+    /// set with one of these names collides with a point, and the merge then depends on
+    /// the resource, so such a resource takes the full path.
+    pub names: Box<[Sym]>,
+}
+
+/// Heap bytes the layout memo may hold (keys plus plans); beyond it nothing new is kept.
+pub const MAX_LAYOUT_BYTES: usize = 1 << 20;
+
+/// Slots of the admission filter (see [`LayoutMemo::offer`]).
+const LAYOUT_FILTER_SLOTS: usize = 1024;
+
+/// Layout key (exact bytes) to point plans. Agents of one fleet send the same metrics with
+/// the same point attributes (nothing per node is a point attribute: the node is the
+/// resource), so a few entries serve every node. A layout is kept only once a second
+/// resource has sent it: a fleet whose layouts are unique per node (a per-node point
+/// attribute) leaves the memo empty instead of filling it with one entry per node.
+#[derive(Debug, Default)]
+pub struct LayoutMemo {
+    map: HashMap<Box<[u8]>, LayoutPlan>,
+    bytes: usize,
+    /// (hash of a layout key, resource set that sent it) of layouts seen once, direct-mapped
+    /// by hash. Empty until the first offer.
+    seen: Vec<(u64, SetId)>,
+    hasher: DefaultHashBuilder,
+}
+
+impl LayoutMemo {
+    pub fn get(&self, key: &[u8]) -> Option<&LayoutPlan> {
+        self.map.get(key)
+    }
+
+    /// A clean translation of layout `key` by `resource`: keep its plan (built by `plan`)
+    /// if another resource sent the same layout before and the memo has room. Returns
+    /// whether it was kept.
+    pub fn offer(
+        &mut self,
+        key: &[u8],
+        resource: SetId,
+        plan: impl FnOnce() -> Option<LayoutPlan>,
+    ) -> bool {
+        if self.map.contains_key(key) {
+            return false;
+        }
+        let h = self.hasher.hash_one(key);
+        if self.seen.is_empty() {
+            self.seen = vec![(0, NONE); LAYOUT_FILTER_SLOTS];
+        }
+        let Some(slot) = self.seen.get_mut((h % LAYOUT_FILTER_SLOTS as u64) as usize) else {
+            return false;
+        };
+        if slot.0 != h || slot.1 == resource || slot.1 == NONE {
+            *slot = (h, resource);
+            return false;
+        }
+        let Some(plan) = plan() else { return false };
+        let cost = key.len()
+            + std::mem::size_of_val(&*plan.points)
+            + std::mem::size_of_val(&*plan.names)
+            + 64;
+        if self.bytes + cost > MAX_LAYOUT_BYTES {
+            return false;
+        }
+        self.bytes += cost;
+        self.map.insert(key.into(), plan);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Heap bytes held (keys, plans, the admission filter).
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes + self.seen.capacity() * std::mem::size_of::<(u64, SetId)>()
+    }
+
+    fn clear(&mut self) {
+        self.map = HashMap::default();
+        self.bytes = 0;
+        self.seen = Vec::new();
+    }
 }
 
 /// Most memoised data-point attribute lists.
@@ -323,7 +429,8 @@ impl Interner {
             .map(|k| k.name.len() + k.unit.len() + 48)
             .sum();
         let memo: usize = self.dsets.keys().map(|k| k.len() + 32).sum();
-        self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo
+        let layouts = self.layouts.lock().heap_bytes();
+        self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo + layouts
     }
 
     /// Strings used by the marked label sets or by the label-key cache.
@@ -412,6 +519,8 @@ impl Interner {
             *v != NONE
         });
         self.dsets.shrink_to_fit();
+        // Ids inside the layout plans are stale now; they are rebuilt on the next pushes.
+        self.layouts.get_mut().clear();
         self.label_keys.shrink_to_fit();
         self.metrics.shrink_to_fit();
         self.family_by_name.shrink_to_fit();

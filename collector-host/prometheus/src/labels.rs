@@ -17,6 +17,10 @@ pub(crate) const SERVICE_NAMESPACE: &str = "service.namespace";
 #[derive(Debug, Default)]
 pub struct Scratch {
     pub(crate) key: Vec<u8>,
+    /// The layout key of the `ResourceMetrics` being translated.
+    pub(crate) layout: Vec<u8>,
+    /// Set when a point's labels collided with the resource's (see `translate`).
+    pub(crate) collided: bool,
     pub(crate) r: Vec<Pair>,
     pub(crate) d: Vec<Pair>,
     pub(crate) m: Vec<Pair>,
@@ -189,11 +193,16 @@ pub(crate) fn no_skip(_: &str) -> bool {
 /// values), the key of the data-point label-set memo.
 /// Keys for which `skip` is true are left out (they never become labels either).
 pub(crate) fn raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+    out.clear();
+    append_raw_key(attrs, skip, out);
+}
+
+/// [`raw_key`] appended to `out` (which keeps what it held).
+pub(crate) fn append_raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
     fn bytes(out: &mut Vec<u8>, b: &[u8]) {
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
         out.extend_from_slice(b);
     }
-    out.clear();
     for kv in attrs.iter().filter(|kv| !skip(&kv.key)) {
         bytes(out, kv.key.as_bytes());
         match kv.value.as_ref().and_then(|v| v.value.as_ref()) {

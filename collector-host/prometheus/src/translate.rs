@@ -12,16 +12,22 @@
 //! Translation first runs against a shared (read) view of the intern tables and asks for
 //! the write lock only when something is new, so a known node's push takes no write lock.
 //! A data point's plain label set is memoised by the exact encoding of its attributes
-//! (`labels::raw_key`); the resource-collision check still runs on every point.
+//! (`labels::raw_key`); the resource-collision check still runs on every point. Above that,
+//! a whole layout (every metric's name, unit and type and every point's attributes, see
+//! [`layout_key`]) that two resources have sent is memoised with its per-point family and
+//! label set (`intern::LayoutMemo`): the next push of that layout, from any node whose
+//! resource labels do not collide with the points', skips the per-point lookups.
 
 use component::otlp::{KeyValue, Metric, MetricKind, ResourceMetrics};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, HistogramDataPoint, SummaryDataPoint,
 };
 
-use crate::intern::{Family, FamilyId, FamilyKind, Interner, Pair, SetId, Sym};
+use crate::intern::{
+    Family, FamilyId, FamilyKind, Interner, LayoutPlan, Pair, PointPlan, SetId, Sym,
+};
 use crate::labels::{
-    Scratch, add_identity, attr_labels, is_service_identity, job_instance, raw_key,
+    Scratch, add_identity, append_raw_key, attr_labels, is_service_identity, job_instance, raw_key,
 };
 use crate::naming::{NameKind, label_name, metric_name};
 use crate::store::{
@@ -41,6 +47,8 @@ pub struct Settings {
     pub const_labels: Vec<(String, String)>,
     /// Attribute keys never turned into labels (`drop_attributes`).
     pub drop_attributes: Vec<String>,
+    /// Use the layout memo (on; off only in differential tests).
+    pub layout_memo: bool,
 }
 
 impl Settings {
@@ -256,6 +264,22 @@ pub fn translate(
         }
     }
 
+    // A layout other nodes sent before (same metrics, same point attributes) skips the
+    // per-point work: its families and label sets are known.
+    let memoisable = settings.layout_memo && layout_key(settings, rm, &mut sc.layout);
+    if memoisable {
+        let i = lk.interner();
+        let memo = i.layouts.lock();
+        if let Some(lp) = memo.get(&sc.layout)
+            && fits_resource(i, lp, plan.resource)
+        {
+            fill_from_layout(lp, rm, now_s, plan, drops);
+            return Ok(());
+        }
+    }
+
+    let drops_before = drops.total();
+    sc.collided = false;
     for sm in &rm.scope_metrics {
         for m in &sm.metrics {
             match translate_metric(lk, settings, res_attrs, &ids, m, now_s, sc, plan, drops) {
@@ -265,7 +289,147 @@ pub fn translate(
             }
         }
     }
+    // Only a clean translation is offered: every point became an update, none of them
+    // depended on the resource (no collision), all of them numbers.
+    if memoisable && !sc.collided && drops.total() == drops_before {
+        offer_layout(lk, &sc.layout, plan);
+    }
     Ok(())
+}
+
+/// The exact bytes the translation of `rm`'s points depends on besides the resource label
+/// set and the settings: per metric its type (with monotonicity and temporality for sums),
+/// name, unit and point count, per point its attributes as [`raw_key`] encodes them (less
+/// the dropped keys). Every part is length-prefixed or fixed-size, so two different
+/// layouts never share a key. `false` when some metric is a histogram, summary or
+/// exponential histogram: those always take the full path.
+pub(crate) fn layout_key(settings: &Settings, rm: &ResourceMetrics, out: &mut Vec<u8>) -> bool {
+    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    out.clear();
+    for sm in &rm.scope_metrics {
+        for m in &sm.metrics {
+            let points = match &m.data {
+                // Translation ignores a metric without data, whatever its name.
+                None => {
+                    out.push(0);
+                    continue;
+                }
+                Some(MetricKind::Gauge(g)) => {
+                    out.push(1);
+                    &g.data_points
+                }
+                Some(MetricKind::Sum(s)) => {
+                    out.push(2);
+                    out.push(u8::from(s.is_monotonic));
+                    out.extend_from_slice(&s.aggregation_temporality.to_le_bytes());
+                    &s.data_points
+                }
+                Some(_) => return false,
+            };
+            bytes(out, m.name.as_bytes());
+            bytes(out, m.unit.as_bytes());
+            out.extend_from_slice(&(points.len() as u64).to_le_bytes());
+            for dp in points {
+                let at = out.len();
+                out.extend_from_slice(&[0; 8]);
+                append_raw_key(&dp.attributes, &|k| settings.dropped(k), out);
+                let len = (out.len() - at - 8) as u64;
+                if let Some(slot) = out.get_mut(at..at + 8) {
+                    slot.copy_from_slice(&len.to_le_bytes());
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Whether `lp` holds for a resource with label set `resource`: no point label name is
+/// also a resource label name (a collision makes the point's labels depend on the
+/// resource's attributes).
+fn fits_resource(i: &Interner, lp: &LayoutPlan, resource: SetId) -> bool {
+    i.sets
+        .resolve(resource)
+        .iter()
+        .all(|p| lp.names.binary_search(&p[0]).is_err())
+}
+
+/// The plan of `rm` from a memoised layout: the stored family and label set per point,
+/// this push's values and times. Points without a value are dropped as in the full path.
+fn fill_from_layout(
+    lp: &LayoutPlan,
+    rm: &ResourceMetrics,
+    now_s: u32,
+    plan: &mut ResourcePlan,
+    drops: &mut DropCounts,
+) {
+    let mut plans = lp.points.iter();
+    for sm in &rm.scope_metrics {
+        for m in &sm.metrics {
+            for dp in component::otlp::number_points(m) {
+                // The layout key fixes the number of points per metric.
+                let Some(p) = plans.next() else { return };
+                if dp.flags & FLAG_NO_RECORDED_VALUE != 0 {
+                    drops.add(DropReason::NoValue, 1);
+                    continue;
+                }
+                match component::otlp::point_value(dp) {
+                    Some(value) => plan.updates.push(Update {
+                        family: p.family,
+                        kind: p.kind,
+                        labels: p.labels,
+                        time_s: time_secs(dp.time_unix_nano, now_s),
+                        value: UpdateValue::Number {
+                            value,
+                            delta: p.delta,
+                        },
+                    }),
+                    None => drops.add(DropReason::NoValue, 1),
+                }
+            }
+        }
+    }
+}
+
+/// Offer the point plans of a clean translation to the layout memo.
+fn offer_layout(lk: &mut Lookup<'_>, key: &[u8], plan: &ResourcePlan) {
+    let build = |i: &Interner| {
+        let mut points = Vec::with_capacity(plan.updates.len());
+        let mut names = Vec::new();
+        for u in &plan.updates {
+            let UpdateValue::Number { delta, .. } = u.value else {
+                return None;
+            };
+            points.push(PointPlan {
+                family: u.family,
+                kind: u.kind,
+                labels: u.labels,
+                delta,
+            });
+            names.extend(i.sets.resolve(u.labels).iter().map(|p| p[0]));
+        }
+        names.sort_unstable();
+        names.dedup();
+        Some(LayoutPlan {
+            points: points.into_boxed_slice(),
+            names: names.into_boxed_slice(),
+        })
+    };
+    match lk {
+        Lookup::Read { interner, .. } => interner
+            .layouts
+            .lock()
+            .offer(key, plan.resource, || build(interner)),
+        Lookup::Write(i) => {
+            let i: &mut Interner = i;
+            let mut memo = std::mem::take(i.layouts.get_mut());
+            let kept = memo.offer(key, plan.resource, || build(i));
+            *i.layouts.get_mut() = memo;
+            kept
+        }
+    };
 }
 
 fn resource_labels(
@@ -465,6 +629,7 @@ fn point_labels(
             return Err(DropReason::ReservedLabel.into());
         }
         let collides = d.iter().any(|p| r.iter().any(|q| q[0] == p[0]));
+        sc.collided |= collides;
         if !collides {
             if let Some(id) = memo {
                 return Ok(id);
