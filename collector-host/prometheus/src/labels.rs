@@ -192,24 +192,34 @@ pub(crate) fn no_skip(_: &str) -> bool {
 /// An exact, unambiguous byte encoding of an attribute list (length-prefixed keys, typed
 /// values), the key of the data-point label-set memo.
 /// Keys for which `skip` is true are left out (they never become labels either).
-pub(crate) fn raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+pub(crate) fn raw_key(attrs: &[KeyValue], skip: impl Fn(&str) -> bool, out: &mut Vec<u8>) {
     out.clear();
     append_raw_key(attrs, skip, out);
 }
 
 /// [`raw_key`] appended to `out` (which keeps what it held).
-pub(crate) fn append_raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
-    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
-        out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(b);
+pub(crate) fn append_raw_key(attrs: &[KeyValue], skip: impl Fn(&str) -> bool, out: &mut Vec<u8>) {
+    #[inline]
+    fn len(n: usize) -> [u8; 8] {
+        (n as u64).to_le_bytes()
     }
     for kv in attrs.iter().filter(|kv| !skip(&kv.key)) {
-        bytes(out, kv.key.as_bytes());
-        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+        let key = kv.key.as_bytes();
+        let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+        // One reservation per attribute (a string value's bytes included).
+        let extra = match value {
+            Some(AnyValueKind::StringValue(s)) => 8 + s.len(),
+            _ => 8,
+        };
+        out.reserve(8 + key.len() + 1 + extra);
+        out.extend_from_slice(&len(key.len()));
+        out.extend_from_slice(key);
+        match value {
             None => out.push(0),
             Some(AnyValueKind::StringValue(s)) => {
                 out.push(1);
-                bytes(out, s.as_bytes());
+                out.extend_from_slice(&len(s.len()));
+                out.extend_from_slice(s.as_bytes());
             }
             Some(AnyValueKind::IntValue(i)) => {
                 out.push(2);
@@ -228,7 +238,8 @@ pub(crate) fn append_raw_key(attrs: &[KeyValue], skip: &dyn Fn(&str) -> bool, ou
                 let mut text = String::new();
                 write_value(kv.value.as_ref(), &mut text);
                 out.push(5);
-                bytes(out, text.as_bytes());
+                out.extend_from_slice(&len(text.len()));
+                out.extend_from_slice(text.as_bytes());
             }
         }
     }
@@ -241,7 +252,7 @@ mod tests {
 
     fn key(attrs: &[KeyValue]) -> Vec<u8> {
         let mut out = Vec::new();
-        raw_key(attrs, &no_skip, &mut out);
+        raw_key(attrs, no_skip, &mut out);
         out
     }
 

@@ -53,8 +53,9 @@ pub struct Settings {
 
 impl Settings {
     /// Whether attribute `key` is left out of every label set.
+    #[inline]
     pub fn dropped(&self, key: &str) -> bool {
-        self.drop_attributes.iter().any(|d| d == key)
+        !self.drop_attributes.is_empty() && self.drop_attributes.iter().any(|d| d == key)
     }
 }
 
@@ -266,7 +267,7 @@ pub fn translate(
 
     // A layout other nodes sent before (same metrics, same point attributes) skips the
     // per-point work: its families and label sets are known.
-    let memoisable = settings.layout_memo && layout_key(settings, rm, &mut sc.layout);
+    let memoisable = settings.layout_memo && layout_key(rm, &mut sc.layout);
     if memoisable {
         let i = lk.interner();
         let memo = i.layouts.lock();
@@ -299,11 +300,11 @@ pub fn translate(
 
 /// The exact bytes the translation of `rm`'s points depends on besides the resource label
 /// set and the settings: per metric its type (with monotonicity and temporality for sums),
-/// name, unit and point count, per point its attributes as [`raw_key`] encodes them (less
-/// the dropped keys). Every part is length-prefixed or fixed-size, so two different
+/// name, unit and point count, per point all its attributes as [`raw_key`] encodes them.
+/// Every part is length-prefixed or fixed-size, so two different
 /// layouts never share a key. `false` when some metric is a histogram, summary or
 /// exponential histogram: those always take the full path.
-pub(crate) fn layout_key(settings: &Settings, rm: &ResourceMetrics, out: &mut Vec<u8>) -> bool {
+pub(crate) fn layout_key(rm: &ResourceMetrics, out: &mut Vec<u8>) -> bool {
     fn bytes(out: &mut Vec<u8>, b: &[u8]) {
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
         out.extend_from_slice(b);
@@ -335,7 +336,8 @@ pub(crate) fn layout_key(settings: &Settings, rm: &ResourceMetrics, out: &mut Ve
             for dp in points {
                 let at = out.len();
                 out.extend_from_slice(&[0; 8]);
-                append_raw_key(&dp.attributes, &|k| settings.dropped(k), out);
+                // All attributes, dropped ones too: a stricter key than needed, and cheaper.
+                append_raw_key(&dp.attributes, |_| false, out);
                 let len = (out.len() - at - 8) as u64;
                 if let Some(slot) = out.get_mut(at..at + 8) {
                     slot.copy_from_slice(&len.to_le_bytes());
@@ -610,7 +612,7 @@ fn point_labels(
 ) -> Result<SetId, Fail> {
     let mut d = std::mem::take(&mut sc.d);
     let result = (|| {
-        raw_key(attrs, &|k| settings.dropped(k), &mut sc.key);
+        raw_key(attrs, |k: &str| settings.dropped(k), &mut sc.key);
         let memo = lk.interner().memo_dset(&sc.key);
         match memo {
             Some(id) => {
