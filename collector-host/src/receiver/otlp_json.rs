@@ -110,7 +110,7 @@ trait FieldKey: Copy + 'static {
     /// The field named by [`Self::code`]; `None` for 0 and other bytes no field has.
     fn from_code(code: u8) -> Option<Self>;
     /// The key as the marshalers write it, `"camelCase":` (quotes and colon included).
-    fn quoted(self) -> &'static [u8];
+    fn quoted(self) -> &'static reader::QuotedKey;
 }
 
 /// `fields!(Name { Variant = "camelCase" | "snake_case", #[oneof] Member = "member", .. })`
@@ -153,9 +153,13 @@ macro_rules! fields {
                 ALL.get(usize::from(code).wrapping_sub(1)).copied()
             }
             #[inline]
-            fn quoted(self) -> &'static [u8] {
-                const QUOTED: &[&[u8]] = &[$(concat!("\"", $camel, "\":").as_bytes()),+];
-                QUOTED[self as usize]
+            fn quoted(self) -> &'static $crate::receiver::otlp_json::reader::QuotedKey {
+                const QUOTED: &[$crate::receiver::otlp_json::reader::QuotedKey] = &[$(
+                    $crate::receiver::otlp_json::reader::QuotedKey::new(
+                        concat!("\"", $camel, "\":")
+                    )
+                ),+];
+                &QUOTED[self as usize]
             }
         }
     };
@@ -279,7 +283,7 @@ fn repeated<T>(
 
 /// The start of a repeated field: `false` for `null` (consumed), `true` with its array
 /// opened.
-#[inline]
+#[inline(always)]
 fn begin_repeated(r: &mut Reader<'_>) -> Result<bool> {
     match r.peek() {
         Peek::Null => {

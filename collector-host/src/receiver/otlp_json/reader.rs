@@ -139,6 +139,64 @@ pub(super) struct Reader<'a> {
     predicted: [u64; PREDICTION_SLOTS],
 }
 
+/// Longest key [`Reader::eat_key`] compares, quotes and colon included.
+pub(super) const QUOTED_KEY_MAX: usize = 32;
+
+/// A key written as `"name":`, zero-padded to [`QUOTED_KEY_MAX`] bytes and split into two
+/// little-endian words with masks of its bytes, so [`Reader::eat_key`] compares it
+/// without a call or a loop.
+pub(crate) struct QuotedKey {
+    padded: [u8; QUOTED_KEY_MAX],
+    len: usize,
+    lo: u128,
+    hi: u128,
+    lo_mask: u128,
+    hi_mask: u128,
+}
+
+impl QuotedKey {
+    pub(crate) const fn new(quoted: &str) -> QuotedKey {
+        let bytes = quoted.as_bytes();
+        assert!(bytes.len() <= QUOTED_KEY_MAX, "key too long for QuotedKey");
+        let mut padded = [0u8; QUOTED_KEY_MAX];
+        let mut i = 0;
+        while i < bytes.len() {
+            padded[i] = bytes[i];
+            i += 1;
+        }
+        let (lo_len, hi_len) = if bytes.len() > 16 {
+            (16, bytes.len() - 16)
+        } else {
+            (bytes.len(), 0)
+        };
+        let mut lo = [0u8; 16];
+        let mut hi = [0u8; 16];
+        let mut lo_mask = [0u8; 16];
+        let mut hi_mask = [0u8; 16];
+        let mut j = 0;
+        while j < 16 {
+            lo[j] = padded[j];
+            hi[j] = padded[16 + j];
+            lo_mask[j] = if j < lo_len { 0xff } else { 0 };
+            hi_mask[j] = if j < hi_len { 0xff } else { 0 };
+            j += 1;
+        }
+        QuotedKey {
+            padded,
+            len: bytes.len(),
+            lo: u128::from_le_bytes(lo),
+            hi: u128::from_le_bytes(hi),
+            lo_mask: u128::from_le_bytes(lo_mask),
+            hi_mask: u128::from_le_bytes(hi_mask),
+        }
+    }
+
+    /// The key's bytes, `"name":`.
+    pub(super) fn bytes(&self) -> &[u8] {
+        self.padded.get(..self.len).unwrap_or_default()
+    }
+}
+
 /// Number of key prediction slots (`JsonMessage::SLOT` values).
 pub(super) const PREDICTION_SLOTS: usize = 16;
 
@@ -519,13 +577,26 @@ impl<'a> Reader<'a> {
     /// else consume nothing. [`Self::key_rest`] would read exactly these bytes as the key
     /// `name` and its colon.
     #[inline(always)]
-    pub(super) fn eat_key(&mut self, quoted: &[u8]) -> bool {
-        let hit = self
-            .bytes()
-            .get(self.pos..)
-            .is_some_and(|rest| rest.starts_with(quoted));
+    pub(super) fn eat_key(&mut self, quoted: &QuotedKey) -> bool {
+        let rest = self.bytes().get(self.pos..).unwrap_or_default();
+        let hit = match rest.first_chunk::<QUOTED_KEY_MAX>() {
+            // Two 16-byte words each side, the bytes past the key masked off.
+            Some(chunk) => {
+                let (lo, hi) = chunk.split_at(16);
+                let word = |half: &[u8]| {
+                    let mut w = [0u8; 16];
+                    w.copy_from_slice(half);
+                    u128::from_le_bytes(w)
+                };
+                ((word(lo) ^ quoted.lo) & quoted.lo_mask)
+                    | ((word(hi) ^ quoted.hi) & quoted.hi_mask)
+                    == 0
+            }
+            // Near the end of the body.
+            None => rest.starts_with(quoted.bytes()),
+        };
         if hit {
-            self.pos += quoted.len();
+            self.pos += quoted.len;
         }
         hit
     }
@@ -755,6 +826,37 @@ impl<'a> Reader<'a> {
     #[inline]
     pub(super) fn digit_string(&mut self, max: u64) -> Option<u64> {
         let start = self.pos + 1;
+        // Nineteen digits and the closing quote (every nanosecond timestamp from 2001 to
+        // 2286) in straight-line code; anything else the general way below.
+        if let Some(c) = self
+            .bytes()
+            .get(start..)
+            .and_then(|rest| rest.first_chunk::<20>())
+        {
+            let (w0, rest) = c.split_at(8);
+            let (w1, tail) = rest.split_at(8);
+            let word = |b: &[u8]| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(b);
+                u64::from_le_bytes(w)
+            };
+            let (w0, w1) = (word(w0), word(w1));
+            if let [d0 @ b'0'..=b'9', d1 @ b'0'..=b'9', d2 @ b'0'..=b'9', b'"'] = *tail
+                && eight_digits(w0)
+                && eight_digits(w1)
+            {
+                let v = eight_digits_value(w0) * 100_000_000_000
+                    + eight_digits_value(w1) * 1000
+                    + u64::from(d0 - b'0') * 100
+                    + u64::from(d1 - b'0') * 10
+                    + u64::from(d2 - b'0');
+                if v <= max {
+                    self.pos = start + 20;
+                    return Some(v);
+                }
+                return None;
+            }
+        }
         let (v, end) = safe_digits(self.bytes(), start);
         if end > start && v <= max && self.bytes().get(end) == Some(&b'"') {
             self.pos = end + 1;
@@ -1198,10 +1300,38 @@ mod tests {
             (r#""\u0037""#, u64::MAX, None),
             (r#""1.5""#, u64::MAX, None),
             (r#""12345"#, u64::MAX, None),
+            // Nineteen digits with more body after them (the straight-line path) and its
+            // near misses.
+            (
+                r#""1763769600000000000"}"#,
+                u64::MAX,
+                Some(1_763_769_600_000_000_000),
+            ),
+            (
+                r#""9223372036854775807","#,
+                i64::MAX as u64,
+                Some(i64::MAX as u64),
+            ),
+            (r#""9223372036854775808","#, i64::MAX as u64, None),
+            (r#""17637696000000000000"}"#, u64::MAX, None),
+            (r#""176376960000000000x"}"#, u64::MAX, None),
+            (r#""17637696x0000000000"}"#, u64::MAX, None),
+            (r#""1763769600000000x00"}"#, u64::MAX, None),
+            (r#""x763769600000000000"}"#, u64::MAX, None),
+            (
+                r#""176376960000000000"}}"#,
+                u64::MAX,
+                Some(176_376_960_000_000_000),
+            ),
+            (r#""1763769600000000000\"#, u64::MAX, None),
         ] {
             let mut r = Reader::new(lit);
             assert_eq!(r.digit_string(max), want, "{lit}");
-            let end = if want.is_some() { lit.len() } else { 0 };
+            let end = if want.is_some() {
+                lit.rfind('"').unwrap() + 1
+            } else {
+                0
+            };
             assert_eq!(r.pos, end, "{lit}");
         }
     }
@@ -1353,11 +1483,11 @@ mod tests {
         let mut r = Reader::new(r#"{"name":"x"}"#);
         r.pos = 1;
         assert!(r.key_start(&mut first).unwrap());
-        assert!(!r.eat_key(br#""unit":"#));
-        assert!(!r.eat_key(br#""nam":"#));
-        assert!(!r.eat_key(br#""names":"#));
+        assert!(!r.eat_key(&QuotedKey::new(r#""unit":"#)));
+        assert!(!r.eat_key(&QuotedKey::new(r#""nam":"#)));
+        assert!(!r.eat_key(&QuotedKey::new(r#""names":"#)));
         assert_eq!(r.pos, 1);
-        assert!(r.eat_key(br#""name":"#));
+        assert!(r.eat_key(&QuotedKey::new(r#""name":"#)));
         assert_eq!(r.byte(), Some(b'"'));
         for miss in [
             r#"{"name" :1}"#,
@@ -1370,8 +1500,36 @@ mod tests {
             let mut r = Reader::new(miss);
             r.pos = 1;
             assert!(r.key_start(&mut first).unwrap(), "{miss}");
-            assert!(!r.eat_key(br#""name":"#), "{miss}");
+            assert!(!r.eat_key(&QuotedKey::new(r#""name":"#)), "{miss}");
             assert_eq!(r.pos, 1, "{miss}");
+        }
+        // Keys of every length up to the limit, a byte changed at every place, with and
+        // without 32 bytes after the cursor (word compare and its fallback).
+        for len in 1..=QUOTED_KEY_MAX - 3 {
+            let name: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            let quoted = format!(r#""{name}":"#);
+            let key = QuotedKey::new(&quoted);
+            assert_eq!(key.bytes(), quoted.as_bytes());
+            for tail in ["", "1", "1234567890123456789012345678901234567890"] {
+                let text = format!("{quoted}{tail}");
+                let mut r = Reader::new(&text);
+                assert!(r.eat_key(&key), "{text}");
+                assert_eq!(r.pos, quoted.len(), "{text}");
+                for at in 0..quoted.len() {
+                    let mut changed = text.clone().into_bytes();
+                    changed[at] ^= 0x01;
+                    let changed = String::from_utf8(changed).unwrap();
+                    let mut r = Reader::new(&changed);
+                    assert!(!r.eat_key(&key), "{changed}");
+                    assert_eq!(r.pos, 0, "{changed}");
+                }
+                // Cut short.
+                let cut = &quoted[..quoted.len() - 1];
+                let mut r = Reader::new(cut);
+                assert!(!r.eat_key(&key), "{cut}");
+            }
         }
     }
 
