@@ -105,6 +105,12 @@ trait FieldKey: Copy + 'static {
     fn bit(self) -> u32;
     /// Member of the message's oneof (first present member wins, no duplicate error).
     fn is_oneof(self) -> bool;
+    /// A non-zero byte naming the field, for key prediction.
+    fn code(self) -> u8;
+    /// The field named by [`Self::code`]; `None` for 0 and other bytes no field has.
+    fn from_code(code: u8) -> Option<Self>;
+    /// The key as the marshalers write it, `"camelCase":` (quotes and colon included).
+    fn quoted(self) -> &'static reader::QuotedKey;
 }
 
 /// `fields!(Name { Variant = "camelCase" | "snake_case", #[oneof] Member = "member", .. })`
@@ -137,6 +143,24 @@ macro_rules! fields {
             fn is_oneof(self) -> bool {
                 match self { $(Self::$var => fields!(@oneof $($kind)?)),+ }
             }
+            #[inline]
+            fn code(self) -> u8 {
+                self as u8 + 1
+            }
+            #[inline]
+            fn from_code(code: u8) -> Option<Self> {
+                const ALL: &[$name] = &[$($name::$var),+];
+                ALL.get(usize::from(code).wrapping_sub(1)).copied()
+            }
+            #[inline]
+            fn quoted(self) -> &'static $crate::receiver::otlp_json::reader::QuotedKey {
+                const QUOTED: &[$crate::receiver::otlp_json::reader::QuotedKey] = &[$(
+                    $crate::receiver::otlp_json::reader::QuotedKey::new(
+                        concat!("\"", $camel, "\":")
+                    )
+                ),+];
+                &QUOTED[self as usize]
+            }
         }
     };
     (@oneof oneof) => { true };
@@ -159,20 +183,56 @@ trait JsonMessage: Default {
     /// Decode the value of `field` into `self`. Returns `false` when the value was `null`,
     /// so an unset oneof member does not decide the oneof.
     fn field(&mut self, field: Self::Field, r: &mut Reader<'_>) -> Result<bool>;
+    /// Key prediction slot (below [`reader::PREDICTION_SLOTS`]): objects of one type
+    /// usually repeat the keys of the previous one in the same order, so each key is first
+    /// compared with the bytes of the key at the same place in the last object read into
+    /// this slot. Hot types have their own; the rest share 0 (a miss only costs the
+    /// comparison).
+    const SLOT: usize = 0;
+    /// For a repeated field of this type: JSON bytes per element below which the initial
+    /// capacity (at most [`MAX_INITIAL_CAPACITY`]) is sized from the bytes left in the body;
+    /// 0 to grow from empty.
+    const BYTES_PER_ELEMENT: usize = 0;
 }
+
+/// Largest initial capacity [`messages`] reserves before seeing the elements.
+const MAX_INITIAL_CAPACITY: usize = 16;
 
 /// Read one object (which must be next) as `M`.
 fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
+    let mut msg = M::default();
+    read_message_into(r, &mut msg)?;
+    Ok(msg)
+}
+
+/// Read one object (which must be next) into `msg` (a default `M`), in place.
+#[inline]
+fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<()> {
     if r.peek() != Peek::Object {
         return Err(r.invalid_type(M::EXPECTING));
     }
     r.begin_object()?;
-    let mut msg = M::default();
     let mut seen = Seen::default();
     let mut oneof_set = false;
     let mut first = true;
-    while let Some(key) = r.next_key(&mut first)? {
-        match M::Field::lookup(&key) {
+    let predicted = r.predicted(M::SLOT);
+    let mut observed = 0u64;
+    let mut shift = 0u32;
+    while r.key_start(&mut first)? {
+        // The key at this place in the last object of this type, compared byte for byte;
+        // on a miss (other key, other spelling, escapes, whitespace) the general path.
+        let guess = (shift < 64)
+            .then(|| M::Field::from_code((predicted >> shift) as u8))
+            .flatten();
+        let field = match guess {
+            Some(f) if r.eat_key(f.quoted()) => Some(f),
+            _ => M::Field::lookup(&r.key_rest()?),
+        };
+        if shift < 64 {
+            observed |= u64::from(field.map_or(0, FieldKey::code)) << shift;
+            shift += 8;
+        }
+        match field {
             None => r.skip_value()?,
             Some(f) if f.is_oneof() => {
                 if oneof_set {
@@ -187,7 +247,8 @@ fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
             }
         }
     }
-    Ok(msg)
+    r.set_predicted(M::SLOT, observed);
+    Ok(())
 }
 
 /// Known fields already read in one object.
@@ -209,13 +270,8 @@ fn repeated<T>(
     r: &mut Reader<'_>,
     mut each: impl FnMut(&mut Reader<'_>) -> Result<T>,
 ) -> Result<Vec<T>> {
-    match r.peek() {
-        Peek::Null => {
-            r.null()?;
-            return Ok(Vec::new());
-        }
-        Peek::Array => r.begin_array()?,
-        _ => return Err(r.invalid_type("an array")),
+    if !begin_repeated(r)? {
+        return Ok(Vec::new());
     }
     let mut out = Vec::new();
     let mut first = true;
@@ -225,9 +281,39 @@ fn repeated<T>(
     Ok(out)
 }
 
-/// A repeated message field.
+/// The start of a repeated field: `false` for `null` (consumed), `true` with its array
+/// opened.
+#[inline(always)]
+fn begin_repeated(r: &mut Reader<'_>) -> Result<bool> {
+    match r.peek() {
+        Peek::Null => {
+            r.null()?;
+            Ok(false)
+        }
+        Peek::Array => r.begin_array().map(|()| true),
+        _ => Err(r.invalid_type("an array")),
+    }
+}
+
+/// A repeated message field. Each element is decoded in place in the vector.
 fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
-    repeated(r, read_message::<M>)
+    if !begin_repeated(r)? {
+        return Ok(Vec::new());
+    }
+    let capacity = r
+        .remaining()
+        .checked_div(M::BYTES_PER_ELEMENT)
+        .unwrap_or_default()
+        .min(MAX_INITIAL_CAPACITY);
+    let mut out = Vec::with_capacity(capacity);
+    let mut first = true;
+    while r.next_element(&mut first)? {
+        out.push(M::default());
+        if let Some(msg) = out.last_mut() {
+            read_message_into(r, msg)?;
+        }
+    }
+    Ok(out)
 }
 
 /// An optional message field (`null` is unset).

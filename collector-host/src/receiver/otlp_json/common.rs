@@ -152,6 +152,7 @@ fields!(ResourceField {
 impl JsonMessage for Resource {
     type Field = ResourceField;
     const EXPECTING: &'static str = "a Resource object";
+    const SLOT: usize = 15;
 
     fn field(&mut self, f: ResourceField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -195,6 +196,7 @@ fields!(ScopeField {
 impl JsonMessage for InstrumentationScope {
     type Field = ScopeField;
     const EXPECTING: &'static str = "an InstrumentationScope object";
+    const SLOT: usize = 14;
 
     fn field(&mut self, f: ScopeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {

@@ -42,6 +42,7 @@ fields!(ResourceMetricsField {
 impl JsonMessage for ResourceMetrics {
     type Field = ResourceMetricsField;
     const EXPECTING: &'static str = "a ResourceMetrics object";
+    const SLOT: usize = 1;
 
     fn field(&mut self, f: ResourceMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -62,6 +63,7 @@ fields!(ScopeMetricsField {
 impl JsonMessage for ScopeMetrics {
     type Field = ScopeMetricsField;
     const EXPECTING: &'static str = "a ScopeMetrics object";
+    const SLOT: usize = 2;
 
     fn field(&mut self, f: ScopeMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -88,6 +90,9 @@ fields!(MetricField {
 impl JsonMessage for Metric {
     type Field = MetricField;
     const EXPECTING: &'static str = "a Metric object";
+    const SLOT: usize = 3;
+    // A metric of the agents' pushes takes 150-300 bytes.
+    const BYTES_PER_ELEMENT: usize = 128;
 
     fn field(&mut self, f: MetricField, r: &mut Reader<'_>) -> Result<bool> {
         use metric::Data;
@@ -122,6 +127,7 @@ fields!(GaugeField {
 impl JsonMessage for Gauge {
     type Field = GaugeField;
     const EXPECTING: &'static str = "a Gauge object";
+    const SLOT: usize = 4;
 
     fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -134,6 +140,7 @@ impl JsonMessage for Gauge {
 impl JsonMessage for Summary {
     type Field = GaugeField;
     const EXPECTING: &'static str = "a Summary object";
+    const SLOT: usize = 8;
 
     fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -152,6 +159,7 @@ fields!(SumField {
 impl JsonMessage for Sum {
     type Field = SumField;
     const EXPECTING: &'static str = "a Sum object";
+    const SLOT: usize = 5;
 
     fn field(&mut self, f: SumField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -171,6 +179,7 @@ fields!(HistogramField {
 impl JsonMessage for Histogram {
     type Field = HistogramField;
     const EXPECTING: &'static str = "a Histogram object";
+    const SLOT: usize = 6;
 
     fn field(&mut self, f: HistogramField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -184,6 +193,7 @@ impl JsonMessage for Histogram {
 impl JsonMessage for ExponentialHistogram {
     type Field = HistogramField;
     const EXPECTING: &'static str = "an ExponentialHistogram object";
+    const SLOT: usize = 7;
 
     fn field(&mut self, f: HistogramField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -207,6 +217,7 @@ fields!(NumberPointField {
 impl JsonMessage for NumberDataPoint {
     type Field = NumberPointField;
     const EXPECTING: &'static str = "a NumberDataPoint object";
+    const SLOT: usize = 9;
 
     fn field(&mut self, f: NumberPointField, r: &mut Reader<'_>) -> Result<bool> {
         use number_data_point::Value;
@@ -261,6 +272,7 @@ fields!(HistogramPointField {
 impl JsonMessage for HistogramDataPoint {
     type Field = HistogramPointField;
     const EXPECTING: &'static str = "a HistogramDataPoint object";
+    const SLOT: usize = 10;
 
     fn field(&mut self, f: HistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -300,6 +312,7 @@ fields!(ExpHistogramPointField {
 impl JsonMessage for ExponentialHistogramDataPoint {
     type Field = ExpHistogramPointField;
     const EXPECTING: &'static str = "an ExponentialHistogramDataPoint object";
+    const SLOT: usize = 11;
 
     fn field(&mut self, f: ExpHistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         use ExpHistogramPointField as F;
@@ -354,6 +367,7 @@ fields!(SummaryPointField {
 impl JsonMessage for SummaryDataPoint {
     type Field = SummaryPointField;
     const EXPECTING: &'static str = "a SummaryDataPoint object";
+    const SLOT: usize = 12;
 
     fn field(&mut self, f: SummaryPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -400,6 +414,7 @@ fields!(ExemplarField {
 impl JsonMessage for Exemplar {
     type Field = ExemplarField;
     const EXPECTING: &'static str = "an Exemplar object";
+    const SLOT: usize = 13;
 
     fn field(&mut self, f: ExemplarField, r: &mut Reader<'_>) -> Result<bool> {
         use exemplar::Value;

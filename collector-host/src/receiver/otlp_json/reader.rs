@@ -133,7 +133,72 @@ pub(super) struct Reader<'a> {
     depth_left: u32,
     /// Container stack of the skipper, kept across calls (`true` = object).
     skip_stack: Vec<bool>,
+    /// Per message type (see `JsonMessage::SLOT`), the fields of the first eight keys of
+    /// the last object of that type, one byte each (0 = none or unknown): the keys the next
+    /// object of the type is expected to have, in the same order.
+    predicted: [u64; PREDICTION_SLOTS],
 }
+
+/// Longest key [`Reader::eat_key`] compares, quotes and colon included.
+pub(super) const QUOTED_KEY_MAX: usize = 32;
+
+/// A key written as `"name":`, zero-padded to [`QUOTED_KEY_MAX`] bytes and split into two
+/// little-endian words with masks of its bytes, so [`Reader::eat_key`] compares it
+/// without a call or a loop.
+pub(crate) struct QuotedKey {
+    padded: [u8; QUOTED_KEY_MAX],
+    len: usize,
+    lo: u128,
+    hi: u128,
+    lo_mask: u128,
+    hi_mask: u128,
+}
+
+impl QuotedKey {
+    pub(crate) const fn new(quoted: &str) -> QuotedKey {
+        let bytes = quoted.as_bytes();
+        assert!(bytes.len() <= QUOTED_KEY_MAX, "key too long for QuotedKey");
+        let mut padded = [0u8; QUOTED_KEY_MAX];
+        let mut i = 0;
+        while i < bytes.len() {
+            padded[i] = bytes[i];
+            i += 1;
+        }
+        let (lo_len, hi_len) = if bytes.len() > 16 {
+            (16, bytes.len() - 16)
+        } else {
+            (bytes.len(), 0)
+        };
+        let mut lo = [0u8; 16];
+        let mut hi = [0u8; 16];
+        let mut lo_mask = [0u8; 16];
+        let mut hi_mask = [0u8; 16];
+        let mut j = 0;
+        while j < 16 {
+            lo[j] = padded[j];
+            hi[j] = padded[16 + j];
+            lo_mask[j] = if j < lo_len { 0xff } else { 0 };
+            hi_mask[j] = if j < hi_len { 0xff } else { 0 };
+            j += 1;
+        }
+        QuotedKey {
+            padded,
+            len: bytes.len(),
+            lo: u128::from_le_bytes(lo),
+            hi: u128::from_le_bytes(hi),
+            lo_mask: u128::from_le_bytes(lo_mask),
+            hi_mask: u128::from_le_bytes(hi_mask),
+        }
+    }
+
+    /// The key's bytes, `"name":`.
+    pub(super) fn bytes(&self) -> &[u8] {
+        self.padded.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// Number of key prediction slots (`JsonMessage::SLOT` values).
+pub(super) const PREDICTION_SLOTS: usize = 16;
 
 /// A byte that ends the plain run of a string: `"`, `\` or a control character.
 #[inline]
@@ -215,6 +280,135 @@ mod sse2 {
     }
 }
 
+/// Whether all eight bytes (little-endian in `w`) are ASCII digits: each byte's high
+/// nibble is 3 and adding 6 does not carry out of its low nibble.
+#[inline]
+fn eight_digits(w: u64) -> bool {
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    ((w & HIGH_NIBBLES) | (((w.wrapping_add(0x0606_0606_0606_0606)) & HIGH_NIBBLES) >> 4))
+        == 0x3333_3333_3333_3333
+}
+
+/// The value of eight ASCII digits (little-endian in `w`, checked by [`eight_digits`]),
+/// combining pairs, then quads, then halves.
+#[inline]
+fn eight_digits_value(w: u64) -> u64 {
+    let w = w - 0x3030_3030_3030_3030;
+    let w = (w.wrapping_mul(10) + (w >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let w = (w.wrapping_mul(100) + (w >> 16)) & 0x0000_FFFF_0000_FFFF;
+    (w.wrapping_mul(10_000) + (w >> 32)) & 0xFFFF_FFFF
+}
+
+/// Powers of ten that are exact doubles.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The value of a JSON number literal (syntax already checked) when it is exactly
+/// computable with one rounding: at most 19 significant-or-not digits forming `w <= 2^53`
+/// and a decimal exponent `e` with `|e| <= 22`, so `w` and `10^|e|` are exact doubles and
+/// one IEEE multiplication or division rounds `w * 10^e` correctly (Clinger's fast path,
+/// the one the standard library takes for these inputs too). `None` for anything else,
+/// which the caller hands to `str::parse`; where this answers, `str::parse` gives the same
+/// bits.
+#[inline]
+fn exact_f64(lit: &[u8]) -> Option<f64> {
+    let (negative, mut i) = match lit.first() {
+        Some(b'-') => (true, 1),
+        _ => (false, 0),
+    };
+    let mut w: u64 = 0;
+    let mut n = 0usize;
+    let mut exp: i64 = 0;
+    while let Some(&d @ b'0'..=b'9') = lit.get(i) {
+        w = w * 10 + u64::from(d - b'0');
+        n += 1;
+        i += 1;
+        if n > SAFE_DIGITS {
+            return None;
+        }
+    }
+    if lit.get(i) == Some(&b'.') {
+        i += 1;
+        while let Some(&d @ b'0'..=b'9') = lit.get(i) {
+            w = w * 10 + u64::from(d - b'0');
+            n += 1;
+            exp -= 1;
+            i += 1;
+            if n > SAFE_DIGITS {
+                return None;
+            }
+        }
+    }
+    if let Some(b'e' | b'E') = lit.get(i) {
+        i += 1;
+        let exp_negative = match lit.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let mut e: i64 = 0;
+        while let Some(&d @ b'0'..=b'9') = lit.get(i) {
+            e = e * 10 + i64::from(d - b'0');
+            i += 1;
+            if e > 1000 {
+                return None;
+            }
+        }
+        exp += if exp_negative { -e } else { e };
+    }
+    if i != lit.len() || w > 1 << 53 {
+        return None;
+    }
+    let pow = *EXACT_POW10.get(exp.unsigned_abs() as usize)?;
+    let v = if exp < 0 {
+        w as f64 / pow
+    } else {
+        w as f64 * pow
+    };
+    Some(if negative { -v } else { v })
+}
+
+/// Most ASCII digits a `u64` always holds (`10^19 - 1 < u64::MAX`).
+const SAFE_DIGITS: usize = 19;
+
+/// The digit run at `bytes[i..]`, at most [`SAFE_DIGITS`] long: its value and the index
+/// after it. Eight digits at a time while eight more fit, then one at a time; the value
+/// cannot overflow.
+#[inline]
+fn safe_digits(bytes: &[u8], mut i: usize) -> (u64, usize) {
+    let limit = i + SAFE_DIGITS;
+    let mut v: u64 = 0;
+    while i + 8 <= limit {
+        let Some(chunk) = bytes.get(i..).and_then(|rest| rest.first_chunk::<8>()) else {
+            break;
+        };
+        let w = u64::from_le_bytes(*chunk);
+        if !eight_digits(w) {
+            break;
+        }
+        v = v * 100_000_000 + eight_digits_value(w);
+        i += 8;
+    }
+    while i < limit {
+        match bytes.get(i) {
+            Some(&d @ b'0'..=b'9') => {
+                v = v * 10 + u64::from(d - b'0');
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    (v, i)
+}
+
 impl<'a> Reader<'a> {
     pub(super) fn new(text: &'a str) -> Self {
         Reader {
@@ -222,6 +416,7 @@ impl<'a> Reader<'a> {
             pos: 0,
             depth_left: RECURSION_LIMIT,
             skip_stack: Vec::new(),
+            predicted: [0; PREDICTION_SLOTS],
         }
     }
 
@@ -345,12 +540,23 @@ impl<'a> Reader<'a> {
     /// `first` is true before the first key.
     #[inline(always)]
     pub(super) fn next_key(&mut self, first: &mut bool) -> Result<Option<Cow<'a, str>>> {
+        if !self.key_start(first)? {
+            return Ok(None);
+        }
+        self.key_rest().map(Some)
+    }
+
+    /// Up to the next key of an open object: `false` at the closing `}` (consumed), else
+    /// `true` with the cursor on the key's opening quote. `first` is true before the first
+    /// key. Follow with [`Self::eat_key`] or [`Self::key_rest`].
+    #[inline(always)]
+    pub(super) fn key_start(&mut self, first: &mut bool) -> Result<bool> {
         self.skip_ws();
         match self.byte() {
             Some(b'}') => {
                 self.pos += 1;
                 self.depth_left += 1;
-                return Ok(None);
+                return Ok(false);
             }
             Some(b',') if !*first => {
                 self.pos += 1;
@@ -363,10 +569,64 @@ impl<'a> Reader<'a> {
         if self.byte() != Some(b'"') {
             return Err(self.eof_or("a string key"));
         }
+        Ok(true)
+    }
+
+    /// After [`Self::key_start`]: if the bytes `quoted` (a key written as `"name":`, quotes
+    /// and colon included, no escapes) are next verbatim, consume them and return `true`;
+    /// else consume nothing. [`Self::key_rest`] would read exactly these bytes as the key
+    /// `name` and its colon.
+    #[inline(always)]
+    pub(super) fn eat_key(&mut self, quoted: &QuotedKey) -> bool {
+        let rest = self.bytes().get(self.pos..).unwrap_or_default();
+        let hit = match rest.first_chunk::<QUOTED_KEY_MAX>() {
+            // Two 16-byte words each side, the bytes past the key masked off.
+            Some(chunk) => {
+                let (lo, hi) = chunk.split_at(16);
+                let word = |half: &[u8]| {
+                    let mut w = [0u8; 16];
+                    w.copy_from_slice(half);
+                    u128::from_le_bytes(w)
+                };
+                ((word(lo) ^ quoted.lo) & quoted.lo_mask)
+                    | ((word(hi) ^ quoted.hi) & quoted.hi_mask)
+                    == 0
+            }
+            // Near the end of the body.
+            None => rest.starts_with(quoted.bytes()),
+        };
+        if hit {
+            self.pos += quoted.len;
+        }
+        hit
+    }
+
+    /// After [`Self::key_start`]: the key (decoded) and its colon.
+    #[inline(always)]
+    pub(super) fn key_rest(&mut self) -> Result<Cow<'a, str>> {
         self.pos += 1;
         let key = self.string_body()?;
         self.colon()?;
-        Ok(Some(key))
+        Ok(key)
+    }
+
+    /// The field codes of the keys of the last object read into prediction slot `slot`.
+    #[inline(always)]
+    pub(super) fn predicted(&self, slot: usize) -> u64 {
+        self.predicted.get(slot).copied().unwrap_or_default()
+    }
+
+    #[inline(always)]
+    pub(super) fn set_predicted(&mut self, slot: usize, codes: u64) {
+        if let Some(p) = self.predicted.get_mut(slot) {
+            *p = codes;
+        }
+    }
+
+    /// Bytes left after the cursor.
+    #[inline(always)]
+    pub(super) fn remaining(&self) -> usize {
+        self.text.len().saturating_sub(self.pos)
     }
 
     fn colon(&mut self) -> Result<()> {
@@ -559,6 +819,53 @@ impl<'a> Reader<'a> {
         Some((key, value))
     }
 
+    /// A string of 1 to 19 ASCII digits and nothing else, whose value is at most `max`
+    /// (`"` must be next): consumed, and its value. Else `None`, nothing consumed, and the
+    /// caller decodes the string and parses it the general way (which gives the same value
+    /// for these strings). Timestamps take this path on every point.
+    #[inline]
+    pub(super) fn digit_string(&mut self, max: u64) -> Option<u64> {
+        let start = self.pos + 1;
+        // Nineteen digits and the closing quote (every nanosecond timestamp from 2001 to
+        // 2286) in straight-line code; anything else the general way below.
+        if let Some(c) = self
+            .bytes()
+            .get(start..)
+            .and_then(|rest| rest.first_chunk::<20>())
+        {
+            let (w0, rest) = c.split_at(8);
+            let (w1, tail) = rest.split_at(8);
+            let word = |b: &[u8]| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(b);
+                u64::from_le_bytes(w)
+            };
+            let (w0, w1) = (word(w0), word(w1));
+            if let [d0 @ b'0'..=b'9', d1 @ b'0'..=b'9', d2 @ b'0'..=b'9', b'"'] = *tail
+                && eight_digits(w0)
+                && eight_digits(w1)
+            {
+                let v = eight_digits_value(w0) * 100_000_000_000
+                    + eight_digits_value(w1) * 1000
+                    + u64::from(d0 - b'0') * 100
+                    + u64::from(d1 - b'0') * 10
+                    + u64::from(d2 - b'0');
+                if v <= max {
+                    self.pos = start + 20;
+                    return Some(v);
+                }
+                return None;
+            }
+        }
+        let (v, end) = safe_digits(self.bytes(), start);
+        if end > start && v <= max && self.bytes().get(end) == Some(&b'"') {
+            self.pos = end + 1;
+            Some(v)
+        } else {
+            None
+        }
+    }
+
     /// A number (`-` or a digit must be next), classified as serde_json does.
     pub(super) fn number(&mut self) -> Result<Number> {
         let start = self.pos;
@@ -574,6 +881,9 @@ impl<'a> Reader<'a> {
             }
         }
         let literal = self.text.get(start..self.pos).unwrap_or_default();
+        if let Some(v) = exact_f64(literal.as_bytes()) {
+            return Ok(Number::F64(v));
+        }
         match literal.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(Number::F64(v)),
             _ => Err(JsonError::at(self.bytes(), start, "number out of range")),
@@ -599,6 +909,8 @@ impl<'a> Reader<'a> {
                 }
             }
             Some(b'1'..=b'9') => {
+                // The first nineteen digits cannot overflow; any further ones are checked.
+                (magnitude, self.pos) = safe_digits(self.bytes(), self.pos);
                 while let Some(d @ b'0'..=b'9') = self.byte() {
                     match magnitude
                         .checked_mul(10)
@@ -903,6 +1215,322 @@ mod tests {
         let mut r = Reader::new(r#"{"key":"k","value":{"stringValue":"v"}}"#);
         r.depth_left = 1;
         assert_eq!(r.plain_string_attribute(), None);
+    }
+
+    /// The digit run of `bytes[i..]`, at most 19 digits, one digit at a time.
+    fn naive_digits(bytes: &[u8], mut i: usize) -> (u64, usize) {
+        let mut v = 0u64;
+        let start = i;
+        while let Some(&d @ b'0'..=b'9') = bytes.get(i) {
+            if i - start == SAFE_DIGITS {
+                break;
+            }
+            v = v * 10 + u64::from(d - b'0');
+            i += 1;
+        }
+        (v, i)
+    }
+
+    #[test]
+    fn eight_digits_at_a_time_agree_with_one_at_a_time() {
+        // Every byte value at every place of a long digit run, from several starts.
+        for b in 0..=255u8 {
+            for at in 0..26 {
+                let mut buf: Vec<u8> = (0..26u8).map(|i| b'0' + (i * 7 + 3) % 10).collect();
+                buf[at] = b;
+                for start in [0, 1, 3, 8] {
+                    assert_eq!(
+                        safe_digits(&buf, start),
+                        naive_digits(&buf, start),
+                        "byte {b:#x} at {at} from {start}"
+                    );
+                }
+            }
+        }
+        for w in [*b"00000000", *b"99999999", *b"12345678", *b"90000009"] {
+            let n = u64::from_le_bytes(w);
+            assert!(eight_digits(n));
+            let want: u64 = std::str::from_utf8(&w).unwrap().parse().unwrap();
+            assert_eq!(eight_digits_value(n), want);
+        }
+        for w in [
+            *b"/0000000",
+            *b"0000000:",
+            *b"1234567 ",
+            [0xff, b'0', b'0', b'0', b'0', b'0', b'0', b'0'],
+        ] {
+            assert!(!eight_digits(u64::from_le_bytes(w)), "{w:?}");
+        }
+        // Truncated input: the chunk loop must not read past the end.
+        assert_eq!(safe_digits(b"1234567", 0), (1_234_567, 7));
+        assert_eq!(safe_digits(b"123456789", 0), (123_456_789, 9));
+        assert_eq!(safe_digits(b"", 0), (0, 0));
+    }
+
+    #[test]
+    fn digit_strings_take_the_shortcut_only_when_plain_and_in_range() {
+        for (lit, max, want) in [
+            (
+                r#""1763769600000000000""#,
+                u64::MAX,
+                Some(1_763_769_600_000_000_000),
+            ),
+            (r#""0000000000000000001""#, u64::MAX, Some(1)),
+            (
+                r#""9999999999999999999""#,
+                u64::MAX,
+                Some(9_999_999_999_999_999_999),
+            ),
+            (r#""0""#, u64::MAX, Some(0)),
+            (
+                r#""9223372036854775807""#,
+                i64::MAX as u64,
+                Some(i64::MAX as u64),
+            ),
+            // Left to the general path (which decides the value or the error).
+            (r#""9223372036854775808""#, i64::MAX as u64, None),
+            (r#""18446744073709551615""#, u64::MAX, None),
+            (r#""00000000000000000001""#, u64::MAX, None),
+            (r#""""#, u64::MAX, None),
+            (r#""+7""#, u64::MAX, None),
+            (r#""-7""#, u64::MAX, None),
+            (r#"" 7""#, u64::MAX, None),
+            (r#""7 ""#, u64::MAX, None),
+            (r#""7\u0030""#, u64::MAX, None),
+            (r#""\u0037""#, u64::MAX, None),
+            (r#""1.5""#, u64::MAX, None),
+            (r#""12345"#, u64::MAX, None),
+            // Nineteen digits with more body after them (the straight-line path) and its
+            // near misses.
+            (
+                r#""1763769600000000000"}"#,
+                u64::MAX,
+                Some(1_763_769_600_000_000_000),
+            ),
+            (
+                r#""9223372036854775807","#,
+                i64::MAX as u64,
+                Some(i64::MAX as u64),
+            ),
+            (r#""9223372036854775808","#, i64::MAX as u64, None),
+            (r#""17637696000000000000"}"#, u64::MAX, None),
+            (r#""176376960000000000x"}"#, u64::MAX, None),
+            (r#""17637696x0000000000"}"#, u64::MAX, None),
+            (r#""1763769600000000x00"}"#, u64::MAX, None),
+            (r#""x763769600000000000"}"#, u64::MAX, None),
+            (
+                r#""176376960000000000"}}"#,
+                u64::MAX,
+                Some(176_376_960_000_000_000),
+            ),
+            (r#""1763769600000000000\"#, u64::MAX, None),
+        ] {
+            let mut r = Reader::new(lit);
+            assert_eq!(r.digit_string(max), want, "{lit}");
+            let end = if want.is_some() {
+                lit.rfind('"').unwrap() + 1
+            } else {
+                0
+            };
+            assert_eq!(r.pos, end, "{lit}");
+        }
+    }
+
+    /// Where the one-rounding shortcut answers, it gives `str::parse`'s bits; and it does
+    /// answer for the short decimals the agents send.
+    #[test]
+    fn exact_doubles_agree_with_the_std_parser() {
+        for lit in [
+            "0.9",
+            "0.85",
+            "12.51",
+            "-3.25e2",
+            "1e22",
+            "-0.0",
+            "0.0",
+            "9007199254740992",
+            "0.000001",
+            "123456.789e-3",
+            "4.5E+10",
+            "1e-22",
+        ] {
+            let v = exact_f64(lit.as_bytes()).unwrap_or_else(|| panic!("{lit} not taken"));
+            assert_eq!(v.to_bits(), lit.parse::<f64>().unwrap().to_bits(), "{lit}");
+        }
+        for lit in [
+            "1e23",
+            "1e-23",
+            "9007199254740993",
+            "12345678901234567890",
+            "0.12345678901234567890",
+            "1e400",
+            "1e-400",
+            "5e-324",
+            "1.7976931348623157e308",
+            "0.1e99999999999",
+        ] {
+            assert_eq!(exact_f64(lit.as_bytes()), None, "{lit}");
+        }
+    }
+
+    fn decimal_literal() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            any::<bool>(),
+            "(0|[1-9][0-9]{0,21})",
+            proptest::option::of("[0-9]{1,22}"),
+            proptest::option::of(("[eE]", "[+-]?", -40i32..40)),
+        )
+            .prop_map(|(neg, int, frac, exp)| {
+                let mut s = String::new();
+                if neg {
+                    s.push('-');
+                }
+                s.push_str(&int);
+                if let Some(f) = frac {
+                    s.push('.');
+                    s.push_str(&f);
+                }
+                if let Some((e, sign, n)) = exp {
+                    s.push_str(&e);
+                    s.push_str(&sign);
+                    s.push_str(&n.unsigned_abs().to_string());
+                }
+                s
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn exact_doubles_match_the_std_parser_bit_for_bit(lit in decimal_literal()) {
+            if let Some(v) = exact_f64(lit.as_bytes()) {
+                proptest::prop_assert_eq!(v.to_bits(), lit.parse::<f64>().unwrap().to_bits(), "{}", lit);
+            }
+            // And the whole number path (shortcut or not) still classifies as serde_json.
+            let mut r = Reader::new(&lit);
+            let ours = r.number();
+            let theirs = serde_json::from_str::<serde_json::Number>(&lit);
+            match (ours, theirs) {
+                (Ok(Number::F64(a)), Ok(_)) => {
+                    proptest::prop_assert_eq!(a.to_bits(), lit.parse::<f64>().unwrap().to_bits());
+                }
+                (Ok(Number::U64(a)), Ok(t)) => proptest::prop_assert_eq!(Some(a), t.as_u64()),
+                (Ok(Number::I64(a)), Ok(t)) => proptest::prop_assert_eq!(Some(a), t.as_i64()),
+                (Err(_), Err(_)) => {}
+                (a, b) => proptest::prop_assert!(false, "{lit}: {a:?} vs {b:?}"),
+            }
+        }
+
+        #[test]
+        fn doubles_print_and_read_back(v in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            for lit in [format!("{v}"), format!("{v:e}"), format!("{v:.3}")] {
+                if let Some(x) = exact_f64(lit.as_bytes()) {
+                    proptest::prop_assert_eq!(x.to_bits(), lit.parse::<f64>().unwrap().to_bits(), "{}", lit);
+                }
+            }
+        }
+
+        #[test]
+        fn integers_classify_as_serde_json_does(digits in "-?[1-9][0-9]{0,24}") {
+            let mut r = Reader::new(&digits);
+            let ours = r.number().unwrap();
+            let theirs: serde_json::Number = serde_json::from_str(&digits).unwrap();
+            match ours {
+                Number::U64(a) => proptest::prop_assert_eq!(Some(a), theirs.as_u64()),
+                Number::I64(a) => proptest::prop_assert_eq!(Some(a), theirs.as_i64()),
+                Number::F64(a) => {
+                    proptest::prop_assert!(theirs.as_u64().is_none() && theirs.as_i64().is_none());
+                    proptest::prop_assert_eq!(a.to_bits(), digits.parse::<f64>().unwrap().to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integers_at_the_overflow_edges() {
+        for (lit, want) in [
+            (
+                "9999999999999999999",
+                Number::U64(9_999_999_999_999_999_999),
+            ),
+            (
+                "10000000000000000000",
+                Number::U64(10_000_000_000_000_000_000),
+            ),
+            ("18446744073709551615", Number::U64(u64::MAX)),
+            (
+                "18446744073709551616",
+                Number::F64(18_446_744_073_709_551_616.0),
+            ),
+            ("99999999999999999999", Number::F64(1e20)),
+            ("-9223372036854775808", Number::I64(i64::MIN)),
+            (
+                "-9223372036854775809",
+                Number::F64(-9_223_372_036_854_775_809.0),
+            ),
+            ("12345678", Number::U64(12_345_678)),
+            ("123456789", Number::U64(123_456_789)),
+        ] {
+            let mut r = Reader::new(lit);
+            assert_eq!(r.number().unwrap(), want, "{lit}");
+            assert_eq!(r.pos, lit.len(), "{lit}");
+        }
+    }
+
+    #[test]
+    fn predicted_keys_are_eaten_only_verbatim() {
+        let mut first = true;
+        let mut r = Reader::new(r#"{"name":"x"}"#);
+        r.pos = 1;
+        assert!(r.key_start(&mut first).unwrap());
+        assert!(!r.eat_key(&QuotedKey::new(r#""unit":"#)));
+        assert!(!r.eat_key(&QuotedKey::new(r#""nam":"#)));
+        assert!(!r.eat_key(&QuotedKey::new(r#""names":"#)));
+        assert_eq!(r.pos, 1);
+        assert!(r.eat_key(&QuotedKey::new(r#""name":"#)));
+        assert_eq!(r.byte(), Some(b'"'));
+        for miss in [
+            r#"{"name" :1}"#,
+            r#"{"na\u006de":1}"#,
+            r#"{"name_":1}"#,
+            r#"{"nam"#,
+            r#"{"name""#,
+        ] {
+            let mut first = true;
+            let mut r = Reader::new(miss);
+            r.pos = 1;
+            assert!(r.key_start(&mut first).unwrap(), "{miss}");
+            assert!(!r.eat_key(&QuotedKey::new(r#""name":"#)), "{miss}");
+            assert_eq!(r.pos, 1, "{miss}");
+        }
+        // Keys of every length up to the limit, a byte changed at every place, with and
+        // without 32 bytes after the cursor (word compare and its fallback).
+        for len in 1..=QUOTED_KEY_MAX - 3 {
+            let name: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            let quoted = format!(r#""{name}":"#);
+            let key = QuotedKey::new(&quoted);
+            assert_eq!(key.bytes(), quoted.as_bytes());
+            for tail in ["", "1", "1234567890123456789012345678901234567890"] {
+                let text = format!("{quoted}{tail}");
+                let mut r = Reader::new(&text);
+                assert!(r.eat_key(&key), "{text}");
+                assert_eq!(r.pos, quoted.len(), "{text}");
+                for at in 0..quoted.len() {
+                    let mut changed = text.clone().into_bytes();
+                    changed[at] ^= 0x01;
+                    let changed = String::from_utf8(changed).unwrap();
+                    let mut r = Reader::new(&changed);
+                    assert!(!r.eat_key(&key), "{changed}");
+                    assert_eq!(r.pos, 0, "{changed}");
+                }
+                // Cut short.
+                let cut = &quoted[..quoted.len() - 1];
+                let mut r = Reader::new(cut);
+                assert!(!r.eat_key(&key), "{cut}");
+            }
+        }
     }
 
     #[test]

@@ -32,6 +32,9 @@ fn u64_value(r: &mut Reader<'_>) -> Result<u64> {
             ))),
         },
         Peek::String => {
+            if let Some(v) = r.digit_string(u64::MAX) {
+                return Ok(v);
+            }
             let s = r.string()?;
             if let Some(v) = short_decimal(&s) {
                 return Ok(v);
@@ -70,6 +73,9 @@ pub(super) fn int64(r: &mut Reader<'_>) -> Result<Option<i64>> {
             ))),
         },
         Peek::String => {
+            if let Some(v) = r.digit_string(i64::MAX as u64) {
+                return Ok(Some(v as i64));
+            }
             let s = r.string()?;
             s.parse::<i64>()
                 .map(Some)
