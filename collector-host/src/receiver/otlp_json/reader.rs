@@ -322,23 +322,24 @@ fn exact_f64(lit: &[u8]) -> Option<f64> {
     let mut n = 0usize;
     let mut exp: i64 = 0;
     while let Some(&d @ b'0'..=b'9') = lit.get(i) {
+        // A 20th digit could overflow `w`: decline before multiplying.
+        if n == SAFE_DIGITS {
+            return None;
+        }
         w = w * 10 + u64::from(d - b'0');
         n += 1;
         i += 1;
-        if n > SAFE_DIGITS {
-            return None;
-        }
     }
     if lit.get(i) == Some(&b'.') {
         i += 1;
         while let Some(&d @ b'0'..=b'9') = lit.get(i) {
+            if n == SAFE_DIGITS {
+                return None;
+            }
             w = w * 10 + u64::from(d - b'0');
             n += 1;
             exp -= 1;
             i += 1;
-            if n > SAFE_DIGITS {
-                return None;
-            }
         }
     }
     if let Some(b'e' | b'E') = lit.get(i) {
