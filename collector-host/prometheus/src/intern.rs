@@ -296,9 +296,8 @@ impl LayoutMemo {
         resource: SetId,
         plan: impl FnOnce() -> Option<LayoutPlan>,
     ) -> bool {
-        if self.map.contains_key(key) {
-            return false;
-        }
+        // The filter first: on the common miss (a layout seen once) that is one hash of
+        // the key, not two.
         let h = self.hasher.hash_one(key);
         if self.seen.is_empty() {
             self.seen = vec![(0, NONE); LAYOUT_FILTER_SLOTS];
@@ -308,6 +307,10 @@ impl LayoutMemo {
         };
         if slot.0 != h || slot.1 == resource || slot.1 == NONE {
             *slot = (h, resource);
+            return false;
+        }
+        // Already kept (a resource that collides with it took the full path).
+        if self.map.contains_key(key) {
             return false;
         }
         let Some(plan) = plan() else { return false };
