@@ -7,6 +7,22 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n=== %s\n' "$*"; }
 
+# Disk: a fresh run writes about 9 GB (debug build 3.8 GB, release and bench builds, the
+# fuzz build, Go caches). Each stage logs the free space, so an out-of-space failure shows
+# where the space went. TEST_ALL_TRIM=1 (set by .ci/run) deletes outputs no later stage
+# uses: the debug test executables after the soak, the fuzz build after fuzzing.
+TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+free_disk() {
+  mkdir -p "$TARGET_DIR"
+  printf -- '--- disk: %s free for %s\n' "$(df -h --output=avail "$TARGET_DIR" | tail -n 1 | tr -d ' ')" "$TARGET_DIR"
+}
+trim() {
+  [ "${TEST_ALL_TRIM:-0}" = 1 ] || return 0
+  printf -- '--- trim: %s\n' "$*"
+  rm -rf "$@"
+  free_disk
+}
+
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
@@ -31,6 +47,7 @@ if ! python3 -c 'import opentelemetry.exporter.otlp.proto.http, opentelemetry.ex
     'opentelemetry-sdk>=1.27' 'opentelemetry-exporter-otlp-proto-http>=1.27' 'opentelemetry-exporter-otlp-proto-grpc>=1.27'
 fi
 
+free_disk
 log "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -46,6 +63,10 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
 cargo build --locked -p collector-host --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
+# Test executables are about half the debug build; libraries stay for the go-shim e2e build.
+mapfile -t test_exes < <(find "$TARGET_DIR/debug/deps" -maxdepth 1 -type f -perm -u+x \
+  ! -name '*.so' ! -name '*.rlib' ! -name '*.rmeta' 2>/dev/null)
+trim "${test_exes[@]}" "$TARGET_DIR/debug/incremental"
 
 # Coverage-guided fuzzing (AFL++ via cargo-afl, installed on first use): a short run of each
 # target from fresh seeds; any crash fails the test command and is printed with its
@@ -56,7 +77,9 @@ log "fuzz: ${FUZZ_SECONDS:-20}s per target (scripts/fuzz.sh)"
 # fuzzing is worth: measured 2 min at 0, ~3,000 execs/s on the decoders).
 AFL_OPT_LEVEL="${AFL_OPT_LEVEL:-0}" FUZZ_TARGET_DIR="${FUZZ_TARGET_DIR:-$PWD/fuzz/target-ci}" \
   FUZZ_OUT="$PWD/fuzz/out/test-all" FUZZ_FRESH=1 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+trim "${FUZZ_TARGET_DIR:-$PWD/fuzz/target-ci}"
 
+free_disk
 log "benchmarks compile (measurements run with ./scripts/bench.sh)"
 cargo bench --workspace --locked --no-run
 
@@ -65,10 +88,12 @@ cargo bench --workspace --locked --no-run
 # OCB-built collector run side by side with ingero-fleet on the same agent payloads
 # (go-shim/e2e/run.sh). Go modules come from the module proxy; both caches make reruns quick.
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+free_disk
 log "go-shim: libingero_fleet.a, go test -race"
 go-shim/scripts/build-rust.sh
 (cd go-shim && go test -race -count=1 -ldflags "$(scripts/lib-ldflags.sh)" ./...)
 log "go-shim: OCB build and parity e2e against ingero-fleet"
 go-shim/e2e/run.sh
 
+free_disk
 log "all tests passed"
