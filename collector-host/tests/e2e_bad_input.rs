@@ -284,3 +284,83 @@ fn ten_thousand_clusters_hit_the_cap_and_the_process_keeps_serving() {
     let r = push_json(h, "c00001", &AgentPush::new("c00001", "n2", 0.9).to_json());
     assert_eq!(r.status, 200);
 }
+
+/// Write a request, then read one response's status code and body.
+fn raw_status(s: &mut std::net::TcpStream) -> (u16, String) {
+    use std::io::{BufRead, Read};
+    let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {line:?}"));
+    let mut len = 0usize;
+    loop {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        if l == "\r\n" || l.is_empty() {
+            break;
+        }
+        if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+    }
+    let mut b = vec![0; len];
+    reader.read_exact(&mut b).unwrap();
+    (status, String::from_utf8_lossy(&b).into_owned())
+}
+
+#[test]
+fn a_body_that_arrives_in_pieces_is_read_and_one_that_stops_gets_408() {
+    let cfg = test_config("1s", &[]).replace(
+        "      http:\n        endpoint: 127.0.0.1:0\n",
+        "      http:\n        endpoint: 127.0.0.1:0\n        read_timeout: 1s\n",
+    );
+    assert!(cfg.contains("read_timeout: 1s"), "config edit applied");
+    let f = Fleet::start_with(&cfg, &[]);
+    let body = AgentPush::new("slow", "n0", 0.9).to_json();
+    let head = format!(
+        "POST /v1/metrics?cluster_id=slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+
+    // The body's second half arrives 300 ms after the first (within the read timeout):
+    // the push is read whole and accepted.
+    let mut s = std::net::TcpStream::connect(f.http()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(rest).unwrap();
+    let (status, text) = raw_status(&mut s);
+    assert_eq!(status, 200, "split body accepted: {text}");
+
+    // Only the first half ever arrives: 408 once the read timeout passes.
+    let mut s = std::net::TcpStream::connect(f.http()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(first).unwrap();
+    let (status, text) = raw_status(&mut s);
+    assert_eq!(status, 408, "stalled body: {text}");
+    assert!(
+        text.contains("timed out reading the request body"),
+        "{text}"
+    );
+
+    // The process keeps serving and counted the timeout.
+    let r = push_json(f.http(), "slow", &body);
+    assert_eq!(r.status, 200);
+    let p = get(f.telemetry(), "/metrics").text();
+    assert!(
+        p.lines()
+            .any(|l| l.starts_with("ingero_fleet_rejected_requests_total")
+                && l.contains("reason=\"read_timeout\"")
+                && l.ends_with(" 1")),
+        "one read timeout counted:\n{p}"
+    );
+}

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -208,15 +209,21 @@ impl HttpReceiver {
             .get(http::header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let read = tokio::time::timeout(
-            self.cfg.read_timeout,
+        let mut collect = std::pin::pin!(
             Limited::new(
                 req.into_body(),
                 usize::try_from(limit).unwrap_or(usize::MAX),
             )
-            .collect(),
-        )
-        .await;
+            .collect()
+        );
+        // A small push usually arrives with its headers: one poll reads it all, and the
+        // read timeout's timer (registered in and removed from the runtime's shared timer
+        // wheel, under a lock both workers take) is only set when the body is still
+        // arriving.
+        let read = match std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await {
+            Poll::Ready(r) => Ok(r),
+            Poll::Pending => tokio::time::timeout(self.cfg.read_timeout, collect).await,
+        };
         let body: Bytes = match read {
             Err(_) => {
                 self.counters.reject("read_timeout");
