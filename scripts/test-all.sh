@@ -18,7 +18,8 @@ free_disk() {
 }
 trim() {
   [ "${TEST_ALL_TRIM:-0}" = 1 ] || return 0
-  printf -- '--- trim: %s\n' "$*"
+  [ "$#" -gt 0 ] || return 0
+  printf -- '--- trim: %d paths, e.g. %s\n' "$#" "$1"
   rm -rf "$@"
   free_disk
 }

@@ -161,7 +161,7 @@ impl PrometheusExporter {
     /// Layouts in the layout memo (tests).
     #[doc(hidden)]
     pub fn layout_memo_entries(&self) -> usize {
-        self.interner.read().layouts.lock().len()
+        self.interner.read().layouts.read().len()
     }
 
     pub fn consume(&self, data: &[ResourceMetrics], now: Timestamp) -> ConsumeStats {

@@ -235,9 +235,10 @@ pub struct Interner {
     /// most lookups. First come, first kept, up to [`MAX_MEMO_ENTRIES`]: the shared shapes
     /// (state/workload, detection mode, GPU info) are met on the very first pushes.
     dsets: HashMap<Box<[u8]>, SetId>,
-    /// Point plans per metric layout (`translate::layout_key`). Behind its own mutex so a
-    /// translation holding only the shared view can fill it; compaction clears it.
-    pub layouts: parking_lot::Mutex<LayoutMemo>,
+    /// Point plans per metric layout (`translate::layout_key`). Behind its own lock so a
+    /// translation holding only the shared view can fill it: lookups (and the fill from a
+    /// hit) share it, offers take it alone. Compaction clears it.
+    pub layouts: parking_lot::RwLock<LayoutMemo>,
 }
 
 /// What translation decided for one data point of a memoised layout.
@@ -432,7 +433,7 @@ impl Interner {
             .map(|k| k.name.len() + k.unit.len() + 48)
             .sum();
         let memo: usize = self.dsets.keys().map(|k| k.len() + 32).sum();
-        let layouts = self.layouts.lock().heap_bytes();
+        let layouts = self.layouts.read().heap_bytes();
         self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo + layouts
     }
 

@@ -270,7 +270,7 @@ pub fn translate(
     let memoisable = settings.layout_memo && layout_key(rm, &mut sc.layout);
     if memoisable {
         let i = lk.interner();
-        let memo = i.layouts.lock();
+        let memo = i.layouts.read();
         if let Some(lp) = memo.get(&sc.layout)
             && fits_resource(i, lp, plan.resource)
         {
@@ -422,7 +422,7 @@ fn offer_layout(lk: &mut Lookup<'_>, key: &[u8], plan: &ResourcePlan) {
     match lk {
         Lookup::Read { interner, .. } => interner
             .layouts
-            .lock()
+            .write()
             .offer(key, plan.resource, || build(interner)),
         Lookup::Write(i) => {
             let i: &mut Interner = i;
