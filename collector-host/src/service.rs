@@ -165,7 +165,7 @@ pub type PageRender =
 
 /// Scrape pages are sent in chunks of about this size, so memory per scrape stays near
 /// `SCRAPE_CHUNK_BYTES * (SCRAPE_CHUNKS_QUEUED + 1)` plus one shard's part of one family,
-/// whatever the number of series (a 100k-node page is ~270 MB of text).
+/// whatever the number of series (a 100k-node page of agent pushes is ~145 MB of text).
 const SCRAPE_CHUNK_BYTES: usize = 256 * 1024;
 const SCRAPE_CHUNKS_QUEUED: usize = 2;
 /// A scraper that reads nothing for this long loses the scrape (the render holds the
