@@ -827,6 +827,7 @@ fn coin(seed: u64) -> impl FnMut() -> bool {
 fn normalize(body: &[u8]) -> Option<Vec<u8>> {
     let mut v = Node::parse(body)?;
     undecodable_strings(&mut v);
+    unparsable_numbers(&mut v);
     drop_nulls(&mut v);
     request_defaults(&mut v);
     Some(v.to_bytes())
@@ -844,6 +845,25 @@ fn undecodable_strings(v: &mut Node) {
         }
         Node::Arr(items) => items.iter_mut().for_each(undecodable_strings),
         Node::Obj(m) => m.iter_mut().for_each(|(_, c)| undecodable_strings(c)),
+    }
+}
+
+/// Numbers serde_json refuses to parse (`2E07209303`: out of range) become `0`. The new
+/// decoder refuses them in fields it reads (checked in
+/// `out_of_range_numbers_are_refused_where_read_and_skipped_elsewhere`) and checks only
+/// the syntax of values it skips, as serde_json's own skipper does; the old one buffered
+/// the unknown fields of its flattened messages and so parsed them: the same documented
+/// difference as for strings.
+fn unparsable_numbers(v: &mut Node) {
+    match v {
+        Node::Raw(t) => {
+            let number = t.starts_with(|c: char| c == '-' || c.is_ascii_digit());
+            if number && serde_json::from_str::<serde_json::Value>(t).is_err() {
+                *t = "0".to_string();
+            }
+        }
+        Node::Arr(items) => items.iter_mut().for_each(unparsable_numbers),
+        Node::Obj(m) => m.iter_mut().for_each(|(_, c)| unparsable_numbers(c)),
     }
 }
 
@@ -1213,4 +1233,26 @@ fn normalize_writes_out_the_loosenings() {
     // A difference the normalizer does not explain is reported.
     let snake = br#"{"resource_metrics":[{}]}"#;
     assert!(check_accepts_no_more(snake).is_err());
+}
+
+#[test]
+fn out_of_range_numbers_are_refused_where_read_and_skipped_elsewhere() {
+    // Found by `mutated_bodies_accept_no_more_than_before`: an out-of-range number in an
+    // unknown field of an `AnyValue`, which the old decoder buffered and parsed.
+    let skipped = br#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"k","value":{"stringValueStrindex":2E07209303,"stringValue":"v"}}]}}]}"#;
+    let n = new(skipped).expect("a skipped value is checked for syntax only");
+    assert!(old(skipped).is_err(), "the old decoder parsed it");
+    assert_eq!(n, old(&normalize(skipped).unwrap()).unwrap());
+    check_accepts_no_more(skipped).unwrap();
+    // Where the value is read, both refuse it.
+    for body in [
+        &br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","gauge":{"dataPoints":[{"asDouble":2E07209303}]}}]}]}]}"#[..],
+        br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","histogram":{"dataPoints":[{"sum":-1e400}]}}]}]}]}"#,
+        br#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"k","value":{"doubleValue":1e999}}]}}]}"#,
+    ] {
+        let text = String::from_utf8_lossy(body);
+        let e = new(body).expect_err(&text);
+        assert!(e.contains("out of range"), "{text}: {e}");
+        assert!(old(body).is_err(), "{text}");
+    }
 }
