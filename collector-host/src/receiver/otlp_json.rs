@@ -50,10 +50,11 @@
 //!   field defaults like every other field. The generic path refused these with `missing
 //!   field`, although Go's protojson omits them when empty (`{"arrayValue":{}}`).
 //! - Values of unknown fields are checked for JSON syntax only, as serde_json's skipper
-//!   does: any depth (it is iterative), and a string with a lone surrogate escape (`"\ud800"`)
-//!   passes. The generic path decoded the unknown fields of metrics, data points,
-//!   exemplars and `AnyValue`s into its buffer and so refused both there (elsewhere it
-//!   skipped them as this decoder does).
+//!   does: any depth (it is iterative), a string with a lone surrogate escape (`"\ud800"`)
+//!   and a number out of `f64` range (`2E07209303`) pass. The generic path decoded the
+//!   unknown fields of metrics, data points, exemplars and `AnyValue`s into its buffer and
+//!   so refused all three there (elsewhere it skipped them as this decoder does). In a
+//!   field that is read, an out-of-range number is refused by both.
 //!
 //! Stricter (refused here, accepted there):
 //! - Any error inside a metric's data (its `gauge`/`sum`/... object and everything below
