@@ -470,24 +470,33 @@ impl PrometheusExporter {
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
 
+        let mut part = render::Part::default();
         for e in &entries {
             let mark = out.len();
             write_header(out, &e.name, &e.help, e.kind);
             let mut n = 0;
             let stored = !matches!(e.source, Source::None);
             for shard in self.shards.iter().filter(|_| stored) {
-                // Locks for one shard's part only; released before `flush`.
-                let wrote = {
-                    let i = self.interner.read();
+                // The shard's lock is held for the copy only; the text is written from the
+                // copy, and no lock is held during `flush`.
+                {
                     let shard = shard.lock();
                     match e.source {
-                        Source::Stored(f, kind) if shard.family_count(f) > 0 => {
-                            render::write_family(out, (&e.name, kind, f), &i, &shard, window)
+                        Source::Stored(f, _) if shard.family_count(f) > 0 => {
+                            part.copy_family(&shard, f, window)
                         }
-                        Source::TargetInfo => {
-                            render::write_target_info(out, &e.name, &i, &shard, window)
-                        }
-                        _ => 0,
+                        Source::TargetInfo => part.copy_target_info(&shard, window),
+                        _ => continue,
+                    }
+                }
+                if part.is_empty() {
+                    continue;
+                }
+                let wrote = {
+                    let i = self.interner.read();
+                    match e.source {
+                        Source::Stored(_, kind) => part.write_family(out, (&e.name, kind), &i),
+                        _ => part.write_target_info(out, &e.name, &i),
                     }
                 };
                 n += wrote;
