@@ -40,11 +40,33 @@ pub struct ServerOptions {
     pub tls: Option<Arc<crate::tls::ListenerTls>>,
 }
 
-/// Connection-level counters of one listener.
+/// Connection-level counters of one listener (exported by [`crate::telemetry`]).
 #[derive(Debug, Default)]
 pub struct ListenerStats {
+    pub listener: String,
     pub accepted: AtomicU64,
+    /// Closed at accept because `max_connections` were open.
     pub refused_over_cap: AtomicU64,
+    /// Open now (each open HTTP/1.1 keep-alive connection holds hyper's read and write
+    /// buffers, about 16 KiB once it has carried a request).
+    pub open: AtomicU64,
+}
+
+/// Counts one open connection until dropped.
+struct OpenConnection(Arc<ListenerStats>);
+
+impl OpenConnection {
+    fn new(stats: &Arc<ListenerStats>) -> Self {
+        stats.accepted.fetch_add(1, Relaxed);
+        stats.open.fetch_add(1, Relaxed);
+        OpenConnection(stats.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
+    }
 }
 
 /// Resolve and bind `host:port` (port 0 picks a free port).
@@ -100,7 +122,7 @@ pub async fn serve(
             },
             None => None,
         };
-        stats.accepted.fetch_add(1, Relaxed);
+        let open = OpenConnection::new(&stats);
         let _ = stream.set_nodelay(true);
         let h = handler.clone();
         let svc = service_fn(move |req| {
@@ -117,7 +139,7 @@ pub async fn serve(
                 if let Err(e) = conn.await {
                     tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
                 }
-                drop(permit);
+                drop((permit, open));
             });
             continue;
         };
@@ -139,7 +161,7 @@ pub async fn serve(
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
             }
-            drop(permit);
+            drop((permit, open));
         });
     }
     drop(listener);

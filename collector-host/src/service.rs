@@ -26,7 +26,7 @@ use crate::exporter::prometheus::PromExporter;
 use crate::pipeline::{Exporter, Fanout, MetricsPipeline, PassPipeline, Stage};
 use crate::receiver::grpc::{self, GrpcReceiver};
 use crate::receiver::http::HttpReceiver;
-use crate::server::{self, Handler, ListenerStats, ServerOptions, response, streaming_response};
+use crate::server::{self, Handler, ServerOptions, response, streaming_response};
 use crate::telemetry::{Telemetry, render_text};
 use crate::tls::ListenerTls;
 
@@ -113,7 +113,7 @@ impl Listeners {
             handler,
             rx,
             drain,
-            Arc::new(ListenerStats::default()),
+            self.telemetry.listener(name),
         )));
         Ok(())
     }

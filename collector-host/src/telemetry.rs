@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use component::MetricFamily;
 use parking_lot::Mutex;
 
+use crate::server::ListenerStats;
+
 /// Which OTLP signal a counter is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
@@ -213,6 +215,7 @@ pub struct Telemetry {
     processors: Mutex<Vec<Arc<ProcessorCounters>>>,
     exporters: Mutex<Vec<Arc<ExporterCounters>>>,
     tls: Mutex<Vec<Arc<TlsStats>>>,
+    listeners: Mutex<Vec<Arc<ListenerStats>>>,
     /// Tick outputs and other internal data-path losses, by (component, reason).
     pub tick_panics: AtomicU64,
 }
@@ -225,6 +228,7 @@ impl Default for Telemetry {
             processors: Mutex::new(Vec::new()),
             exporters: Mutex::new(Vec::new()),
             tls: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
             tick_panics: AtomicU64::new(0),
         }
     }
@@ -275,6 +279,16 @@ impl Telemetry {
             ..TlsStats::default()
         });
         self.tls.lock().push(c.clone());
+        c
+    }
+
+    /// Connection counters of one HTTP listener (`otlp/http`, `prometheus`, ...).
+    pub fn listener(&self, listener: &str) -> Arc<ListenerStats> {
+        let c = Arc::new(ListenerStats {
+            listener: listener.to_string(),
+            ..ListenerStats::default()
+        });
+        self.listeners.lock().push(c.clone());
         c
     }
 
@@ -419,6 +433,27 @@ impl Telemetry {
             }
         }
         fams.extend([hs, rl]);
+
+        let listeners = self.listeners.lock().clone();
+        let mut open = MetricFamily::gauge(
+            "ingero_fleet_connections_open",
+            "Open connections of an HTTP listener.",
+        );
+        let mut accepted = MetricFamily::counter(
+            "ingero_fleet_connections_accepted_total",
+            "Connections an HTTP listener accepted.",
+        );
+        let mut refused = MetricFamily::counter(
+            "ingero_fleet_connections_refused_total",
+            "Connections an HTTP listener closed at once because max_connections were open.",
+        );
+        for c in &listeners {
+            let l = [("listener", c.listener.as_str())];
+            open.push(&l, c.open.load(Relaxed) as f64);
+            accepted.push(&l, c.accepted.load(Relaxed) as f64);
+            refused.push(&l, c.refused_over_cap.load(Relaxed) as f64);
+        }
+        fams.extend([open, accepted, refused]);
 
         fams.push(
             MetricFamily::gauge("otelcol_process_uptime_seconds", "Uptime of the process.")

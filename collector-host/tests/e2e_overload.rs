@@ -478,3 +478,68 @@ fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
         }
     });
 }
+
+/// One keep-alive push on `s`; true when it was answered 200.
+fn keep_alive_push(s: &mut TcpStream, body: &str) -> bool {
+    let req = format!(
+        "POST /v1/metrics?cluster_id=conns HTTP/1.1\r\nHost: fleet\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 4096];
+    match s.read(&mut buf) {
+        Ok(n) if n > 0 => buf[..n].starts_with(b"HTTP/1.1 200"),
+        _ => false,
+    }
+}
+
+#[test]
+fn http_connections_beyond_max_connections_are_closed_at_accept_and_counted() {
+    let cfg = test_config("1s", &[]).replace(
+        "      http:\n        endpoint: 127.0.0.1:0\n",
+        "      http:\n        endpoint: 127.0.0.1:0\n        max_connections: 2\n",
+    );
+    assert!(cfg.contains("max_connections: 2"), "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    let body = AgentPush::new("conns", "node-0", 0.93).to_json();
+    let conn = || {
+        let s = TcpStream::connect(f.http()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let series = |name: &str| {
+        let page = get(f.telemetry(), "/metrics").text();
+        prom_value(&page, &format!("{name}{{listener=\"otlp/http\"}}"))
+            .unwrap_or_else(|| panic!("{name} missing:\n{page}"))
+    };
+
+    // Two keep-alive connections, each proven served, hold both slots.
+    let mut held = vec![conn(), conn()];
+    for s in &mut held {
+        assert!(keep_alive_push(s, &body), "a connection within the cap");
+    }
+    assert_eq!(series("ingero_fleet_connections_open"), 2.0);
+    // A third is closed at accept, and the refusal is counted.
+    let mut third = conn();
+    assert!(
+        !keep_alive_push(&mut third, &body),
+        "a third connection was served"
+    );
+    assert_eq!(series("ingero_fleet_connections_refused_total"), 1.0);
+    assert_eq!(series("ingero_fleet_connections_accepted_total"), 2.0);
+    // The held connections keep working.
+    assert!(keep_alive_push(&mut held[0], &body));
+
+    // Closing one frees its slot.
+    drop(held.remove(0));
+    let served = wait_for(Duration::from_secs(10), || {
+        (series("ingero_fleet_connections_open") == 1.0).then_some(())
+    });
+    assert!(served.is_some(), "closed connection still counted open");
+    let mut fourth = conn();
+    assert!(keep_alive_push(&mut fourth, &body), "slot freed");
+    assert_eq!(series("ingero_fleet_connections_open"), 2.0);
+}
