@@ -36,6 +36,15 @@ fn accepted(fleet: &Fleet) -> f64 {
         .sum()
 }
 
+fn connections_accepted(fleet: &Fleet) -> f64 {
+    let p = get(fleet.telemetry(), "/metrics").text();
+    prom_value(
+        &p,
+        "ingero_fleet_connections_accepted_total{listener=\"otlp/http\"}",
+    )
+    .expect("accepted connections counted")
+}
+
 #[test]
 fn closed_loop_and_paced_modes_push_and_report_what_the_server_answered() {
     let f = Fleet::start_with(&test_config("1s", &[]), &[]);
@@ -72,7 +81,9 @@ fn closed_loop_and_paced_modes_push_and_report_what_the_server_answered() {
         "{points_after_closed} points for {ok} pushes"
     );
 
-    // Paced: 8 agents, each once per 300 ms (±10 %), for 1 s: at least 2 rounds each.
+    // Paced: 8 agents over 3 connections, each agent once per 300 ms (±10 %), for 1 s: at
+    // least 2 rounds each, and never more connections than asked for.
+    let conns_before = connections_accepted(&f);
     let r = loadgen(
         &f,
         &[
@@ -80,6 +91,8 @@ fn closed_loop_and_paced_modes_push_and_report_what_the_server_answered() {
             "8",
             "--clusters",
             "1",
+            "--connections",
+            "3",
             "--interval",
             "300ms",
             "--duration",
@@ -90,6 +103,13 @@ fn closed_loop_and_paced_modes_push_and_report_what_the_server_answered() {
     let paced = r["pushes_ok"].as_u64().unwrap();
     assert!((16..=40).contains(&paced), "paced pushes: {r}");
     assert_eq!(r["errors"], 0, "{r}");
+    assert_eq!(connections_accepted(&f) - conns_before, 3.0, "{r}");
+    let lag = &r["schedule_lag_ms"];
+    assert!(
+        lag["p50"].as_f64().unwrap() >= 0.0
+            && lag["max"].as_f64().unwrap() >= lag["p50"].as_f64().unwrap(),
+        "{r}"
+    );
     assert!(
         accepted(&f) > points_after_closed,
         "paced pushes reached the server"

@@ -17,6 +17,8 @@
 // A command-line tool: its report goes to stdout.
 #![allow(clippy::print_stdout)]
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -24,8 +26,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -113,6 +113,7 @@ struct Stats {
     errors: AtomicU64,
     with_headers: AtomicU64,
     latencies_us: Mutex<Vec<u32>>,
+    lags_us: Mutex<Vec<u32>>,
 }
 
 impl Stats {
@@ -121,16 +122,35 @@ impl Stats {
         self.errors.fetch_add(t.errors, Relaxed);
         self.with_headers.fetch_add(t.with_headers, Relaxed);
         self.latencies_us.lock().extend_from_slice(&t.latencies_us);
+        self.lags_us.lock().extend_from_slice(&t.lags_us);
     }
 }
 
-/// One closed-loop connection's counts, merged into [`Stats`] when it stops.
+/// One connection's counts, merged into [`Stats`] when it stops.
 #[derive(Default)]
 struct Tally {
     ok: u64,
     errors: u64,
     with_headers: u64,
     latencies_us: Vec<u32>,
+    /// Paced mode: how late each push went out against its agent's schedule.
+    lags_us: Vec<u32>,
+}
+
+impl Tally {
+    fn answered(&mut self, (ok, headers): (bool, bool), started: Instant) {
+        self.latencies_us.push(micros(started.elapsed()));
+        self.with_headers += u64::from(headers);
+        if ok {
+            self.ok += 1;
+        } else {
+            self.errors += 1;
+        }
+    }
+}
+
+fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u128::from(u32::MAX)) as u32
 }
 
 fn main() -> anyhow::Result<()> {
@@ -178,68 +198,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         return report(&args, avg_body, &stats, elapsed, cpu0, cpu1);
     }
-    // Paced: one task per agent over a pooled client (agents far outnumber connections).
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(args.connections.max(1))
-        .build_http();
-    let workers = args.agents;
-    let mut handles = Vec::with_capacity(workers);
-    for w in 0..workers {
-        let (client, payloads, stats, stop, base) = (
-            client.clone(),
-            payloads.clone(),
-            stats.clone(),
-            stop.clone(),
-            base.clone(),
-        );
-        let interval = args.interval;
-        let n = payloads.bodies.len();
-        handles.push(tokio::spawn(async move {
-            let i = w;
-            if let Some(iv) = interval {
-                // Spread first pushes over one interval.
-                let offset = iv.mul_f64((w as f64) / (n.max(1) as f64));
-                tokio::time::sleep(offset).await;
-            }
-            while !stop.load(Relaxed) {
-                let (cluster, body) = &payloads.bodies[i % n];
-                let req = http::Request::post(format!("{base}/v1/metrics?cluster_id={cluster}"))
-                    .header(http::header::CONTENT_TYPE, ct)
-                    .body(Full::new(body.clone()));
-                let Ok(req) = req else { break };
-                let t = Instant::now();
-                match client.request(req).await {
-                    Ok(resp) => {
-                        let okay = resp.status().is_success();
-                        if resp.headers().contains_key("x-ingero-threshold") {
-                            stats.with_headers.fetch_add(1, Relaxed);
-                        }
-                        let _ = resp.into_body().collect().await;
-                        let us = t.elapsed().as_micros().min(u32::MAX as u128) as u32;
-                        stats.latencies_us.lock().push(us);
-                        if okay {
-                            stats.ok.fetch_add(1, Relaxed);
-                        } else {
-                            stats.errors.fetch_add(1, Relaxed);
-                        }
-                    }
-                    Err(_) => {
-                        stats.errors.fetch_add(1, Relaxed);
-                    }
-                }
-                if let Some(iv) = interval {
-                    let jitter = 0.9 + 0.2 * ((i.wrapping_mul(2654435761) % 1000) as f64 / 1000.0);
-                    tokio::time::sleep(iv.mul_f64(jitter)).await;
-                }
-            }
-        }));
+    // Paced: `--connections` tasks, each with its own connection carrying the pushes of
+    // the agents `w, w + conns, ...` on their schedule (like a front-end's upstream pool:
+    // agents far outnumber connections, and the connection count stays fixed however slow
+    // the server gets; lateness shows in the schedule lag instead).
+    let target = Target::parse(&base)?;
+    let conns = args.connections.max(1);
+    let Some(iv) = args.interval else {
+        unreachable!("paced mode has an interval")
+    };
+    let mut loops = Vec::with_capacity(conns);
+    for w in 0..conns {
+        let (payloads, stop, target) = (payloads.clone(), stop.clone(), target.clone());
+        loops.push(tokio::spawn(paced_loop(
+            (w, conns),
+            target,
+            payloads,
+            ct,
+            (t0, iv, t0 + args.duration),
+            stop,
+        )));
     }
     tokio::time::sleep(args.duration).await;
     stop.store(true, Relaxed);
     let elapsed = t0.elapsed();
     let cpu1 = args.server_pid.and_then(cpu_seconds);
-    for h in handles {
-        h.abort();
+    for h in loops {
+        if let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), h).await {
+            stats.merge(t);
+        }
     }
     report(&args, avg_body, &stats, elapsed, cpu0, cpu1)
 }
@@ -255,22 +242,15 @@ fn report(
 ) -> anyhow::Result<()> {
     let ok = stats.ok.load(Relaxed);
     let errors = stats.errors.load(Relaxed);
-    let mut lat = std::mem::take(&mut *stats.latencies_us.lock());
-    lat.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            return 0.0;
-        }
-        let idx = ((lat.len() as f64 - 1.0) * p).round() as usize;
-        lat[idx.min(lat.len() - 1)] as f64 / 1000.0
-    };
+    let lat = sorted(std::mem::take(&mut *stats.latencies_us.lock()));
+    let lags = sorted(std::mem::take(&mut *stats.lags_us.lock()));
     let total = ok + errors;
     let cpu_us = match (cpu0, cpu1) {
         (Some(a), Some(b)) if total > 0 => Some((b - a) * 1e6 / total as f64),
         _ => None,
     };
     let rss = args.server_pid.and_then(rss_bytes);
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "mode": if args.interval.is_some() { "paced" } else { "closed-loop" },
         "encoding": format!("{:?}", args.encoding).to_lowercase(),
         "agents": args.agents,
@@ -281,10 +261,15 @@ fn report(
         "errors": errors,
         "responses_with_threshold": stats.with_headers.load(Relaxed),
         "pushes_per_second": ok as f64 / elapsed.as_secs_f64(),
-        "latency_ms": {"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "p999": pct(0.999), "max": pct(1.0)},
+        "latency_ms": percentiles(&lat),
         "server_cpu_us_per_push": cpu_us,
         "server_rss_bytes": rss,
     });
+    if args.interval.is_some() {
+        // How late pushes left against their agents' schedules: near zero while the
+        // connections keep up, growing when the server (or the box) falls behind.
+        report["schedule_lag_ms"] = percentiles(&lags);
+    }
     if args.json {
         println!("{report}");
     } else {
@@ -293,7 +278,24 @@ fn report(
     Ok(())
 }
 
-/// Where closed-loop connections go: the socket address and the request target prefix.
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+/// p50/p90/p99/p99.9/max of sorted microseconds, in milliseconds (zeros when empty).
+fn percentiles(us: &[u32]) -> serde_json::Value {
+    let pct = |p: f64| -> f64 {
+        if us.is_empty() {
+            return 0.0;
+        }
+        let idx = ((us.len() as f64 - 1.0) * p).round() as usize;
+        us[idx.min(us.len() - 1)] as f64 / 1000.0
+    };
+    serde_json::json!({"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "p999": pct(0.999), "max": pct(1.0)})
+}
+
+/// Where connections go: the socket address and the request target prefix.
 #[derive(Clone)]
 struct Target {
     host: String,
@@ -319,6 +321,47 @@ impl Target {
     }
 }
 
+/// The request target and body of each payload in `agents`.
+fn requests(target: &Target, payloads: &Payloads, agents: &[usize]) -> Vec<(http::Uri, Bytes)> {
+    agents
+        .iter()
+        .filter_map(|&a| {
+            let (cluster, body) = payloads.bodies.get(a)?;
+            let uri = format!("{}?cluster_id={cluster}", target.path)
+                .parse()
+                .ok()?;
+            Some((uri, body.clone()))
+        })
+        .collect()
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// One push: `Ok((2xx, threshold headers present))`, or the error that ended the
+/// connection.
+async fn push(
+    sender: &mut Sender,
+    target: &Target,
+    (uri, body): &(http::Uri, Bytes),
+    ct: &'static str,
+) -> Result<(bool, bool), hyper::Error> {
+    let mut req = http::Request::new(Full::new(body.clone()));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri.clone();
+    let h = req.headers_mut();
+    h.insert(http::header::HOST, target.authority.clone());
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ct),
+    );
+    sender.ready().await?;
+    let resp = sender.send_request(req).await?;
+    let headers = resp.headers().contains_key("x-ingero-threshold");
+    let ok = resp.status().is_success();
+    resp.into_body().collect().await?;
+    Ok((ok, headers))
+}
+
 /// One connection pushing back to back until `stop`, cycling through the payloads
 /// `w, w + conns, w + 2 * conns, ...`. A failed connection counts one error and is
 /// re-established after a short pause.
@@ -330,24 +373,18 @@ async fn closed_loop(
     ct: &'static str,
     stop: Arc<AtomicBool>,
 ) -> Tally {
-    let n = payloads.bodies.len();
-    // Request targets, built once for the payloads this connection sends: w, w + conns,
-    // ... (at least one, so every connection pushes even with fewer agents than
-    // connections).
-    let uris: Vec<(http::Uri, Bytes)> = (0..n.div_ceil(conns.max(1)).max(1))
-        .filter_map(|k| {
-            let (cluster, body) = payloads.bodies.get((w + k * conns) % n.max(1))?;
-            let uri = format!("{}?cluster_id={cluster}", target.path)
-                .parse()
-                .ok()?;
-            Some((uri, body.clone()))
-        })
+    let n = payloads.bodies.len().max(1);
+    // At least one payload per connection (wrapping around), so every connection pushes
+    // even with fewer agents than connections.
+    let agents: Vec<usize> = (0..n.div_ceil(conns.max(1)).max(1))
+        .map(|k| (w + k * conns) % n)
         .collect();
+    let reqs = requests(&target, &payloads, &agents);
     let mut t = Tally {
         latencies_us: Vec::with_capacity(1 << 16),
         ..Tally::default()
     };
-    if uris.is_empty() {
+    if reqs.is_empty() {
         t.errors += 1;
         return t;
     }
@@ -362,38 +399,11 @@ async fn closed_loop(
             }
         };
         while !stop.load(Relaxed) {
-            let (uri, body) = &uris[i % uris.len()];
+            let req = &reqs[i % reqs.len()];
             i = i.wrapping_add(1);
-            let mut req = http::Request::new(Full::new(body.clone()));
-            *req.method_mut() = http::Method::POST;
-            *req.uri_mut() = uri.clone();
-            let h = req.headers_mut();
-            h.insert(http::header::HOST, target.authority.clone());
-            h.insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static(ct),
-            );
             let started = Instant::now();
-            let sent = async {
-                sender.ready().await?;
-                let resp = sender.send_request(req).await?;
-                let headers = resp.headers().contains_key("x-ingero-threshold");
-                let ok = resp.status().is_success();
-                resp.into_body().collect().await?;
-                Ok::<_, hyper::Error>((ok, headers))
-            }
-            .await;
-            match sent {
-                Ok((ok, headers)) => {
-                    let us = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-                    t.latencies_us.push(us);
-                    t.with_headers += u64::from(headers);
-                    if ok {
-                        t.ok += 1;
-                    } else {
-                        t.errors += 1;
-                    }
-                }
+            match push(&mut sender, &target, req, ct).await {
+                Ok(answer) => t.answered(answer, started),
                 Err(_) => {
                     t.errors += 1;
                     break;
@@ -404,9 +414,68 @@ async fn closed_loop(
     t
 }
 
-async fn connect(
-    host: &str,
-) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+/// Paced mode, one connection: pushes for the agents `w, w + conns, ...` (each exactly
+/// once per interval, jittered per agent by ±10 %, first pushes spread over one interval by
+/// agent index), in due order, one at a time, until `stop`. A push whose time has passed
+/// goes out at once and its lateness is recorded. A failed push (or connect) counts one
+/// error, the next push re-establishes the connection, and the agent's next push stays on
+/// schedule. Pushes due at or after `end` are not sent.
+async fn paced_loop(
+    (w, conns): (usize, usize),
+    target: Target,
+    payloads: Arc<Payloads>,
+    ct: &'static str,
+    (t0, interval, end): (Instant, Duration, Instant),
+    stop: Arc<AtomicBool>,
+) -> Tally {
+    let n = payloads.bodies.len();
+    let agents: Vec<usize> = (w..n).step_by(conns.max(1)).collect();
+    let reqs = requests(&target, &payloads, &agents);
+    let mut t = Tally::default();
+    let jitter = |a: usize| 0.9 + 0.2 * ((a.wrapping_mul(2654435761) % 1000) as f64 / 1000.0);
+    let mut due: BinaryHeap<Reverse<(Instant, usize)>> = agents
+        .iter()
+        .take(reqs.len())
+        .enumerate()
+        .map(|(j, &a)| Reverse((t0 + interval.mul_f64(a as f64 / n as f64), j)))
+        .collect();
+    let mut sender: Option<Sender> = None;
+    while let Some(Reverse((at, j))) = due.pop() {
+        if at >= end {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        if stop.load(Relaxed) {
+            break;
+        }
+        due.push(Reverse((at + interval.mul_f64(jitter(agents[j])), j)));
+        let s = match &mut sender {
+            Some(s) => s,
+            None => match connect(&target.host).await {
+                Ok(s) => sender.insert(s),
+                Err(_) => {
+                    // Like an agent whose push fails: this push is lost, the agent's next
+                    // one is on schedule.
+                    t.errors += 1;
+                    continue;
+                }
+            },
+        };
+        let started = Instant::now();
+        t.lags_us
+            .push(micros(started.saturating_duration_since(at)));
+        match push(s, &target, &reqs[j], ct).await {
+            Ok(answer) => t.answered(answer, started),
+            Err(_) => {
+                t.errors += 1;
+                sender = None;
+            }
+        }
+    }
+    t
+}
+
+async fn connect(host: &str) -> anyhow::Result<Sender> {
     let stream = tokio::net::TcpStream::connect(host).await?;
     stream.set_nodelay(true)?;
     let (sender, conn) =
