@@ -499,7 +499,7 @@ pub async fn run(
             });
             let opts = ServerOptions {
                 name: format!("{id}/http"),
-                header_read_timeout: h.read_header_timeout,
+                header_read_timeout: h.read_header_timeout.min(h.idle_timeout),
                 max_connections: h.max_connections,
                 tls: None,
             };

@@ -543,3 +543,36 @@ fn http_connections_beyond_max_connections_are_closed_at_accept_and_counted() {
     assert!(keep_alive_push(&mut fourth, &body), "slot freed");
     assert_eq!(series("ingero_fleet_connections_open"), 2.0);
 }
+
+#[test]
+fn http_keep_alive_connections_idle_past_idle_timeout_are_closed() {
+    let cfg = test_config("1s", &[]).replace(
+        "      http:\n        endpoint: 127.0.0.1:0\n",
+        "      http:\n        endpoint: 127.0.0.1:0\n        idle_timeout: 1s\n        read_header_timeout: 60s\n",
+    );
+    assert!(cfg.contains("idle_timeout: 1s"), "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    let body = AgentPush::new("conns", "node-0", 0.93).to_json();
+    let mut s = TcpStream::connect(f.http()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert!(keep_alive_push(&mut s, &body));
+    // Pushes within the limit keep the connection.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(keep_alive_push(&mut s, &body), "closed before idle_timeout");
+    // Then idle: the server closes it (EOF) before this read's 20 s timeout, which only
+    // idle_timeout can do (read_header_timeout is 60 s).
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        other => panic!("expected the server to close the idle connection, got {other:?}"),
+    }
+    let page = get(f.telemetry(), "/metrics").text();
+    assert_eq!(
+        prom_value(
+            &page,
+            "ingero_fleet_connections_open{listener=\"otlp/http\"}"
+        ),
+        Some(0.0),
+        "{page}"
+    );
+}

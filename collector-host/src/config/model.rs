@@ -45,6 +45,10 @@ pub struct HttpServerConfig {
     /// Time allowed to receive a whole request body.
     #[serde(with = "duration")]
     pub read_timeout: Duration,
+    /// How long a keep-alive connection may sit idle between requests before it is closed
+    /// (each idle HTTP/1.1 connection holds about 16 KiB of buffers). hyper has one timer
+    /// for "idle, then reading the next request's headers", so the effective limit for
+    /// both is the smaller of this and `read_header_timeout`.
     #[serde(with = "duration")]
     pub idle_timeout: Duration,
     /// Cap on simultaneously open connections (0 = unlimited).
@@ -169,6 +173,9 @@ impl ComponentConfig for OtlpReceiverConfig {
             }
             if h.read_header_timeout.is_zero() {
                 e.push("protocols.http.read_header_timeout", "must be > 0");
+            }
+            if h.idle_timeout.is_zero() {
+                e.push("protocols.http.idle_timeout", "must be > 0");
             }
             if h.read_timeout.is_zero() {
                 e.push("protocols.http.read_timeout", "must be > 0");
