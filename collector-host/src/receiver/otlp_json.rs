@@ -79,7 +79,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 mod reader;
 
 pub use reader::JsonError;
-use reader::{Number, Peek, Reader, Result};
+use reader::{ListKind, Number, Peek, Reader, Result};
 
 /// Deepest `AnyValue` accepted: an attribute's value is level 1, each `arrayValue` or
 /// `kvlistValue` adds one.
@@ -305,6 +305,7 @@ fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
         .remaining()
         .checked_div(M::BYTES_PER_ELEMENT)
         .unwrap_or_default()
+        .max(r.length_hint(M::SLOT, ListKind::Messages))
         .min(MAX_INITIAL_CAPACITY);
     let mut out = Vec::with_capacity(capacity);
     let mut first = true;
@@ -314,6 +315,7 @@ fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
             read_message_into(r, msg)?;
         }
     }
+    r.set_length_hint(M::SLOT, ListKind::Messages, out.len());
     Ok(out)
 }
 

@@ -7,24 +7,39 @@ use opentelemetry_proto::tonic::common::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use super::reader::{Peek, Reader, Result};
+use super::reader::{ListKind, Peek, Reader, Result};
 use super::{
-    FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, Seen, base64_value, int64, messages, opt_bool,
-    opt_double, opt_string, repeated, sint32, string, strings, uint32,
+    FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, MAX_INITIAL_CAPACITY, Seen, base64_value,
+    begin_repeated, int64, messages, opt_bool, opt_double, opt_string, repeated, sint32, string,
+    strings, uint32,
 };
 
-/// A repeated `KeyValue` field at the top of an attribute tree.
-pub(super) fn attributes(r: &mut Reader<'_>) -> Result<Vec<KeyValue>> {
-    repeated(r, |r| match r.plain_string_attribute() {
-        Some((key, value)) => Ok(KeyValue {
-            key: key.to_owned(),
-            value: Some(AnyValue {
-                value: Some(Value::StringValue(value.to_owned())),
-            }),
-            key_strindex: 0,
-        }),
-        None => key_value(r, 0),
-    })
+/// The repeated `KeyValue` field `attributes` of a message whose prediction slot is
+/// `slot` (the top of an attribute tree). The list is allocated at the size of the last
+/// one in that slot (at most [`MAX_INITIAL_CAPACITY`]).
+pub(super) fn attributes(r: &mut Reader<'_>, slot: usize) -> Result<Vec<KeyValue>> {
+    if !begin_repeated(r)? {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(
+        r.length_hint(slot, ListKind::Attributes)
+            .min(MAX_INITIAL_CAPACITY),
+    );
+    let mut first = true;
+    while r.next_element(&mut first)? {
+        out.push(match r.plain_string_attribute() {
+            Some((key, value)) => KeyValue {
+                key: key.to_owned(),
+                value: Some(AnyValue {
+                    value: Some(Value::StringValue(value.to_owned())),
+                }),
+                key_strindex: 0,
+            },
+            None => key_value(r, 0)?,
+        });
+    }
+    r.set_length_hint(slot, ListKind::Attributes, out.len());
+    Ok(out)
 }
 
 fields!(KeyValueField {
@@ -156,7 +171,7 @@ impl JsonMessage for Resource {
 
     fn field(&mut self, f: ResourceField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceField::Attributes => self.attributes = attributes(r)?,
+            ResourceField::Attributes => self.attributes = attributes(r, Self::SLOT)?,
             ResourceField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
             ResourceField::EntityRefs => self.entity_refs = messages(r)?,
         }
@@ -202,7 +217,7 @@ impl JsonMessage for InstrumentationScope {
         match f {
             ScopeField::Name => self.name = string(r)?,
             ScopeField::Version => self.version = string(r)?,
-            ScopeField::Attributes => self.attributes = attributes(r)?,
+            ScopeField::Attributes => self.attributes = attributes(r, Self::SLOT)?,
             ScopeField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
         }
         Ok(true)

@@ -102,7 +102,7 @@ impl JsonMessage for Metric {
             MetricField::Name => return set(&mut self.name, string(r)?),
             MetricField::Description => return set(&mut self.description, string(r)?),
             MetricField::Unit => return set(&mut self.unit, string(r)?),
-            MetricField::Metadata => return set(&mut self.metadata, attributes(r)?),
+            MetricField::Metadata => return set(&mut self.metadata, attributes(r, Self::SLOT)?),
             MetricField::Gauge => message(r)?.map(Data::Gauge),
             MetricField::Sum => message(r)?.map(Data::Sum),
             MetricField::Histogram => message(r)?.map(Data::Histogram),
@@ -223,7 +223,7 @@ impl JsonMessage for NumberDataPoint {
         use number_data_point::Value;
         let member = match f {
             NumberPointField::Attributes => {
-                self.attributes = attributes(r)?;
+                self.attributes = attributes(r, Self::SLOT)?;
                 return Ok(true);
             }
             NumberPointField::StartTimeUnixNano => {
@@ -276,7 +276,7 @@ impl JsonMessage for HistogramDataPoint {
 
     fn field(&mut self, f: HistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            HistogramPointField::Attributes => self.attributes = attributes(r)?,
+            HistogramPointField::Attributes => self.attributes = attributes(r, Self::SLOT)?,
             HistogramPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
             HistogramPointField::TimeUnixNano => self.time_unix_nano = uint64(r)?,
             HistogramPointField::Count => self.count = uint64(r)?,
@@ -317,7 +317,7 @@ impl JsonMessage for ExponentialHistogramDataPoint {
     fn field(&mut self, f: ExpHistogramPointField, r: &mut Reader<'_>) -> Result<bool> {
         use ExpHistogramPointField as F;
         match f {
-            F::Attributes => self.attributes = attributes(r)?,
+            F::Attributes => self.attributes = attributes(r, Self::SLOT)?,
             F::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
             F::TimeUnixNano => self.time_unix_nano = uint64(r)?,
             F::Count => self.count = uint64(r)?,
@@ -371,7 +371,7 @@ impl JsonMessage for SummaryDataPoint {
 
     fn field(&mut self, f: SummaryPointField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            SummaryPointField::Attributes => self.attributes = attributes(r)?,
+            SummaryPointField::Attributes => self.attributes = attributes(r, Self::SLOT)?,
             SummaryPointField::StartTimeUnixNano => self.start_time_unix_nano = uint64(r)?,
             SummaryPointField::TimeUnixNano => self.time_unix_nano = uint64(r)?,
             SummaryPointField::Count => self.count = uint64(r)?,
@@ -420,7 +420,7 @@ impl JsonMessage for Exemplar {
         use exemplar::Value;
         let member = match f {
             ExemplarField::FilteredAttributes => {
-                self.filtered_attributes = attributes(r)?;
+                self.filtered_attributes = attributes(r, Self::SLOT)?;
                 return Ok(true);
             }
             ExemplarField::TimeUnixNano => {

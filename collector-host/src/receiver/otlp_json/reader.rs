@@ -137,6 +137,19 @@ pub(super) struct Reader<'a> {
     /// the last object of that type, one byte each (0 = none or unknown): the keys the next
     /// object of the type is expected to have, in the same order.
     predicted: [u64; PREDICTION_SLOTS],
+    /// Per prediction slot, the element counts of the last repeated message field of that
+    /// type and of the last attribute list of a message of that type: the next one is
+    /// allocated at that size instead of growing from empty.
+    lengths: [[u8; 2]; PREDICTION_SLOTS],
+}
+
+/// Which list a [`Reader::length_hint`] is about.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ListKind {
+    /// A repeated field whose elements are messages of the slot's type.
+    Messages = 0,
+    /// The `attributes` of a message of the slot's type.
+    Attributes = 1,
 }
 
 /// Longest key [`Reader::eat_key`] compares, quotes and colon included.
@@ -418,6 +431,7 @@ impl<'a> Reader<'a> {
             depth_left: RECURSION_LIMIT,
             skip_stack: Vec::new(),
             predicted: [0; PREDICTION_SLOTS],
+            lengths: [[0; 2]; PREDICTION_SLOTS],
         }
     }
 
@@ -621,6 +635,21 @@ impl<'a> Reader<'a> {
     pub(super) fn set_predicted(&mut self, slot: usize, codes: u64) {
         if let Some(p) = self.predicted.get_mut(slot) {
             *p = codes;
+        }
+    }
+
+    /// Element count of the last list of this kind in prediction slot `slot`.
+    #[inline(always)]
+    pub(super) fn length_hint(&self, slot: usize, kind: ListKind) -> usize {
+        self.lengths
+            .get(slot)
+            .map_or(0, |l| usize::from(l[kind as usize]))
+    }
+
+    #[inline(always)]
+    pub(super) fn set_length_hint(&mut self, slot: usize, kind: ListKind, len: usize) {
+        if let Some(l) = self.lengths.get_mut(slot) {
+            l[kind as usize] = u8::try_from(len).unwrap_or(u8::MAX);
         }
     }
 
