@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use collector_host::receiver::otlp_json::decode_metrics;
+use collector_host::receiver::otlp_json::{decode_metrics, recycle};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyKind;
 use opentelemetry_proto::tonic::common::v1::{
@@ -1150,6 +1150,25 @@ proptest! {
         } else {
             serde_json::to_vec(&req).unwrap()
         };
+        assert_same(&body)?;
+    }
+
+    /// A decode that takes its strings and vectors from the pool a finished batch of any
+    /// shape (or a refused body) left on the thread reads the same as the old path: the
+    /// pool changes where memory comes from, never what is decoded.
+    #[test]
+    fn decodes_from_a_recycled_pool_read_the_same(
+        earlier in vec(request(), 1..3),
+        req in request(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        for e in &earlier {
+            let n = new(&serde_json::to_vec(e).unwrap()).unwrap();
+            recycle(n.resource_metrics);
+        }
+        // A body refused half-way has taken buffers from the pool (and frees them).
+        let body = serde_json::to_vec(&req).unwrap();
+        let _ = new(&body[..cut.index(body.len())]);
         assert_same(&body)?;
     }
 

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod config;
 pub mod otlp;
+pub mod recycle;
 pub mod telemetry;
 pub mod threshold;
 pub mod time;

@@ -34,6 +34,7 @@ use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, KeyValue, Metric, MetricKind,
     NumberDataPoint, NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
 };
+pub use component::recycle::Recycler;
 use prost::Message;
 use prost::encoding::{
     DecodeContext, WireType, bool as pbool, check_wire_type, decode_key, decode_varint, double,
@@ -139,7 +140,7 @@ pub fn decode_selected_reusing(
     r: &mut Recycler,
 ) -> Result<ExportMetricsServiceRequest, SelectError> {
     let mut req = ExportMetricsServiceRequest {
-        resource_metrics: r.vec(|r| &mut r.resources),
+        resource_metrics: r.resources(),
     };
     walk(bytes, |tag, wt, buf| match tag {
         REQUEST_RESOURCE_METRICS => {
@@ -159,7 +160,7 @@ fn resource_metrics(
     r: &mut Recycler,
 ) -> Result<ResourceMetrics, SelectError> {
     let mut rm = ResourceMetrics {
-        scope_metrics: r.vec(|r| &mut r.scopes),
+        scope_metrics: r.scopes(),
         ..ResourceMetrics::default()
     };
     // The resource's attributes are read only when the resource holds a selected metric,
@@ -170,7 +171,7 @@ fn resource_metrics(
         RM_RESOURCE => {
             let body = take_len(wt, buf)?;
             let res = rm.resource.get_or_insert_with(|| Resource {
-                attributes: r.vec(|r| &mut r.kvs),
+                attributes: r.kvs(),
                 ..Resource::default()
             });
             if first_resource.is_none() {
@@ -240,7 +241,7 @@ fn scope_metrics(
     r: &mut Recycler,
 ) -> Result<ScopeMetrics, SelectError> {
     let mut sm = ScopeMetrics {
-        metrics: r.vec(|r| &mut r.metrics),
+        metrics: r.metrics(),
         ..ScopeMetrics::default()
     };
     walk(bytes, |tag, wt, buf| match tag {
@@ -285,7 +286,7 @@ fn metric_in(bytes: &[u8], point_keys: &[&str], r: &mut Recycler) -> Result<Metr
     walk(bytes, |tag, wt, buf| match tag {
         METRIC_NAME => {
             let name = take_len(wt, buf)?;
-            r.set_string(&mut m.name, name)?;
+            r.set_string(&mut m.name, str_of(name)?);
             Ok(())
         }
         METRIC_GAUGE => {
@@ -293,7 +294,7 @@ fn metric_in(bytes: &[u8], point_keys: &[&str], r: &mut Recycler) -> Result<Metr
             // A oneof member merges into the same member and replaces another one.
             if !matches!(m.data, Some(MetricKind::Gauge(_))) {
                 m.data = Some(MetricKind::Gauge(Gauge {
-                    data_points: r.vec(|r| &mut r.points),
+                    data_points: r.points(),
                 }));
             }
             match &mut m.data {
@@ -305,7 +306,7 @@ fn metric_in(bytes: &[u8], point_keys: &[&str], r: &mut Recycler) -> Result<Metr
             let body = take_len(wt, buf)?;
             if !matches!(m.data, Some(MetricKind::Sum(_))) {
                 m.data = Some(MetricKind::Sum(Sum {
-                    data_points: r.vec(|r| &mut r.points),
+                    data_points: r.points(),
                     ..Sum::default()
                 }));
             }
@@ -380,7 +381,7 @@ fn number_point_in(
     r: &mut Recycler,
 ) -> Result<NumberDataPoint, SelectError> {
     let mut dp = NumberDataPoint {
-        attributes: r.vec(|r| &mut r.kvs),
+        attributes: r.kvs(),
         ..NumberDataPoint::default()
     };
     let ctx = DecodeContext::default;
@@ -424,8 +425,8 @@ fn attribute_if_selected_in(
         plain_string_attribute(bytes).or_else(|| plain_string_attribute_value_first(bytes))
     {
         if keys.iter().any(|k| k.as_bytes() == key) {
-            let key = r.string(key)?;
-            let value = r.string(value)?;
+            let key = recycled_string(r, key)?;
+            let value = recycled_string(r, value)?;
             out.push(KeyValue {
                 key,
                 value: Some(AnyValue {
@@ -578,124 +579,11 @@ fn skip_known(
     skip(wt, tag, buf)
 }
 
-/// Strings and vectors of decoded batches kept for the next decode on the same thread
-/// ([`decode_selected_reusing`]): a pass-through batch is dropped right after its
-/// processor read it, and the next one has the same shape, so its ~15 allocations and
-/// frees become pops and pushes here. Everything kept is empty (strings and vectors are
-/// cleared when taken back), and how much is kept is bounded: at most
-/// [`Recycler::KEEP_STRINGS`] strings of at most [`Recycler::MAX_STRING_BYTES`] each and
-/// [`Recycler::KEEP_VECS`] vectors of each kind of at most [`Recycler::MAX_VEC_BYTES`] each,
-/// about 1.5 MiB per thread at worst (an agent push leaves ~10 strings and 6 vectors).
-#[derive(Debug, Default)]
-pub struct Recycler {
-    strings: Vec<String>,
-    kvs: Vec<Vec<KeyValue>>,
-    points: Vec<Vec<NumberDataPoint>>,
-    metrics: Vec<Vec<Metric>>,
-    scopes: Vec<Vec<ScopeMetrics>>,
-    resources: Vec<Vec<ResourceMetrics>>,
-}
-
-impl Recycler {
-    /// How many strings are kept at most.
-    pub(crate) const KEEP_STRINGS: usize = 1024;
-    /// The largest string kept, in bytes of capacity.
-    pub(crate) const MAX_STRING_BYTES: usize = 256;
-    /// How many vectors of each kind are kept at most.
-    pub(crate) const KEEP_VECS: usize = 256;
-    /// The largest vector kept, in bytes of capacity.
-    pub(crate) const MAX_VEC_BYTES: usize = 1024;
-
-    /// An empty vector, reused when one is kept.
-    #[inline]
-    fn vec<T>(&mut self, pool: impl FnOnce(&mut Self) -> &mut Vec<Vec<T>>) -> Vec<T> {
-        pool(self).pop().unwrap_or_default()
-    }
-
-    /// `bytes` as a string (UTF-8 checked as in [`string`]), reusing a kept string.
-    #[inline]
-    fn string(&mut self, bytes: &[u8]) -> Result<String, SelectError> {
-        let mut s = self.strings.pop().unwrap_or_default();
-        self.set_string(&mut s, bytes)?;
-        Ok(s)
-    }
-
-    /// Set `s` to `bytes` (UTF-8 checked as in [`string`]), in place.
-    #[inline]
-    fn set_string(&mut self, s: &mut String, bytes: &[u8]) -> Result<(), SelectError> {
-        let text = str_of(bytes)?;
-        if s.capacity() == 0
-            && let Some(kept) = self.strings.pop()
-        {
-            *s = kept;
-        }
-        s.clear();
-        s.push_str(text);
-        Ok(())
-    }
-
-    /// Take back what `req` holds (its strings and vectors, emptied) for later decodes.
-    pub fn recycle(&mut self, mut req: ExportMetricsServiceRequest) {
-        for mut rm in req.resource_metrics.drain(..) {
-            if let Some(res) = rm.resource.take() {
-                self.kvs_back(res.attributes);
-            }
-            for mut sm in rm.scope_metrics.drain(..) {
-                for mut m in sm.metrics.drain(..) {
-                    self.string_back(std::mem::take(&mut m.name));
-                    let points = match m.data.take() {
-                        Some(MetricKind::Gauge(g)) => g.data_points,
-                        Some(MetricKind::Sum(s)) => s.data_points,
-                        _ => continue,
-                    };
-                    self.points_back(points);
-                }
-                Self::back(&mut self.metrics, sm.metrics);
-            }
-            Self::back(&mut self.scopes, rm.scope_metrics);
-        }
-        Self::back(&mut self.resources, req.resource_metrics);
-    }
-
-    fn points_back(&mut self, mut points: Vec<NumberDataPoint>) {
-        for dp in points.drain(..) {
-            self.kvs_back(dp.attributes);
-        }
-        Self::back(&mut self.points, points);
-    }
-
-    fn kvs_back(&mut self, mut kvs: Vec<KeyValue>) {
-        for kv in kvs.drain(..) {
-            self.string_back(kv.key);
-            if let Some(AnyValue {
-                value: Some(AnyValueKind::StringValue(s)),
-            }) = kv.value
-            {
-                self.string_back(s);
-            }
-        }
-        Self::back(&mut self.kvs, kvs);
-    }
-
-    fn string_back(&mut self, s: String) {
-        if s.capacity() > 0
-            && s.capacity() <= Self::MAX_STRING_BYTES
-            && self.strings.len() < Self::KEEP_STRINGS
-        {
-            self.strings.push(s);
-        }
-    }
-
-    /// Keep `v` (emptied by the caller) unless the pool is full or `v` is too large.
-    fn back<T>(pool: &mut Vec<Vec<T>>, v: Vec<T>) {
-        debug_assert!(v.is_empty());
-        if v.capacity() > 0
-            && v.capacity().saturating_mul(std::mem::size_of::<T>()) <= Self::MAX_VEC_BYTES
-            && pool.len() < Self::KEEP_VECS
-        {
-            pool.push(v);
-        }
-    }
+/// `bytes` as a string (UTF-8 checked as in [`string`]), reusing a kept string.
+#[inline]
+fn recycled_string(r: &mut Recycler, bytes: &[u8]) -> Result<String, SelectError> {
+    let text = str_of(bytes)?;
+    Ok(r.string_from(text))
 }
 
 /// `bytes` as text: the UTF-8 check of [`string`] without the copy.

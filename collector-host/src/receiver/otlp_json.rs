@@ -74,7 +74,9 @@
 //!   levels is refused with its own message. The generic path was bounded only by
 //!   serde_json's recursion limit (about 40 levels of `AnyValue`).
 
+use component::recycle::Recycler;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
 
 mod reader;
 
@@ -92,9 +94,27 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
     let text = std::str::from_utf8(body)
         .map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
     let mut r = Reader::new(text);
-    let req = read_message::<ExportMetricsServiceRequest>(&mut r)?;
-    r.end()?;
-    Ok(req)
+    r.pool = POOL.take();
+    let req = read_message::<ExportMetricsServiceRequest>(&mut r).and_then(|req| {
+        r.end()?;
+        Ok(req)
+    });
+    POOL.set(std::mem::take(&mut r.pool));
+    req
+}
+
+thread_local! {
+    /// This thread's strings and vectors of finished batches, for the next decode (bounded;
+    /// see [`component::recycle`]).
+    static POOL: std::cell::Cell<Recycler> = std::cell::Cell::new(Recycler::default());
+}
+
+/// Give a finished batch's strings and vectors to this thread's pool, for the next
+/// [`decode_metrics`] here (instead of freeing them now and allocating them again then).
+pub fn recycle(data: Vec<ResourceMetrics>) {
+    let mut pool = POOL.take();
+    pool.recycle_resources(data);
+    POOL.set(pool);
 }
 
 /// The fields of one message, looked up by either JSON spelling.
@@ -194,6 +214,12 @@ trait JsonMessage: Default {
     /// capacity (at most [`MAX_INITIAL_CAPACITY`]) is sized from the bytes left in the body;
     /// 0 to grow from empty.
     const BYTES_PER_ELEMENT: usize = 0;
+    /// An empty vector for a repeated field of this type, from the pool for the types it
+    /// keeps.
+    #[inline(always)]
+    fn list(_pool: &mut Recycler) -> Vec<Self> {
+        Vec::new()
+    }
 }
 
 /// Largest initial capacity [`messages`] reserves before seeing the elements.
@@ -307,7 +333,8 @@ fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
         .unwrap_or_default()
         .max(r.length_hint(M::SLOT, ListKind::Messages))
         .min(MAX_INITIAL_CAPACITY);
-    let mut out = Vec::with_capacity(capacity);
+    let mut out = M::list(&mut r.pool);
+    out.reserve(capacity);
     let mut first = true;
     while r.next_element(&mut first)? {
         out.push(M::default());
@@ -335,7 +362,10 @@ fn string(r: &mut Reader<'_>) -> Result<String> {
 /// A string, `None` for `null`.
 fn opt_string(r: &mut Reader<'_>) -> Result<Option<String>> {
     match r.peek() {
-        Peek::String => Ok(Some(r.string()?.into_owned())),
+        Peek::String => {
+            let text = r.string()?;
+            Ok(Some(r.pool.string_from(&text)))
+        }
         Peek::Null => r.null().map(|_| None),
         _ => Err(r.invalid_type("a string")),
     }

@@ -328,14 +328,14 @@ fn a_recycled_batch_serves_the_next_decode_without_changing_it() {
     let first = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
     assert_eq!(first, fresh);
     r.recycle(first);
-    let kept = r.strings.len();
-    assert!(kept > 0 && !r.kvs.is_empty() && !r.points.is_empty() && !r.resources.is_empty());
+    let kept = r.kept();
+    assert!(kept.strings > 0 && kept.kvs > 0 && kept.points > 0 && kept.resources > 0);
     // The same shape again: every string comes from the recycler, and goes back to it.
     let second = decode_selected_reusing(&b, &HEALTH, &mut r).unwrap();
-    assert!(r.strings.is_empty() && r.resources.is_empty());
+    assert!(r.kept().strings == 0 && r.kept().resources == 0);
     assert_eq!(second, fresh);
     r.recycle(second);
-    assert_eq!(r.strings.len(), kept);
+    assert_eq!(r.kept().strings, kept.strings);
     // Another selection and batch from the same recycler: still what a fresh decode gives.
     let other = batch(1);
     let got = decode_selected_reusing(&other, &Selection::NOTHING, &mut r).unwrap();
@@ -350,18 +350,17 @@ fn a_recycled_batch_serves_the_next_decode_without_changing_it() {
         }
         r.recycle(big);
     }
-    assert_eq!(r.strings.len(), Recycler::KEEP_STRINGS);
-    assert_eq!(r.kvs.len(), Recycler::KEEP_VECS);
+    assert_eq!(r.kept().strings, Recycler::KEEP_STRINGS);
+    assert_eq!(r.kept().kvs, Recycler::KEEP_VECS);
+    // A string longer than the limit is not kept.
+    let mut normal = Recycler::default();
+    normal.recycle(decode_selected(&b, &HEALTH).unwrap());
     let mut long = decode_selected(&b, &HEALTH).unwrap();
     long.resource_metrics[0].scope_metrics[0].metrics[0].name =
         "x".repeat(Recycler::MAX_STRING_BYTES + 1);
     let mut r = Recycler::default();
     r.recycle(long);
-    assert!(
-        r.strings
-            .iter()
-            .all(|s| s.capacity() <= Recycler::MAX_STRING_BYTES)
-    );
+    assert_eq!(r.kept().strings + 1, normal.kept().strings);
 }
 
 #[test]

@@ -21,7 +21,8 @@ pub(super) fn attributes(r: &mut Reader<'_>, slot: usize) -> Result<Vec<KeyValue
     if !begin_repeated(r)? {
         return Ok(Vec::new());
     }
-    let mut out = Vec::with_capacity(
+    let mut out = r.pool.kvs();
+    out.reserve(
         r.length_hint(slot, ListKind::Attributes)
             .min(MAX_INITIAL_CAPACITY),
     );
@@ -29,9 +30,9 @@ pub(super) fn attributes(r: &mut Reader<'_>, slot: usize) -> Result<Vec<KeyValue
     while r.next_element(&mut first)? {
         out.push(match r.plain_string_attribute() {
             Some((key, value)) => KeyValue {
-                key: key.to_owned(),
+                key: r.pool.string_from(key),
                 value: Some(AnyValue {
-                    value: Some(Value::StringValue(value.to_owned())),
+                    value: Some(Value::StringValue(r.pool.string_from(value))),
                 }),
                 key_strindex: 0,
             },

@@ -1,6 +1,7 @@
 //! `collector.metrics.v1` and `metrics.v1`: the request, resource and scope envelopes, the
 //! five metric kinds and their data points, exemplars.
 
+use component::recycle::Recycler;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::exponential_histogram_data_point::Buckets;
 use opentelemetry_proto::tonic::metrics::v1::summary_data_point::ValueAtQuantile;
@@ -44,6 +45,11 @@ impl JsonMessage for ResourceMetrics {
     const EXPECTING: &'static str = "a ResourceMetrics object";
     const SLOT: usize = 1;
 
+    #[inline(always)]
+    fn list(pool: &mut Recycler) -> Vec<Self> {
+        pool.resources()
+    }
+
     fn field(&mut self, f: ResourceMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
             ResourceMetricsField::Resource => self.resource = message(r)?,
@@ -64,6 +70,11 @@ impl JsonMessage for ScopeMetrics {
     type Field = ScopeMetricsField;
     const EXPECTING: &'static str = "a ScopeMetrics object";
     const SLOT: usize = 2;
+
+    #[inline(always)]
+    fn list(pool: &mut Recycler) -> Vec<Self> {
+        pool.scopes()
+    }
 
     fn field(&mut self, f: ScopeMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
@@ -93,6 +104,11 @@ impl JsonMessage for Metric {
     const SLOT: usize = 3;
     // A metric of the agents' pushes takes 150-300 bytes.
     const BYTES_PER_ELEMENT: usize = 128;
+
+    #[inline(always)]
+    fn list(pool: &mut Recycler) -> Vec<Self> {
+        pool.metrics()
+    }
 
     fn field(&mut self, f: MetricField, r: &mut Reader<'_>) -> Result<bool> {
         use metric::Data;
@@ -218,6 +234,11 @@ impl JsonMessage for NumberDataPoint {
     type Field = NumberPointField;
     const EXPECTING: &'static str = "a NumberDataPoint object";
     const SLOT: usize = 9;
+
+    #[inline(always)]
+    fn list(pool: &mut Recycler) -> Vec<Self> {
+        pool.points()
+    }
 
     fn field(&mut self, f: NumberPointField, r: &mut Reader<'_>) -> Result<bool> {
         use number_data_point::Value;

@@ -5,6 +5,7 @@
 //! numbers are classified while their digits are scanned, and values of unknown fields
 //! are checked for syntax by an iterative skipper without being decoded.
 
+use component::recycle::Recycler;
 use std::borrow::Cow;
 use std::fmt;
 
@@ -141,6 +142,9 @@ pub(super) struct Reader<'a> {
     /// type and of the last attribute list of a message of that type: the next one is
     /// allocated at that size instead of growing from empty.
     lengths: [[u8; 2]; PREDICTION_SLOTS],
+    /// Where decoded strings and the hot vectors get their buffers (see
+    /// [`component::recycle`]); [`super::decode_metrics`] lends it the thread's pool.
+    pub(super) pool: Recycler,
 }
 
 /// Which list a [`Reader::length_hint`] is about.
@@ -432,6 +436,7 @@ impl<'a> Reader<'a> {
             skip_stack: Vec::new(),
             predicted: [0; PREDICTION_SLOTS],
             lengths: [[0; 2]; PREDICTION_SLOTS],
+            pool: Recycler::default(),
         }
     }
 

@@ -1,0 +1,267 @@
+//! Reusing the strings and vectors of decoded metrics batches.
+//!
+//! A host decodes a batch, runs it through the pipeline and drops it; the next batch
+//! usually has the same shape (an agent push is ~10 metrics of one point each with a few
+//! string attributes), so its allocations and frees can become pops and pushes on a
+//! per-thread [`Recycler`]. Decoders take empty strings and vectors from it; the host hands
+//! the batch back with [`Recycler::recycle`] when it is done. What comes out of a decoder is
+//! the same value either way; only where its memory comes from differs.
+//!
+//! Everything kept is empty, and how much is kept is bounded: at most
+//! [`Recycler::KEEP_STRINGS`] strings of at most [`Recycler::MAX_STRING_BYTES`] each and
+//! [`Recycler::KEEP_VECS`] vectors of each kind of at most [`Recycler::MAX_VEC_BYTES`] each,
+//! about 1.5 MiB per thread at worst.
+
+use crate::otlp::{
+    AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind,
+    NumberDataPoint, ResourceMetrics, ScopeMetrics,
+};
+
+/// Counts of what a [`Recycler`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    pub strings: usize,
+    pub kvs: usize,
+    pub points: usize,
+    pub metrics: usize,
+    pub scopes: usize,
+    pub resources: usize,
+}
+
+/// Per-thread pools of empty strings and vectors (see the module docs).
+#[derive(Debug, Default)]
+pub struct Recycler {
+    strings: Vec<String>,
+    kvs: Vec<Vec<KeyValue>>,
+    points: Vec<Vec<NumberDataPoint>>,
+    metrics: Vec<Vec<Metric>>,
+    scopes: Vec<Vec<ScopeMetrics>>,
+    resources: Vec<Vec<ResourceMetrics>>,
+}
+
+impl Recycler {
+    /// How many strings are kept at most.
+    pub const KEEP_STRINGS: usize = 1024;
+    /// The largest string kept, in bytes of capacity.
+    pub const MAX_STRING_BYTES: usize = 256;
+    /// How many vectors of each kind are kept at most.
+    pub const KEEP_VECS: usize = 256;
+    /// The largest vector kept, in bytes of capacity.
+    pub const MAX_VEC_BYTES: usize = 1024;
+
+    /// An empty string, reused when one is kept.
+    #[inline]
+    pub fn string(&mut self) -> String {
+        self.strings.pop().unwrap_or_default()
+    }
+
+    /// `text` in a reused string.
+    #[inline]
+    pub fn string_from(&mut self, text: &str) -> String {
+        let mut s = self.string();
+        s.push_str(text);
+        s
+    }
+
+    /// Set `s` to `text`, in place, giving `s` a kept string's buffer if it has none.
+    #[inline]
+    pub fn set_string(&mut self, s: &mut String, text: &str) {
+        if s.capacity() == 0
+            && let Some(kept) = self.strings.pop()
+        {
+            *s = kept;
+        }
+        s.clear();
+        s.push_str(text);
+    }
+
+    #[inline]
+    pub fn kvs(&mut self) -> Vec<KeyValue> {
+        self.kvs.pop().unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn points(&mut self) -> Vec<NumberDataPoint> {
+        self.points.pop().unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn metrics(&mut self) -> Vec<Metric> {
+        self.metrics.pop().unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn scopes(&mut self) -> Vec<ScopeMetrics> {
+        self.scopes.pop().unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn resources(&mut self) -> Vec<ResourceMetrics> {
+        self.resources.pop().unwrap_or_default()
+    }
+
+    /// How many of each kind are kept now (for tests and bounds checks).
+    pub fn kept(&self) -> Kept {
+        Kept {
+            strings: self.strings.len(),
+            kvs: self.kvs.len(),
+            points: self.points.len(),
+            metrics: self.metrics.len(),
+            scopes: self.scopes.len(),
+            resources: self.resources.len(),
+        }
+    }
+
+    /// Take back what `req` holds (its strings and vectors, emptied) for later decodes.
+    pub fn recycle(&mut self, req: ExportMetricsServiceRequest) {
+        self.recycle_resources(req.resource_metrics);
+    }
+
+    /// [`Recycler::recycle`] for the resource list of a request. Parts it does not pool
+    /// (histograms, scopes' names, exemplars, nested attribute values) are dropped.
+    pub fn recycle_resources(&mut self, mut resources: Vec<ResourceMetrics>) {
+        for mut rm in resources.drain(..) {
+            if let Some(res) = rm.resource.take() {
+                self.kvs_back(res.attributes);
+            }
+            for mut sm in rm.scope_metrics.drain(..) {
+                for mut m in sm.metrics.drain(..) {
+                    self.string_back(std::mem::take(&mut m.name));
+                    self.string_back(std::mem::take(&mut m.description));
+                    self.string_back(std::mem::take(&mut m.unit));
+                    let points = match m.data.take() {
+                        Some(MetricKind::Gauge(g)) => g.data_points,
+                        Some(MetricKind::Sum(s)) => s.data_points,
+                        _ => continue,
+                    };
+                    self.points_back(points);
+                }
+                Self::back(&mut self.metrics, sm.metrics);
+            }
+            Self::back(&mut self.scopes, rm.scope_metrics);
+        }
+        Self::back(&mut self.resources, resources);
+    }
+
+    fn points_back(&mut self, mut points: Vec<NumberDataPoint>) {
+        for dp in points.drain(..) {
+            self.kvs_back(dp.attributes);
+        }
+        Self::back(&mut self.points, points);
+    }
+
+    fn kvs_back(&mut self, mut kvs: Vec<KeyValue>) {
+        for kv in kvs.drain(..) {
+            self.string_back(kv.key);
+            if let Some(AnyValue {
+                value: Some(AnyValueKind::StringValue(s)),
+            }) = kv.value
+            {
+                self.string_back(s);
+            }
+        }
+        Self::back(&mut self.kvs, kvs);
+    }
+
+    fn string_back(&mut self, mut s: String) {
+        if s.capacity() > 0
+            && s.capacity() <= Self::MAX_STRING_BYTES
+            && self.strings.len() < Self::KEEP_STRINGS
+        {
+            s.clear();
+            self.strings.push(s);
+        }
+    }
+
+    /// Keep `v` (emptied by the caller) unless the pool is full or `v` is too large.
+    fn back<T>(pool: &mut Vec<Vec<T>>, v: Vec<T>) {
+        debug_assert!(v.is_empty());
+        if v.capacity() > 0
+            && v.capacity().saturating_mul(std::mem::size_of::<T>()) <= Self::MAX_VEC_BYTES
+            && pool.len() < Self::KEEP_VECS
+        {
+            pool.push(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::otlp::{Gauge, NumberValue, Resource};
+
+    fn kv(k: &str, v: &str) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue {
+                value: Some(AnyValueKind::StringValue(v.into())),
+            }),
+            key_strindex: 0,
+        }
+    }
+
+    fn batch() -> Vec<ResourceMetrics> {
+        vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![kv("ingero.node.id", "n1"), kv("ingero.cluster.id", "c1")],
+                ..Resource::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "ingero.node.health_score".into(),
+                    unit: "1".into(),
+                    data: Some(MetricKind::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: vec![kv("ingero.node.state", "active")],
+                            value: Some(NumberValue::AsDouble(0.9)),
+                            ..NumberDataPoint::default()
+                        }],
+                    })),
+                    ..Metric::default()
+                }],
+                ..ScopeMetrics::default()
+            }],
+            ..ResourceMetrics::default()
+        }]
+    }
+
+    #[test]
+    fn recycled_parts_come_back_empty_and_reuse_their_buffers() {
+        let mut r = Recycler::default();
+        let b = batch();
+        let name_ptr = b[0].scope_metrics[0].metrics[0].name.as_ptr();
+        r.recycle_resources(b);
+        // 2 + 1 attribute keys and values, the metric's name and unit.
+        assert_eq!(r.kept().strings, 8);
+        let reused: Vec<String> = (0..8).map(|_| r.string()).collect();
+        assert!(reused.iter().all(String::is_empty));
+        assert!(reused.iter().any(|s| s.as_ptr() == name_ptr));
+        assert_eq!(r.string().capacity(), 0, "pool empty: a new string");
+        for v in [r.kvs(), r.kvs()] {
+            assert!(v.is_empty() && v.capacity() > 0);
+        }
+        assert!(r.points().capacity() > 0 && r.metrics().capacity() > 0);
+        assert!(r.scopes().capacity() > 0 && r.resources().capacity() > 0);
+        assert_eq!(r.resources().capacity(), 0);
+    }
+
+    #[test]
+    fn pools_are_bounded() {
+        let mut r = Recycler::default();
+        for _ in 0..Recycler::KEEP_STRINGS {
+            r.recycle_resources(batch());
+        }
+        assert_eq!(r.kept().strings, Recycler::KEEP_STRINGS);
+        let big = "x".repeat(Recycler::MAX_STRING_BYTES + 1);
+        let mut r = Recycler::default();
+        let mut b = batch();
+        b[0].scope_metrics[0].metrics[0].name = big;
+        b[0].scope_metrics[0].metrics[0].unit = String::new();
+        r.recycle_resources(b);
+        assert_eq!(
+            r.kept().strings,
+            6,
+            "the oversized name and the empty unit are not kept"
+        );
+    }
+}
