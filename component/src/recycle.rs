@@ -120,6 +120,11 @@ impl Recycler {
     /// [`Recycler::recycle`] for the resource list of a request. Parts it does not pool
     /// (histograms, scopes' names, exemplars, nested attribute values) are dropped.
     pub fn recycle_resources(&mut self, mut resources: Vec<ResourceMetrics>) {
+        if self.strings.len() >= Self::KEEP_STRINGS {
+            // Full (nothing on this thread takes from the pool, e.g. protobuf-only
+            // traffic): a plain drop costs less than the walk.
+            return;
+        }
         for mut rm in resources.drain(..) {
             if let Some(res) = rm.resource.take() {
                 self.kvs_back(res.attributes);
