@@ -9,7 +9,8 @@
 //!   and a shared latency vector made the generator's own waits part of the latencies it
 //!   reported);
 //! - paced (`--interval 10s`): every agent pushes once per interval with ±10 % jitter,
-//!   like the real agent (fleet-scale simulation).
+//!   like the real agent (fleet-scale simulation), over the same fixed set of connections;
+//!   the report adds how late pushes left against their schedule (`schedule_lag_ms`).
 //!
 //! With `--server-pid`, the server's CPU time (utime+stime from /proc) is sampled before and
 //! after, giving CPU microseconds per push.
@@ -49,7 +50,7 @@ struct Args {
     /// Clusters the agents are spread over.
     #[arg(long, default_value_t = 4)]
     clusters: usize,
-    /// Concurrent connections (closed-loop mode).
+    /// Connections (both modes; in paced mode the agents share them).
     #[arg(long, default_value_t = 64)]
     connections: usize,
     /// Test length.
@@ -175,54 +176,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let base = args.endpoint.trim_end_matches('/').to_string();
 
-    if args.interval.is_none() {
-        let target = Target::parse(&base)?;
-        let conns = args.connections.max(1);
-        let mut loops = Vec::with_capacity(conns);
-        for w in 0..conns {
-            let (payloads, stop, target) = (payloads.clone(), stop.clone(), target.clone());
-            loops.push(tokio::spawn(closed_loop(
-                w, conns, target, payloads, ct, stop,
-            )));
-        }
-        tokio::time::sleep(args.duration).await;
-        stop.store(true, Relaxed);
-        let elapsed = t0.elapsed();
-        let cpu1 = args.server_pid.and_then(cpu_seconds);
-        // Each loop finishes the request it has in flight; one that hangs is cut off
-        // (and its connection's counts are lost, which the report's totals then show).
-        for h in loops {
-            if let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), h).await {
-                stats.merge(t);
-            }
-        }
-        return report(&args, avg_body, &stats, elapsed, cpu0, cpu1);
-    }
-    // Paced: `--connections` tasks, each with its own connection carrying the pushes of
-    // the agents `w, w + conns, ...` on their schedule (like a front-end's upstream pool:
-    // agents far outnumber connections, and the connection count stays fixed however slow
-    // the server gets; lateness shows in the schedule lag instead).
+    // One task per connection, each with its own HTTP/1.1 connection and tallies. Closed
+    // loop: back to back over the agents `w, w + conns, ...`. Paced: the same agents, each
+    // on its schedule (like a front-end's upstream pool: agents far outnumber connections,
+    // the connection count stays fixed however slow the server gets, and lateness shows
+    // in the schedule lag instead).
     let target = Target::parse(&base)?;
     let conns = args.connections.max(1);
-    let Some(iv) = args.interval else {
-        unreachable!("paced mode has an interval")
-    };
     let mut loops = Vec::with_capacity(conns);
     for w in 0..conns {
         let (payloads, stop, target) = (payloads.clone(), stop.clone(), target.clone());
-        loops.push(tokio::spawn(paced_loop(
-            (w, conns),
-            target,
-            payloads,
-            ct,
-            (t0, iv, t0 + args.duration),
-            stop,
-        )));
+        loops.push(match args.interval {
+            None => tokio::spawn(closed_loop(w, conns, target, payloads, ct, stop)),
+            Some(iv) => tokio::spawn(paced_loop(
+                (w, conns),
+                target,
+                payloads,
+                ct,
+                (t0, iv, t0 + args.duration),
+                stop,
+            )),
+        });
     }
     tokio::time::sleep(args.duration).await;
     stop.store(true, Relaxed);
     let elapsed = t0.elapsed();
     let cpu1 = args.server_pid.and_then(cpu_seconds);
+    // Each loop finishes the request it has in flight; one that hangs is cut off (and its
+    // connection's counts are lost, which the report's totals then show).
     for h in loops {
         if let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), h).await {
             stats.merge(t);
