@@ -15,6 +15,15 @@ use collector_host::service::{self, RunOptions};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The only libm function the binary calls is `pow` (tokio's scheduler weighs its poll-time
+/// average with `f64::powf`). Defining it here, from the pure-Rust `libm` crate, lets the
+/// linker leave libm.so out (`--as-needed`): about 0.5 MB less idle RSS, since the loader
+/// maps and relocates a whole library for one function. Only this binary defines it.
+#[unsafe(no_mangle)]
+extern "C" fn pow(x: f64, y: f64) -> f64 {
+    libm::pow(x, y)
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ingero-fleet",
