@@ -17,8 +17,10 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The only libm function the binary calls is `pow` (tokio's scheduler weighs its poll-time
 /// average with `f64::powf`). Defining it here, from the pure-Rust `libm` crate, lets the
-/// linker leave libm.so out (`--as-needed`): about 0.5 MB less idle RSS, since the loader
-/// maps and relocates a whole library for one function. Only this binary defines it.
+/// linker leave libm.so out (`--as-needed`): 0.3-0.7 MB less idle RSS in session 9's runs,
+/// since the loader maps and relocates a whole library for one function. Only this binary
+/// defines it. Code that calls another libm function brings the library back (harmless;
+/// `ldd target/release/ingero-fleet` shows it).
 #[unsafe(no_mangle)]
 extern "C" fn pow(x: f64, y: f64) -> f64 {
     libm::pow(x, y)
