@@ -126,7 +126,7 @@ pub fn build(
         };
         Some(Arc::new(HttpTransport::new(
             &tls,
-            f.timeout,
+            f.effective_timeout(),
             f.token_file.clone(),
         )?))
     } else {
