@@ -63,6 +63,7 @@ fn tick(c: &mut Criterion) {
             let input = TickInput {
                 raw: Some(SignalSet::new(1000.0, 0.9, 0.8, 0.7)),
                 kernel_launches: 60_000,
+                other_work: true,
                 observed_at: t,
             };
             core.tick(input, view, Timestamp::from_secs(1_005))
@@ -77,6 +78,7 @@ fn push(c: &mut Criterion) {
             TickInput {
                 raw: Some(SignalSet::new(1000.0, 0.9, 0.8, 0.7)),
                 kernel_launches: 1,
+                other_work: true,
                 observed_at: Timestamp::from_secs(1),
             },
             FleetView {

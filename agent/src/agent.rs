@@ -91,7 +91,11 @@ pub struct Agent {
     ticks: u64,
     straggler_events: u64,
     last_raw_throughput: f64,
+    gpu_activity: Option<GpuActivity>,
 }
+
+/// Reads GPU utilization in [0, 1] (NVML), `None` when unknown.
+pub type GpuActivity = Box<dyn FnMut() -> Option<f64> + Send>;
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +128,13 @@ impl Agent {
             ticks: 0,
             straggler_events: 0,
             last_raw_throughput: 0.0,
+            gpu_activity: None,
         }
+    }
+
+    /// A GPU utilization reader (NVML): utilization above 0 keeps the node out of IDLE.
+    pub fn set_gpu_activity(&mut self, f: GpuActivity) {
+        self.gpu_activity = Some(f);
     }
 
     pub fn core(&self) -> &HealthCore {
@@ -304,9 +314,18 @@ impl Agent {
             Ok(s) => {
                 self.cgroups.add(&s.per_cgroup);
                 self.last_raw_throughput = s.raw.throughput;
+                // Work the launch counters may miss: host threads inside CUDA calls (a
+                // synchronize waiting on kernels some uncounted layer launched), or the GPU
+                // busy according to NVML.
+                let gpu_busy = self
+                    .gpu_activity
+                    .as_mut()
+                    .and_then(|f| f())
+                    .is_some_and(|u| u > 0.0);
                 TickInput {
                     raw: Some(s.raw),
                     kernel_launches: s.kernel_launches,
+                    other_work: s.raw.compute > 0.0 || gpu_busy,
                     observed_at: now,
                 }
             }
@@ -315,6 +334,7 @@ impl Agent {
                 TickInput {
                     raw: None,
                     kernel_launches: 0,
+                    other_work: false,
                     observed_at: now,
                 }
             }

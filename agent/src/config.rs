@@ -123,6 +123,8 @@ pub struct HealthConfig {
     pub signal_window: Duration,
     /// GPUs the compute signal is divided by; 0 = NVML's count, else 1.
     pub num_gpus: u32,
+    /// Straggler rule: `cusum` (Fleet's persistence-aware rule) or `one-sample` (spec 4.1).
+    pub classifier: crate::health::classifier::Rule,
 }
 
 impl Default for HealthConfig {
@@ -132,6 +134,7 @@ impl Default for HealthConfig {
             classifier_hysteresis: DEFAULT_HYSTERESIS,
             signal_window: DEFAULT_SIGNAL_WINDOW,
             num_gpus: 0,
+            classifier: crate::health::classifier::Rule::Cusum,
         }
     }
 }

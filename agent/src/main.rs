@@ -89,6 +89,9 @@ struct RunArgs {
     warmup_samples: Option<u64>,
     #[arg(long)]
     fleet_classifier_hysteresis: Option<f64>,
+    /// Straggler rule: cusum (Fleet's persistence-aware rule) or one-sample (spec 4.1).
+    #[arg(long, value_enum)]
+    classifier: Option<ingero_agent::health::classifier::Rule>,
     #[arg(long, value_parser = duration_arg)]
     signal_window: Option<Duration>,
     #[arg(long)]
@@ -220,6 +223,7 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     let h = &mut c.health;
     set!(h.warmup_samples, a.warmup_samples);
     set!(h.classifier_hysteresis, a.fleet_classifier_hysteresis);
+    set!(h.classifier, a.classifier);
     set!(h.signal_window, a.signal_window);
     set!(h.num_gpus, a.signal_num_gpus);
     if a.remediate {
@@ -294,6 +298,11 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
     };
     let built = setup::build(&cfg, clock.clone(), source, nccl, gpu).map_err(|e| e.to_string())?;
     let mut agent = built.agent;
+    if !cfg.synthetic.enabled
+        && let Some(nvml) = ingero_agent::signals::nvml::Nvml::load()
+    {
+        agent.set_gpu_activity(Box::new(move || nvml.gpu_utilization()));
+    }
     agent.restore_baseline(cfg.fleet.persist_stale_age);
     if cfg.fleet.provider == ProviderSetting::Auto && built.push.is_some() {
         let cell = built.provider.clone();

@@ -9,7 +9,7 @@ use component::Timestamp;
 
 use super::SignalSet;
 use super::baseline::{BaselineConfig, Baseliner};
-use super::classifier::{Classifier, dominant_signal_str};
+use super::classifier::{AnyClassifier, Rule, dominant_signal_str};
 use super::mode::{DetectionMode, ModeConfig, ModeDecision, ModeInputs, evaluate};
 use super::score::{Anomaly, Score, compute};
 use super::state::{NodeState, Observation, StateConfig, StateMachine, Transition};
@@ -21,6 +21,11 @@ pub struct CoreConfig {
     pub state: StateConfig,
     pub mode: ModeConfig,
     pub hysteresis: f64,
+    pub rule: Rule,
+    /// Ticks after a wake from IDLE whose signal window still covers idle time: the first
+    /// is not pushed, none is classified or folded into the baseline. `ceil(signal window /
+    /// push interval)`, at least 1.
+    pub settle_ticks: u32,
 }
 
 impl Default for CoreConfig {
@@ -30,6 +35,8 @@ impl Default for CoreConfig {
             state: StateConfig::default(),
             mode: ModeConfig::default(),
             hysteresis: super::classifier::DEFAULT_HYSTERESIS,
+            rule: Rule::default(),
+            settle_ticks: 1,
         }
     }
 }
@@ -50,6 +57,9 @@ pub struct TickInput {
     pub raw: Option<SignalSet>,
     /// Kernel launches in the signal window.
     pub kernel_launches: i64,
+    /// Evidence of GPU work besides counted launches (time in CUDA calls, NVML
+    /// utilization): keeps the node out of IDLE.
+    pub other_work: bool,
     /// When the sample was taken (normally `now`).
     pub observed_at: Timestamp,
 }
@@ -104,9 +114,10 @@ pub struct HealthCore {
     cfg: CoreConfig,
     baseliner: Baseliner,
     state: StateMachine,
-    classifier: Classifier,
+    classifier: AnyClassifier,
     mode: DetectionMode,
     last_report: Option<HealthReport>,
+    settle_left: u32,
 }
 
 impl HealthCore {
@@ -115,9 +126,10 @@ impl HealthCore {
             cfg,
             baseliner: Baseliner::new(cfg.baseline),
             state: StateMachine::new(cfg.state),
-            classifier: Classifier::new(cfg.hysteresis),
+            classifier: AnyClassifier::new(cfg.rule, cfg.hysteresis),
             mode: DetectionMode::None,
             last_report: None,
+            settle_left: 0,
         }
     }
 
@@ -158,6 +170,7 @@ impl HealthCore {
     pub fn tick(&mut self, input: TickInput, fleet: FleetView, now: Timestamp) -> TickOutcome {
         let obs = Observation {
             kernel_launches: input.kernel_launches,
+            other_work: input.other_work,
             read_ok: input.raw.is_some(),
             timestamp: input.observed_at,
         };
@@ -186,10 +199,20 @@ impl HealthCore {
         if transition.next == NodeState::Stale {
             return out;
         }
+        if transition.is_wake() {
+            // This tick's window is partly idle: its throughput means nothing yet.
+            self.settle_left = self.cfg.settle_ticks.saturating_sub(1);
+            return out;
+        }
+        let settling = self.settle_left > 0;
+        self.settle_left = self.settle_left.saturating_sub(1);
 
         let signals = self.baseliner.signals(raw);
         let before = self.baseliner.current();
-        self.baseliner.update(raw);
+        // IDLE freezes the baseline (waking finds it as it was); so does settling.
+        if transition.next != NodeState::Idle && !settling {
+            self.baseliner.update(raw);
+        }
         let (score, anomalies) = compute(signals);
         out.anomalies = anomalies;
 
@@ -221,7 +244,9 @@ impl HealthCore {
         out.report = Some(report);
         self.last_report = Some(report);
 
-        if let (NodeState::Active, Some(threshold)) = (transition.next, decision.threshold) {
+        if let (NodeState::Active, Some(threshold), false) =
+            (transition.next, decision.threshold, settling)
+        {
             let verdict = self.classifier.classify(score.value, threshold);
             if verdict.should_emit() {
                 out.straggler = Some(StragglerEmission {
@@ -249,6 +274,7 @@ mod tests {
         TickInput {
             raw: Some(SignalSet::new(throughput, 0.9, 0.9, 0.9)),
             kernel_launches: launches,
+            other_work: false,
             observed_at: at,
         }
     }
@@ -303,18 +329,46 @@ mod tests {
             (0.88, DetectionMode::Fleet, "throughput")
         );
 
-        // Recovery edge fires once, then silence.
+        // Recovery (the CUSUM drains from 6.25 by 4.55 per healthy tick): still flagged on
+        // the first healthy tick, the edge fires once on the second, then silence.
+        let baseline = core.baseliner().reference();
         now = now.saturating_add(Duration::from_secs(10));
-        let baseline = core.baseliner().current().throughput;
-        let out = core.tick(input(baseline * 2.0, 10_000, now), fleet(0.88, now), now);
+        let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
+        let s = out.straggler.unwrap();
+        assert!(s.straggler && !s.edge);
+        now = now.saturating_add(Duration::from_secs(10));
+        let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
         let s = out.straggler.unwrap();
         assert!(!s.straggler && s.edge);
         now = now.saturating_add(Duration::from_secs(10));
         assert!(
-            core.tick(input(2000.0, 10_000, now), fleet(0.88, now), now)
+            core.tick(input(baseline, 10_000, now), fleet(0.88, now), now)
                 .straggler
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_one_sample_rule_flips_on_single_samples() {
+        let cfg = CoreConfig {
+            rule: Rule::OneSample,
+            ..CoreConfig::default().with_warmup(2)
+        };
+        let mut core = HealthCore::new(cfg);
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, 10, now), fleet(0.88, now), now)
+                .straggler
+        };
+        for _ in 0..3 {
+            assert!(tick(&mut core, 1000.0).is_none());
+        }
+        // One sample 0.01 below the threshold flags (the CUSUM would wait: 0.7 sigma).
+        let s = tick(&mut core, 1000.0 * 0.825).unwrap();
+        assert!(s.straggler && s.edge);
+        let s = tick(&mut core, 1000.0).unwrap();
+        assert!(!s.straggler && s.edge);
     }
 
     #[test]
@@ -327,25 +381,105 @@ mod tests {
     }
 
     #[test]
-    fn idle_wake_up_resets_the_baseline_and_skips_that_push() {
+    fn idle_freezes_the_baseline_and_a_wake_is_active_at_once() {
         let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
         let mut now = T0;
-        for launches in [5, 5, 0, 0, 0] {
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
             now = now.saturating_add(Duration::from_secs(10));
-            core.tick(input(500.0, launches, now), fleet(0.5, now), now);
+            core.tick(input(tp, launches, now), fleet(0.5, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 500.0, 5);
+        }
+        let reference = core.baseliner().reference();
+        // Three workless ticks: idle. (The two before the transition are folded in as a
+        // slowdown, at the slow rate.)
+        for _ in 0..3 {
+            tick(&mut core, 0.0, 0);
         }
         assert_eq!(core.state(), NodeState::Idle);
-        assert_eq!(core.baseliner().sample_count(), 5);
-        now = now.saturating_add(Duration::from_secs(10));
-        let out = core.tick(input(50.0, 3, now), fleet(0.5, now), now);
-        assert!(out.transition.is_recalibration());
-        assert!(out.report.is_none());
+        let frozen = core.baseliner().sample_count();
+        for _ in 0..20 {
+            let out = tick(&mut core, 0.0, 0);
+            assert_eq!(out.report.unwrap().state, NodeState::Idle, "idle is pushed");
+        }
+        assert_eq!(core.baseliner().sample_count(), frozen, "frozen while idle");
+        assert!(core.baseliner().reference() > 0.99 * reference);
+        // Work resumes: ACTIVE on that very tick, not pushed (its window is partly idle).
+        let out = tick(&mut core, 50.0, 3);
         assert_eq!(
-            core.baseliner().sample_count(),
-            1,
-            "reset, then seeded with the waking sample"
+            (out.transition.prev, out.transition.next),
+            (NodeState::Idle, NodeState::Active)
         );
-        assert!((core.baseliner().current().throughput - 50.0).abs() < 1e-9);
+        assert!(out.report.is_none() && out.straggler.is_none());
+        assert_eq!(core.baseliner().sample_count(), frozen);
+        // The next tick is pushed as active and scored against the old baseline.
+        let out = tick(&mut core, 500.0, 5);
+        let r = out.report.unwrap();
+        assert_eq!(r.state, NodeState::Active);
+        assert!(r.score.signals.throughput > 0.99, "{:?}", r.score.signals);
+        // The two workless ACTIVE ticks before IDLE scored 0.27 < 0.5 and were flagged (the
+        // verdict is kept through IDLE); the first scored tick after the wake clears it.
+        let s = out.straggler.unwrap();
+        assert!(!s.straggler && s.edge);
+    }
+
+    #[test]
+    fn a_long_signal_window_settles_for_several_ticks_after_a_wake() {
+        let cfg = CoreConfig {
+            settle_ticks: 3,
+            ..CoreConfig::default().with_warmup(2)
+        };
+        let mut core = HealthCore::new(cfg);
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, launches, now), fleet(0.88, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 1000.0, 5);
+        }
+        for _ in 0..3 {
+            tick(&mut core, 0.0, 0);
+        }
+        assert_eq!(core.state(), NodeState::Idle);
+        let samples = core.baseliner().sample_count();
+        // Wake (not pushed), then two ramping ticks pushed but neither classified nor folded in.
+        assert!(tick(&mut core, 100.0, 1).report.is_none());
+        for tp in [300.0, 600.0] {
+            let out = tick(&mut core, tp, 5);
+            assert_eq!(out.report.unwrap().state, NodeState::Active);
+            assert!(
+                out.straggler.is_none(),
+                "a ramping window is not a straggler"
+            );
+        }
+        assert_eq!(core.baseliner().sample_count(), samples);
+        // Settled: classified again (a real slowdown is flagged).
+        let out = tick(&mut core, 400.0, 5);
+        assert!(out.straggler.is_some_and(|s| s.straggler));
+        assert_eq!(core.baseliner().sample_count(), samples + 1);
+    }
+
+    #[test]
+    fn cuda_call_time_alone_keeps_the_node_active() {
+        // The H100 case: cuBLAS kernels launched through the driver from a static runtime
+        // (not counted), the host waiting in torch.cuda.synchronize (time in CUDA calls).
+        let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
+        let mut now = T0;
+        for i in 0..50 {
+            now = now.saturating_add(Duration::from_secs(1));
+            let inp = TickInput {
+                other_work: true,
+                ..input(
+                    if i < 5 { 300.0 } else { 0.0 },
+                    if i < 5 { 300 } else { 0 },
+                    now,
+                )
+            };
+            core.tick(inp, fleet(0.5, now), now);
+            assert_ne!(core.state(), NodeState::Idle, "tick {i}");
+        }
     }
 
     #[test]
@@ -354,6 +488,7 @@ mod tests {
         let fail = TickInput {
             raw: None,
             kernel_launches: 0,
+            other_work: false,
             observed_at: T0,
         };
         for _ in 0..3 {
