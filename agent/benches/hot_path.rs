@@ -65,6 +65,7 @@ fn tick(c: &mut Criterion) {
                 kernel_launches: 60_000,
                 other_work: true,
                 observed_at: t,
+                sync_wait: 0.0,
             };
             core.tick(input, view, Timestamp::from_secs(1_005))
         })
@@ -80,6 +81,7 @@ fn push(c: &mut Criterion) {
                 kernel_launches: 1,
                 other_work: true,
                 observed_at: Timestamp::from_secs(1),
+                sync_wait: 0.0,
             },
             FleetView {
                 cached: None,

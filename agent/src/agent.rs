@@ -92,6 +92,7 @@ pub struct Agent {
     straggler_events: u64,
     last_raw_throughput: f64,
     gpu_activity: Option<GpuActivity>,
+    last_tick_at: Option<Timestamp>,
 }
 
 /// Reads GPU utilization in [0, 1] (NVML), `None` when unknown.
@@ -129,6 +130,7 @@ impl Agent {
             straggler_events: 0,
             last_raw_throughput: 0.0,
             gpu_activity: None,
+            last_tick_at: None,
         }
     }
 
@@ -310,6 +312,17 @@ impl Agent {
     pub async fn tick(&mut self) -> TickReport {
         let now = self.clock.now();
         self.ticks += 1;
+        // NCCL points since the last tick: their barrier waits correct the throughput
+        // (synchronous training), and they are exported after the health push.
+        let nccl_points = self
+            .nccl
+            .as_ref()
+            .map(NcclOutbox::drain)
+            .unwrap_or_default();
+        let sync_wait = self.last_tick_at.map_or(0.0, |t| {
+            crate::nccl::sync_wait_fraction(&nccl_points, now.since(t))
+        });
+        self.last_tick_at = Some(now);
         let input = match self.source.collect(now) {
             Ok(s) => {
                 self.cgroups.add(&s.per_cgroup);
@@ -327,6 +340,7 @@ impl Agent {
                     kernel_launches: s.kernel_launches,
                     other_work: s.raw.compute > 0.0 || gpu_busy,
                     observed_at: now,
+                    sync_wait,
                 }
             }
             Err(e) => {
@@ -336,6 +350,7 @@ impl Agent {
                     kernel_launches: 0,
                     other_work: false,
                     observed_at: now,
+                    sync_wait: 0.0,
                 }
             }
         };
@@ -377,8 +392,14 @@ impl Agent {
             event_id = Some(id);
             straggler_push = r;
         }
-        if let (Some(nccl), Some(push)) = (self.nccl.as_mut(), &self.push) {
-            nccl.export(push, &self.identity, now).await;
+        if let Some(nccl) = self.nccl.as_mut() {
+            match &self.push {
+                Some(push) => {
+                    nccl.export_points(push, &self.identity, nccl_points, now)
+                        .await
+                }
+                None => nccl.discard(&nccl_points),
+            }
         }
         self.update_status(&outcome, now);
         TickReport {

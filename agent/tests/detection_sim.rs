@@ -130,6 +130,7 @@ fn run(seed: u64, healthy_ticks: u64, slow_ticks: u64, slow_factor: f64) -> Outc
                     kernel_launches: (BASE_RATE * f) as i64,
                     other_work: true,
                     observed_at: now,
+                    sync_wait: 0.0,
                 },
                 view,
                 now,
@@ -279,4 +280,122 @@ fn a_persistent_thirty_percent_slowdown_stays_flagged_for_five_minutes() {
     // after 5 minutes of the slow reference drift the score is still below 0.80.
     assert!(o.last_slow_score < 0.80, "{}", o.last_slow_score);
     assert_eq!(o.agent_false, 0);
+}
+
+/// Synchronous data-parallel training: 8 ranks, each step ends in an all-reduce, so every
+/// rank's step rate is the slowest rank's. From tick 300 rank 5 computes 30 % slower: every
+/// rank's launches per second drop by the same ~23 %, but the seven waiting ranks spend
+/// that time blocked at the barrier, rank 5 almost none. Fed the barrier-wait fraction
+/// (what `nccl.collective.barrier_wait_ms` measures), the score names rank 5 and only rank
+/// 5, on the agents and in Fleet's own classifier; without it the drop is the same on every
+/// rank and all eight are flagged.
+#[test]
+fn synchronous_training_names_the_slow_rank_from_barrier_waits() {
+    const RANKS: usize = 8;
+    const SLOW: usize = 5;
+    const KERNELS_PER_STEP: f64 = 200.0;
+    let run = |use_waits: bool| {
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut cores: Vec<HealthCore> = (0..RANKS)
+            .map(|_| HealthCore::new(CoreConfig::default()))
+            .collect();
+        let cfg = IngeroConfig::default();
+        let tparams = ThresholdParams::from_config(&cfg);
+        let cparams = CusumParams::from_config(&cfg);
+        let mut fleet = CohortThreshold::default();
+        let mut fleet_cusum = [ShortfallCusum::default(); RANKS];
+        let mut published = None;
+        let mut agent_flags = [0u32; RANKS];
+        let mut fleet_flags = [0u32; RANKS];
+        let mut healthy_flags = 0u32;
+        let t0 = Timestamp::from_secs(2_000_000);
+        for tick in 0..400u64 {
+            let now = t0.saturating_add(Duration::from_secs(tick));
+            // Per-step compute time of each rank (ms), with 2 % jitter; the step takes the
+            // slowest rank's time plus a 1 ms all-reduce.
+            let compute: Vec<f64> = (0..RANKS)
+                .map(|r| {
+                    let base = if tick >= 300 && r == SLOW { 13.0 } else { 10.0 };
+                    base * (1.0 + 0.02 * normal(&mut rng))
+                })
+                .collect();
+            let slowest = compute.iter().copied().fold(0.0, f64::max);
+            let step_ms = slowest + 1.0;
+            let steps_per_s = 1000.0 / step_ms;
+            let view = FleetView {
+                cached: published.map(|value| CachedThreshold {
+                    value,
+                    quorum_met: true,
+                    received_at: now,
+                }),
+                fleet_reachable: true,
+            };
+            let mut scores = Vec::new();
+            for (r, core) in cores.iter_mut().enumerate() {
+                let wait = (slowest - compute[r]) * steps_per_s / 1000.0;
+                let o = core.tick(
+                    TickInput {
+                        raw: Some(SignalSet::new(
+                            KERNELS_PER_STEP * steps_per_s,
+                            COMPUTE,
+                            MEMORY,
+                            CPU,
+                        )),
+                        kernel_launches: 1,
+                        other_work: true,
+                        observed_at: now,
+                        sync_wait: if use_waits { wait } else { 0.0 },
+                    },
+                    view,
+                    now,
+                );
+                if let Some(rep) = o.report.filter(|r| r.state == NodeState::Active) {
+                    scores.push((r, rep.score.value));
+                }
+                if tick >= 300 && core.is_straggler() {
+                    agent_flags[r] += 1;
+                }
+                if (60..300).contains(&tick) && core.is_straggler() {
+                    healthy_flags += 1;
+                }
+            }
+            let mut values: Vec<f64> = scores.iter().map(|(_, s)| *s).collect();
+            let u = fleet.update(&tparams, &mut values, true, now);
+            if let (Some(t), Some(sigma)) = (u.threshold, u.sigma) {
+                for (r, s) in &scores {
+                    fleet_cusum[*r].observe(&cparams, *s, t, sigma);
+                    if tick >= 300 && fleet_cusum[*r].is_straggler() {
+                        fleet_flags[*r] += 1;
+                    }
+                }
+                published = Some(t);
+            }
+        }
+        (agent_flags, fleet_flags, healthy_flags)
+    };
+    let (agent, fleet, healthy) = run(true);
+    println!(
+        "with barrier waits: agent flags per rank {agent:?}, Fleet {fleet:?}, healthy-phase flags {healthy}"
+    );
+    assert_eq!(healthy, 0);
+    for r in 0..RANKS {
+        if r == SLOW {
+            assert!(
+                agent[r] >= 99,
+                "the slow rank is flagged on (nearly) every slow tick: {agent:?}"
+            );
+            assert!(fleet[r] >= 98, "Fleet names it too: {fleet:?}");
+        } else {
+            assert_eq!((agent[r], fleet[r]), (0, 0), "waiting rank {r} flagged");
+        }
+    }
+    let (agent, fleet, _) = run(false);
+    println!("without: agent flags per rank {agent:?}, Fleet {fleet:?}");
+    // Without the waits the slow rank does not stand out: every rank's score drops alike,
+    // and every rank is flagged (Fleet's panic mode holds its threshold while all drop).
+    let alike = |v: &[u32; RANKS]| v.iter().all(|&n| n.abs_diff(v[SLOW]) <= 5);
+    assert!(
+        alike(&agent) && alike(&fleet),
+        "agent {agent:?} Fleet {fleet:?}"
+    );
 }

@@ -51,7 +51,7 @@ impl CoreConfig {
 }
 
 /// What the signal source produced this tick.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct TickInput {
     /// `None` when events could not be read.
     pub raw: Option<SignalSet>,
@@ -62,6 +62,29 @@ pub struct TickInput {
     pub other_work: bool,
     /// When the sample was taken (normally `now`).
     pub observed_at: Timestamp,
+    /// Fraction of the interval this node's ranks spent blocked at NCCL barriers (the
+    /// `nccl.collective.barrier_wait_ms` the agent measures), in [0, 1); 0 without NCCL.
+    pub sync_wait: f64,
+}
+
+/// Most of an interval that can count as barrier wait: the throughput correction is at
+/// most 1 / (1 - 0.9) = 10x.
+pub const MAX_SYNC_WAIT: f64 = 0.9;
+
+/// Throughput per second *not* spent waiting at a barrier. In synchronous training every
+/// rank's step rate falls when one rank is slow, because the others wait for it at the
+/// collective; their launches per non-waiting second stay as they were, while the slow
+/// rank, which waits least, shows the whole drop. So the score names the slow rank.
+pub fn sync_corrected(raw: SignalSet, sync_wait: f64) -> SignalSet {
+    let w = if sync_wait.is_finite() {
+        sync_wait.clamp(0.0, MAX_SYNC_WAIT)
+    } else {
+        0.0
+    };
+    SignalSet {
+        throughput: raw.throughput / (1.0 - w),
+        ..raw
+    }
 }
 
 /// Fleet-side facts as the agent believes them before this tick's push.
@@ -187,12 +210,12 @@ impl HealthCore {
             // A fresh phase: forget the old baseline and seed it with this sample. The
             // score of a just-reset baseline would be meaningless, so nothing is pushed.
             self.baseliner.reset();
-            if let Some(raw) = input.raw {
+            if let Some(raw) = input.raw.map(|r| sync_corrected(r, input.sync_wait)) {
                 self.baseliner.update(raw);
             }
             return out;
         }
-        let Some(raw) = input.raw else {
+        let Some(raw) = input.raw.map(|r| sync_corrected(r, input.sync_wait)) else {
             // Stale, or a failed read on its way there: the agent does not know its score.
             return out;
         };
@@ -276,6 +299,7 @@ mod tests {
             kernel_launches: launches,
             other_work: false,
             observed_at: at,
+            sync_wait: 0.0,
         }
     }
 
@@ -490,6 +514,7 @@ mod tests {
             kernel_launches: 0,
             other_work: false,
             observed_at: T0,
+            sync_wait: 0.0,
         };
         for _ in 0..3 {
             assert!(core.tick(fail, fleet(0.5, T0), T0).report.is_none());
