@@ -418,6 +418,63 @@ async fn the_agent_serves_its_own_metrics() {
     assert!(terminate(&mut child).success());
 }
 
+/// The binary in synthetic mode: work stops (factor 0: no launches, no time in CUDA
+/// calls), the node goes IDLE, work resumes and the very next transition is back to
+/// ACTIVE (not a 30-sample recalibration).
+#[test]
+fn idle_then_work_resumes_straight_into_active() {
+    let dir = TempDir::new("idle");
+    let persist = dir.path().join("b.json");
+    let mut child = agent(&[
+        "--synthetic",
+        "--synthetic-script",
+        "0s:1.0,3s:0,8s:1.0",
+        "--warmup-samples",
+        "2",
+        "--fleet-push-interval",
+        "1s",
+        "--signal-window",
+        "1s",
+        "--log-json",
+        "--fleet-persist-path",
+        persist.to_str().unwrap(),
+    ]);
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) else {
+                continue;
+            };
+            if v["fields"]["message"] == "health state transition" {
+                let f = &v["fields"];
+                let _ = tx.send(format!(
+                    "{}->{} ({})",
+                    f["prev"].as_str().unwrap_or(""),
+                    f["next"].as_str().unwrap_or(""),
+                    f["reason"].as_str().unwrap_or("")
+                ));
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(t) => seen.push(t),
+            Err(_) => break,
+        }
+    }
+    terminate(&mut child);
+    assert_eq!(
+        seen,
+        [
+            "calibrating->active (warm-up complete)",
+            "active->idle (no GPU work)",
+            "idle->active (GPU work resumed)"
+        ]
+    );
+}
+
 #[test]
 fn invalid_flags_report_every_problem_and_exit_2() {
     let out = Command::new(BIN)
