@@ -8,7 +8,7 @@
 //! of 0.1. (The fast EMA itself, the persisted state and the degradation warning are as the
 //! spec says.) With the symmetric EMA a lasting 30 % slowdown was absorbed in
 //! about ten ticks (the ratio climbs back toward 1 and the node looks healthy again); with
-//! the slow downward step the ratio stays near 0.70 (0.72 after 5 minutes of 1 s ticks,
+//! the slow downward step the ratio stays near 0.70 (0.76 after 5 minutes of 1 s ticks,
 //! see `a_lasting_slowdown_stays_visible`). Recoveries and speed-ups are still followed at
 //! 0.1, and noise inside the band moves the baseline as before.
 
