@@ -347,23 +347,40 @@ def overhead(a, out):
         return None
     w = os.path.join(HERE, "workload.py")
 
-    def tiny():
-        r = subprocess.run([a.python, w, "tiny", str(a.overhead_launches)], capture_output=True, text=True)
-        return json.loads(r.stdout.strip().splitlines()[-1])["ns_per_launch"]
+    def last_json(args):
+        r = subprocess.run([a.python, w, *args], capture_output=True, text=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
 
-    bare = [tiny() for _ in range(3)]
+    def measure():
+        return {
+            "ns_per_launch": [last_json(["tiny", str(a.overhead_launches)])["ns_per_launch"] for _ in range(3)],
+            "matmul_ms_per_step": [last_json(["step", "matmul", "300"])["ms_per_step"] for _ in range(3)],
+            "transformer_ms_per_step": [last_json(["step", "transformer", "300"])["ms_per_step"] for _ in range(3)],
+        }
+
+    bare = measure()
     procs = Procs()
+    # Unscoped: the agent watches every process that maps the CUDA libraries.
     ag = procs.start([a.agent_bin, "--fleet-node-id", "overhead", "--fleet-persist-path",
                       os.path.join(out, "ovh.json"), "--log-json", *a.agent_arg],
                      os.path.join(out, "agent-overhead.log"))
-    time.sleep(12)  # one discovery scan
-    rss0, cpu0 = proc_usage(ag.pid)
+    time.sleep(3)
+    rss_idle, _ = proc_usage(ag.pid)
+    warm = subprocess.Popen([a.python, w, "tiny", "100000"], stdout=subprocess.DEVNULL)
+    time.sleep(12)  # a discovery scan attaches to the libraries the warm-up process maps
+    warm.wait()
+    _, cpu0 = proc_usage(ag.pid)
     t = time.time()
-    probed = [tiny() for _ in range(3)]
-    rss1, cpu1 = proc_usage(ag.pid)
+    probed = measure()
+    rss_load, cpu1 = proc_usage(ag.pid)
     procs.stop_all()
-    return {"ns_per_launch_bare": bare, "ns_per_launch_agent": probed,
-            "agent_rss_idle_bytes": rss0, "agent_rss_load_bytes": rss1,
+    with open(os.path.join(out, "agent-overhead.log")) as f:
+        totals = [v for _, k, v in agent_events(f.read().splitlines(), 0.0) if k == "totals"]
+    med = lambda v: sorted(v)[len(v) // 2]
+    return {"bare": bare, "agent": probed,
+            "ratio_median": {k: round(med(probed[k]) / med(bare[k]), 4) for k in bare},
+            "agent_rss_idle_bytes": rss_idle, "agent_rss_load_bytes": rss_load,
+            "probe_totals": totals[-1] if totals else None,
             "agent_cpu_share_under_load": round((cpu1 - cpu0) / max(1e-9, time.time() - t), 4)}
 
 

@@ -7,6 +7,10 @@
                    Prints one JSON line per second: {"t": unix, "steps_per_s": x}.
   contend SECS     back-to-back matmuls on the same GPU for SECS (another process's load)
   tiny N           N tiny launches (x.add_(1) on 256 floats); prints {"ns_per_launch": x}
+  step matmul N    N matmul steps; prints {"ms_per_step": x}
+  step transformer N
+                   N training steps of a small transformer (many small kernels, AdamW);
+                   prints {"ms_per_step": x}
 
 Needs torch with CUDA; nothing here runs without a GPU.
 """
@@ -73,6 +77,39 @@ def tiny(n):
     print(json.dumps({"launches": n, "ns_per_launch": round(dt / n * 1e9, 1)}), flush=True)
 
 
+def step_time(kind, n):
+    import torch
+
+    if kind == "matmul":
+        a = torch.randn(4096, 4096, device="cuda")
+        b = torch.randn(4096, 4096, device="cuda")
+
+        def step():
+            a @ b
+            torch.cuda.synchronize()
+    elif kind == "transformer":
+        layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=512, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=4).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(16, 64, 256, device="cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+    else:
+        sys.exit(f"unknown step kind {kind!r}")
+    for _ in range(20):
+        step()
+    t = time.perf_counter()
+    for _ in range(n):
+        step()
+    dt = time.perf_counter() - t
+    print(json.dumps({"kind": kind, "steps": n, "ms_per_step": round(dt / n * 1e3, 4)}), flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "train":
@@ -81,5 +118,7 @@ if __name__ == "__main__":
         contend(float(sys.argv[2]))
     elif mode == "tiny":
         tiny(int(sys.argv[2]))
+    elif mode == "step":
+        step_time(sys.argv[2], int(sys.argv[3]))
     else:
         sys.exit(f"unknown mode {mode!r}")
