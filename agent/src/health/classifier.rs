@@ -159,6 +159,16 @@ impl AnyClassifier {
             AnyClassifier::OneSample(c) => c.classify(score, threshold),
         }
     }
+
+    /// The node went IDLE. `cusum` forgets the shortfall as Fleet does for a node that is
+    /// not active and returns whether a straggler verdict was cleared; `one-sample` keeps
+    /// its verdict (the spec's agent) and returns false.
+    pub fn reset_on_idle(&mut self) -> bool {
+        match self {
+            AnyClassifier::Cusum(c) => c.cusum.reset().is_some(),
+            AnyClassifier::OneSample(_) => false,
+        }
+    }
 }
 
 impl Classifier {

@@ -281,6 +281,17 @@ impl HealthCore {
                     dominant_signal: dominant_signal_str(&score.signals, &before),
                 });
             }
+        } else if transition.next == NodeState::Idle && self.classifier.reset_on_idle() {
+            // As Fleet does for a node that is not active: the verdict is cleared, and the
+            // consumers hear it (a resolved event) instead of a straggler that never ends.
+            out.straggler = Some(StragglerEmission {
+                straggler: false,
+                edge: true,
+                score: score.value,
+                threshold: decision.threshold.unwrap_or(0.0),
+                mode: decision.mode,
+                dominant_signal: "unknown",
+            });
         }
         out
     }
@@ -442,10 +453,34 @@ mod tests {
         let r = out.report.unwrap();
         assert_eq!(r.state, NodeState::Active);
         assert!(r.score.signals.throughput > 0.99, "{:?}", r.score.signals);
-        // The two workless ACTIVE ticks before IDLE scored 0.27 < 0.5 and were flagged (the
-        // verdict is kept through IDLE); the first scored tick after the wake clears it.
+        // The two workless ACTIVE ticks before IDLE scored 0.27 < 0.5 and were flagged; the
+        // verdict was cleared when the node went IDLE (checked below), so nothing here.
+        assert!(out.straggler.is_none());
+    }
+
+    #[test]
+    fn going_idle_clears_a_straggler_verdict_once() {
+        let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, launches, now), fleet(0.5, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 500.0, 5);
+        }
+        let a = tick(&mut core, 0.0, 0).straggler.unwrap();
+        assert!(a.straggler && a.edge, "a workless active tick scores 0.27");
+        assert!(tick(&mut core, 0.0, 0).straggler.unwrap().straggler);
+        let out = tick(&mut core, 0.0, 0);
+        assert_eq!(out.transition.next, NodeState::Idle);
         let s = out.straggler.unwrap();
         assert!(!s.straggler && s.edge);
+        assert_eq!((s.threshold, s.dominant_signal), (0.5, "unknown"));
+        assert!(!core.is_straggler());
+        for _ in 0..5 {
+            assert!(tick(&mut core, 0.0, 0).straggler.is_none(), "once");
+        }
     }
 
     #[test]
