@@ -180,10 +180,13 @@ def build_report(run):
     for name, start, end in windows:
         ev = events[victim]
         a_det = first(ev, "straggler", lambda v: v, start, end + budget_detect)
-        a_rec = first(ev, "straggler", lambda v: not v, end, end + 10 * budget_recover) if a_det is not None else None
+        # Recovery: the first clear verdict after the detection, relative to the end of the
+        # injection (negative when cleared before it: a stopped node goes IDLE, which
+        # clears the verdict on the agent and excludes the node on Fleet).
+        a_rec = first(ev, "straggler", lambda v: not v, a_det, end + 10 * budget_recover) if a_det is not None else None
         ff = fleet_flag(run["diag"], victim)
         f_det = next((t for t, s in ff if start <= t < end + budget_detect and s), None)
-        f_rec = next((t for t, s in ff if t >= end and not s), None) if f_det is not None else None
+        f_rec = next((t for t, s in ff if t > f_det and not s), None) if f_det is not None else None
         if name == "stop":
             # A stopped node goes IDLE (Fleet excludes it) rather than being flagged: report it.
             idle = first(ev, "state", lambda v: v == "idle", start, end)

@@ -93,11 +93,22 @@ class Report(unittest.TestCase):
         self.assertTrue(stall["agent_detect_ok"] and stall["fleet_detect_ok"])
         self.assertFalse(stall["recover_ok"], "Fleet took 5.5 s > 2 intervals")
         self.assertEqual((stop["agent_idle_after_s"], stop["agent_wake_after_s"]), (6.0, 0.5))
+        # Nothing flagged during the stop: no detection, no recovery.
+        self.assertIsNone(stop["agent_detect_s"])
+        self.assertIsNone(stop["agent_recover_s"])
         fp = r["false_positives"]
         self.assertEqual(fp["agent_by_node"], {"n3": 3})
         self.assertEqual(fp["fleet_by_node"], {"n2": 1})
         self.assertEqual(r["idle_while_running"], [{"node": "n3", "t": 50.0}])
         self.assertEqual(r["budgets"], {"detect_s": 6.0, "recover_s": 4.0})
+
+    def test_a_stop_cleared_by_idle_recovers_before_the_end(self):
+        logs = {"n0": [flag(71.0, True), state(73.0, "idle"), flag(73.0, False), state(86.0, "active")]}
+        diag = [{"t": t + 0.5, "nodes": {"n0": {"straggler": 72 <= t < 74}}} for t in range(100)]
+        stop = self.run_report(logs, diag)["injections"][1]
+        self.assertEqual((stop["agent_detect_s"], stop["agent_recover_s"]), (1.0, -12.0))
+        self.assertEqual((stop["fleet_detect_s"], stop["fleet_recover_s"]), (2.5, -10.5))
+        self.assertTrue(stop["recover_ok"])
 
     def test_nothing_detected_is_reported_as_such(self):
         r = self.run_report({}, [])
