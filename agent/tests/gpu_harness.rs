@@ -13,7 +13,8 @@ fn gpu_e2e_harness_unit_tests() {
     let mut cmd = Command::new("python3");
     cmd.current_dir(root)
         .args(["-m", "unittest", "-v", "scripts/gpu/test_e2e.py"])
-        .env("INGERO_AGENT_BIN", env!("CARGO_BIN_EXE_ingero-agent"));
+        .env("INGERO_AGENT_BIN", env!("CARGO_BIN_EXE_ingero-agent"))
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     if std::env::var_os("INGERO_FLEET_BIN").is_none() {
         eprintln!("dry run skipped: set INGERO_FLEET_BIN to include it");
     }
