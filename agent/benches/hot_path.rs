@@ -63,7 +63,9 @@ fn tick(c: &mut Criterion) {
             let input = TickInput {
                 raw: Some(SignalSet::new(1000.0, 0.9, 0.8, 0.7)),
                 kernel_launches: 60_000,
+                other_work: true,
                 observed_at: t,
+                sync_wait: 0.0,
             };
             core.tick(input, view, Timestamp::from_secs(1_005))
         })
@@ -77,7 +79,9 @@ fn push(c: &mut Criterion) {
             TickInput {
                 raw: Some(SignalSet::new(1000.0, 0.9, 0.8, 0.7)),
                 kernel_launches: 1,
+                other_work: true,
                 observed_at: Timestamp::from_secs(1),
+                sync_wait: 0.0,
             },
             FleetView {
                 cached: None,

@@ -91,7 +91,12 @@ pub struct Agent {
     ticks: u64,
     straggler_events: u64,
     last_raw_throughput: f64,
+    gpu_activity: Option<GpuActivity>,
+    last_tick_at: Option<Timestamp>,
 }
+
+/// Reads GPU utilization in [0, 1] (NVML), `None` when unknown.
+pub type GpuActivity = Box<dyn FnMut() -> Option<f64> + Send>;
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,7 +129,14 @@ impl Agent {
             ticks: 0,
             straggler_events: 0,
             last_raw_throughput: 0.0,
+            gpu_activity: None,
+            last_tick_at: None,
         }
+    }
+
+    /// A GPU utilization reader (NVML): utilization above 0 keeps the node out of IDLE.
+    pub fn set_gpu_activity(&mut self, f: GpuActivity) {
+        self.gpu_activity = Some(f);
     }
 
     pub fn core(&self) -> &HealthCore {
@@ -300,14 +312,35 @@ impl Agent {
     pub async fn tick(&mut self) -> TickReport {
         let now = self.clock.now();
         self.ticks += 1;
+        // NCCL points since the last tick: their barrier waits correct the throughput
+        // (synchronous training), and they are exported after the health push.
+        let nccl_points = self
+            .nccl
+            .as_ref()
+            .map(NcclOutbox::drain)
+            .unwrap_or_default();
+        let sync_wait = self.last_tick_at.map_or(0.0, |t| {
+            crate::nccl::sync_wait_fraction(&nccl_points, now.since(t))
+        });
+        self.last_tick_at = Some(now);
         let input = match self.source.collect(now) {
             Ok(s) => {
                 self.cgroups.add(&s.per_cgroup);
                 self.last_raw_throughput = s.raw.throughput;
+                // Work the launch counters may miss: host threads inside CUDA calls (a
+                // synchronize waiting on kernels some uncounted layer launched), or the GPU
+                // busy according to NVML.
+                let gpu_busy = self
+                    .gpu_activity
+                    .as_mut()
+                    .and_then(|f| f())
+                    .is_some_and(|u| u > 0.0);
                 TickInput {
                     raw: Some(s.raw),
                     kernel_launches: s.kernel_launches,
+                    other_work: s.raw.compute > 0.0 || gpu_busy,
                     observed_at: now,
+                    sync_wait,
                 }
             }
             Err(e) => {
@@ -315,7 +348,9 @@ impl Agent {
                 TickInput {
                     raw: None,
                     kernel_launches: 0,
+                    other_work: false,
                     observed_at: now,
+                    sync_wait: 0.0,
                 }
             }
         };
@@ -357,8 +392,14 @@ impl Agent {
             event_id = Some(id);
             straggler_push = r;
         }
-        if let (Some(nccl), Some(push)) = (self.nccl.as_mut(), &self.push) {
-            nccl.export(push, &self.identity, now).await;
+        if let Some(nccl) = self.nccl.as_mut() {
+            match &self.push {
+                Some(push) => {
+                    nccl.export_points(push, &self.identity, nccl_points, now)
+                        .await
+                }
+                None => nccl.discard(&nccl_points),
+            }
         }
         self.update_status(&outcome, now);
         TickReport {

@@ -12,6 +12,7 @@ use crate::signals::synthetic::SyntheticScript;
 
 pub const DEFAULT_PUSH_INTERVAL: Duration = Duration::from_secs(10);
 pub const MIN_PUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Upper bound of the derived request timeout (`fleet.timeout` not given).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
@@ -61,8 +62,10 @@ pub struct FleetConfig {
     pub node_id: String,
     #[serde(with = "duration")]
     pub push_interval: Duration,
-    #[serde(with = "duration")]
-    pub timeout: Duration,
+    /// Per-request timeout. `None` (not given): derived from the push interval, see
+    /// [`FleetConfig::effective_timeout`].
+    #[serde(with = "opt_duration", skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
     /// Base URL of the GET fallback (`/api/v1/threshold` is appended). Empty: no poller.
     pub threshold_url: String,
     #[serde(with = "duration")]
@@ -91,7 +94,7 @@ impl Default for FleetConfig {
             cluster_id: String::new(),
             node_id: String::new(),
             push_interval: DEFAULT_PUSH_INTERVAL,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
             threshold_url: String::new(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             insecure: false,
@@ -120,6 +123,8 @@ pub struct HealthConfig {
     pub signal_window: Duration,
     /// GPUs the compute signal is divided by; 0 = NVML's count, else 1.
     pub num_gpus: u32,
+    /// Straggler rule: `cusum` (Fleet's persistence-aware rule) or `one-sample` (spec 4.1).
+    pub classifier: crate::health::classifier::Rule,
 }
 
 impl Default for HealthConfig {
@@ -129,6 +134,7 @@ impl Default for HealthConfig {
             classifier_hysteresis: DEFAULT_HYSTERESIS,
             signal_window: DEFAULT_SIGNAL_WINDOW,
             num_gpus: 0,
+            classifier: crate::health::classifier::Rule::Cusum,
         }
     }
 }
@@ -203,6 +209,14 @@ impl Default for SyntheticConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address of the agent's own Prometheus endpoint; empty: not served. `--metrics` sets
+    /// it to [`crate::selfmetrics::DEFAULT_LISTEN`] (loopback).
+    pub listen: String,
+}
+
 /// The whole agent configuration.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -212,6 +226,7 @@ pub struct AgentConfig {
     pub remediate: RemediateConfig,
     pub probes: ProbesConfig,
     pub synthetic: SyntheticConfig,
+    pub metrics: MetricsConfig,
 }
 
 fn has_crlf(s: &str) -> bool {
@@ -234,7 +249,38 @@ fn check_url(errs: &mut ConfigErrors, path: &str, v: &str) {
     }
 }
 
+/// `Option<Duration>` in the duration text format (`5s`, `250ms`); absent or `null` is `None`.
+mod opt_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => component::config::duration::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            None => Ok(None),
+            Some(text) => component::config::parse_duration(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 impl FleetConfig {
+    /// The per-request timeout: the configured one, else `min(5s, push_interval / 2)` (never
+    /// below 100ms), so a short push interval alone is a valid configuration and a request
+    /// always finishes (or fails) well before the next tick.
+    pub fn effective_timeout(&self) -> Duration {
+        self.timeout
+            .unwrap_or_else(|| DEFAULT_TIMEOUT.min(self.push_interval / 2).max(MIN_TIMEOUT))
+    }
+
     fn validate_into(&self, errs: &mut ConfigErrors) {
         if !self.endpoint.is_empty() {
             check_url(errs, "fleet.endpoint", &self.endpoint);
@@ -272,14 +318,15 @@ impl FleetConfig {
                 format!("must be >= 1s, got {:?}", self.poll_interval),
             );
         }
-        if self.timeout < MIN_TIMEOUT {
+        let timeout = self.effective_timeout();
+        if timeout < MIN_TIMEOUT {
             errs.push(
                 "fleet.timeout",
-                format!("must be >= 100ms, got {:?}", self.timeout),
+                format!("must be >= 100ms, got {timeout:?}"),
             );
-        } else if self.timeout > self.push_interval {
+        } else if timeout > self.push_interval {
             errs.push("fleet.timeout", "must be <= fleet.push_interval");
-        } else if !self.threshold_url.is_empty() && self.timeout > self.poll_interval {
+        } else if !self.threshold_url.is_empty() && timeout > self.poll_interval {
             errs.push("fleet.timeout", "must be <= fleet.poll_interval");
         }
         let tls = [&self.tls_ca, &self.tls_cert, &self.tls_key];
@@ -342,6 +389,18 @@ impl ComponentConfig for AgentConfig {
                 );
             }
         }
+        if !self.metrics.listen.is_empty()
+            && self.metrics.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            errs.push(
+                "metrics.listen",
+                format!(
+                    "expected ip:port (e.g. {}), got {:?}",
+                    crate::selfmetrics::DEFAULT_LISTEN,
+                    self.metrics.listen
+                ),
+            );
+        }
         if self.remediate.socket.as_os_str().is_empty() {
             errs.push("remediate.socket", "must not be empty");
         }
@@ -375,7 +434,7 @@ mod tests {
         let mut c = AgentConfig::default();
         c.fleet.endpoint = "ftp://x".into();
         c.fleet.push_interval = Duration::from_millis(500);
-        c.fleet.timeout = Duration::from_millis(10);
+        c.fleet.timeout = Some(Duration::from_millis(10));
         c.fleet.tls_ca = Some("/ca".into());
         c.fleet.world_size = 4;
         c.fleet.node_rank = 4;
@@ -397,6 +456,40 @@ mod tests {
                 "synthetic.script",
             ],
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_timeout_follows_a_short_push_interval_unless_given() {
+        let mut c = AgentConfig::default();
+        assert_eq!(
+            c.fleet.effective_timeout(),
+            DEFAULT_TIMEOUT,
+            "10s interval: 5s"
+        );
+        c.fleet.push_interval = Duration::from_secs(2);
+        c.validate().unwrap();
+        assert_eq!(c.fleet.effective_timeout(), Duration::from_secs(1));
+        c.fleet.push_interval = MIN_PUSH_INTERVAL;
+        c.validate().unwrap();
+        assert_eq!(c.fleet.effective_timeout(), Duration::from_millis(500));
+        // An explicit timeout is kept and still checked against the interval.
+        c.fleet.timeout = Some(Duration::from_secs(3));
+        assert_eq!(paths(&c.validate().unwrap_err()), ["fleet.timeout"]);
+        c.fleet.timeout = Some(Duration::from_millis(800));
+        c.validate().unwrap();
+        assert_eq!(c.fleet.effective_timeout(), Duration::from_millis(800));
+        // The YAML form: a duration string, or absent.
+        let v = parse_yaml(b"fleet:\n  push_interval: 2s\n  timeout: 750ms\n").unwrap();
+        let d = decode::<AgentConfig>(&v).unwrap();
+        assert_eq!(d.fleet.timeout, Some(Duration::from_millis(750)));
+        let v = parse_yaml(b"fleet:\n  push_interval: 2s\n").unwrap();
+        let d = decode::<AgentConfig>(&v).unwrap();
+        assert_eq!(d.fleet.effective_timeout(), Duration::from_secs(1));
+        let v = parse_yaml(b"fleet:\n  timeout: soon\n").unwrap();
+        assert_eq!(
+            paths(&decode::<AgentConfig>(&v).unwrap_err()),
+            ["fleet.timeout"]
         );
     }
 

@@ -22,6 +22,7 @@ pub mod httpserve;
 pub mod metrics;
 pub mod nccl;
 pub mod probes;
+pub mod selfmetrics;
 pub mod setup;
 pub mod signals;
 pub mod status;

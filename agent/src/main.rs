@@ -89,6 +89,9 @@ struct RunArgs {
     warmup_samples: Option<u64>,
     #[arg(long)]
     fleet_classifier_hysteresis: Option<f64>,
+    /// Straggler rule: cusum (Fleet's persistence-aware rule) or one-sample (spec 4.1).
+    #[arg(long, value_enum)]
+    classifier: Option<ingero_agent::health::classifier::Rule>,
     #[arg(long, value_parser = duration_arg)]
     signal_window: Option<Duration>,
     #[arg(long)]
@@ -123,6 +126,12 @@ struct RunArgs {
     probe_library_root: Vec<PathBuf>,
     #[arg(long, value_parser = duration_arg)]
     libnccl_discovery_interval: Option<Duration>,
+    /// Serve the agent's own Prometheus metrics on 127.0.0.1:9465.
+    #[arg(long)]
+    metrics: bool,
+    /// Serve the agent's own Prometheus metrics on this ip:port (implies --metrics).
+    #[arg(long)]
+    metrics_listen: Option<String>,
     /// Live terminal status view instead of log lines.
     #[arg(long)]
     status: bool,
@@ -184,7 +193,9 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     set!(f.cluster_id, a.fleet_cluster_id);
     set!(f.node_id, a.fleet_node_id);
     set!(f.push_interval, a.fleet_push_interval);
-    set!(f.timeout, a.fleet_timeout);
+    if a.fleet_timeout.is_some() {
+        f.timeout = a.fleet_timeout;
+    }
     set!(f.threshold_url, a.fleet_threshold_url);
     set!(f.poll_interval, a.fleet_poll_interval);
     set!(f.world_size, a.fleet_world_size);
@@ -212,6 +223,7 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     let h = &mut c.health;
     set!(h.warmup_samples, a.warmup_samples);
     set!(h.classifier_hysteresis, a.fleet_classifier_hysteresis);
+    set!(h.classifier, a.classifier);
     set!(h.signal_window, a.signal_window);
     set!(h.num_gpus, a.signal_num_gpus);
     if a.remediate {
@@ -236,6 +248,10 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
         .extra_library_roots
         .extend(a.probe_library_root.iter().cloned());
     set!(c.probes.discovery_interval, a.libnccl_discovery_interval);
+    if a.metrics && c.metrics.listen.is_empty() {
+        c.metrics.listen = ingero_agent::selfmetrics::DEFAULT_LISTEN.to_string();
+    }
+    set!(c.metrics.listen, a.metrics_listen);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -282,6 +298,11 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
     };
     let built = setup::build(&cfg, clock.clone(), source, nccl, gpu).map_err(|e| e.to_string())?;
     let mut agent = built.agent;
+    if !cfg.synthetic.enabled
+        && let Some(nvml) = ingero_agent::signals::nvml::Nvml::load()
+    {
+        agent.set_gpu_activity(Box::new(move || nvml.gpu_utilization()));
+    }
     agent.restore_baseline(cfg.fleet.persist_stale_age);
     if cfg.fleet.provider == ProviderSetting::Auto && built.push.is_some() {
         let cell = built.provider.clone();
@@ -291,6 +312,22 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
                 let _ = cell.set(p);
             }
         });
+    }
+    if !cfg.metrics.listen.is_empty() {
+        let addr: SocketAddr = cfg
+            .metrics
+            .listen
+            .parse()
+            .map_err(|e| format!("metrics.listen: {e}"))?;
+        let (listener, bound) = ingero_agent::selfmetrics::bind(addr)
+            .await
+            .map_err(|e| format!("metrics.listen {addr}: {e}"))?;
+        tracing::info!(listen = %bound, "agent metrics endpoint started");
+        tokio::spawn(ingero_agent::selfmetrics::serve(
+            listener,
+            built.status.clone(),
+            rx.clone(),
+        ));
     }
     if let Some(poller) = built.poller {
         tokio::spawn(poller.run(rx.clone()));

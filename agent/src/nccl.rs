@@ -174,6 +174,29 @@ impl NcclSender {
     }
 }
 
+/// Fraction of `elapsed` this node's ranks spent blocked at NCCL barriers, from the points
+/// drained over that interval: the sum of `barrier_wait_ns` divided by `elapsed` times the
+/// number of ranks seen (distinct `rank` values among the points of the widest
+/// communicator). 0 without points, without waits, or with no elapsed time; at most 1.
+pub fn sync_wait_fraction(points: &[NcclPoint], elapsed: std::time::Duration) -> f64 {
+    let span = elapsed.as_nanos() as f64;
+    let Some(widest) = points.iter().map(|p| p.nranks).max() else {
+        return 0.0;
+    };
+    if span <= 0.0 {
+        return 0.0;
+    }
+    let mut ranks: Vec<u32> = points
+        .iter()
+        .filter(|p| p.nranks == widest)
+        .map(|p| p.rank)
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let wait: u64 = points.iter().filter_map(|p| p.barrier_wait_ns).sum();
+    (wait as f64 / (span * ranks.len().max(1) as f64)).clamp(0.0, 1.0)
+}
+
 /// Consumer side, owned by the agent; drained once per tick.
 #[derive(Debug)]
 pub struct NcclOutbox {
@@ -206,8 +229,26 @@ impl NcclOutbox {
     }
 
     /// Push what is queued (nothing when empty). A failed push drops the batch (counted).
-    pub async fn export(&mut self, push: &PushClient, id: &Identity, _now: Timestamp) {
+    pub async fn export(&mut self, push: &PushClient, id: &Identity, now: Timestamp) {
         let points = self.drain();
+        self.export_points(push, id, points, now).await;
+    }
+
+    /// Count drained points that will never be exported (no Fleet endpoint).
+    pub fn discard(&self, points: &[NcclPoint]) {
+        self.shared
+            .dropped
+            .fetch_add(points.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Push points drained earlier with [`Self::drain`]. A failed push drops them (counted).
+    pub async fn export_points(
+        &mut self,
+        push: &PushClient,
+        id: &Identity,
+        points: Vec<NcclPoint>,
+        _now: Timestamp,
+    ) {
         if points.is_empty() {
             return;
         }
@@ -231,6 +272,29 @@ impl NcclOutbox {
 mod tests {
     use super::*;
     use component::otlp::{get_i64, get_str, number_points, point_value};
+
+    #[test]
+    fn sync_wait_is_the_share_of_the_interval_spent_at_barriers() {
+        use std::time::Duration;
+        let at = |rank: u32, nranks: u32, wait_ms: Option<u64>| NcclPoint {
+            rank,
+            nranks,
+            barrier_wait_ns: wait_ms.map(|m| m * 1_000_000),
+            ..p(op::ALL_REDUCE, 1)
+        };
+        let sec = Duration::from_secs(1);
+        assert_eq!(sync_wait_fraction(&[], sec), 0.0);
+        // One rank: 250 ms of waits in 1 s (one point without an observed wait).
+        let one = [at(0, 8, Some(100)), at(0, 8, Some(150)), at(0, 8, None)];
+        assert!((sync_wait_fraction(&one, sec) - 0.25).abs() < 1e-12);
+        // Two ranks of the 8-wide communicator on this node: averaged. A 2-wide
+        // sub-communicator's rank numbers do not add ranks.
+        let two = [at(0, 8, Some(300)), at(1, 8, Some(100)), at(1, 2, Some(0))];
+        assert!((sync_wait_fraction(&two, sec) - 0.2).abs() < 1e-12);
+        // Never above 1; nothing over no time.
+        assert_eq!(sync_wait_fraction(&[at(0, 2, Some(5_000))], sec), 1.0);
+        assert_eq!(sync_wait_fraction(&one, Duration::ZERO), 0.0);
+    }
 
     fn p(op: u8, seq: u64) -> NcclPoint {
         NcclPoint {

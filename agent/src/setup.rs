@@ -106,6 +106,14 @@ pub fn identity(cfg: &AgentConfig) -> Identity {
     }
 }
 
+/// Ticks whose signal window still reaches back before a wake from IDLE:
+/// `ceil(window / interval)`, at least 1.
+pub fn settle_ticks(window: std::time::Duration, interval: std::time::Duration) -> u32 {
+    let w = window.as_secs_f64();
+    let i = interval.as_secs_f64().max(1e-3);
+    ((w / i).ceil() as u32).max(1)
+}
+
 /// Build the agent. Must run inside a tokio runtime (the socket spawns its accept task).
 pub fn build(
     cfg: &AgentConfig,
@@ -126,7 +134,7 @@ pub fn build(
         };
         Some(Arc::new(HttpTransport::new(
             &tls,
-            f.timeout,
+            f.effective_timeout(),
             f.token_file.clone(),
         )?))
     } else {
@@ -177,6 +185,8 @@ pub fn build(
     }
     let core_cfg = CoreConfig {
         hysteresis: cfg.health.classifier_hysteresis,
+        rule: cfg.health.classifier,
+        settle_ticks: settle_ticks(cfg.health.signal_window, f.push_interval),
         ..CoreConfig::default()
     }
     .with_warmup(cfg.health.warmup_samples);
@@ -216,6 +226,16 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settle_ticks_cover_the_window() {
+        use std::time::Duration;
+        let s = |w, i| settle_ticks(Duration::from_secs(w), Duration::from_secs(i));
+        assert_eq!(s(60, 10), 6);
+        assert_eq!(s(1, 1), 1);
+        assert_eq!(s(5, 2), 3);
+        assert_eq!(s(1, 10), 1);
+    }
 
     #[test]
     fn cgroup_paths_and_hashes() {

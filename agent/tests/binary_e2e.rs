@@ -58,6 +58,45 @@ fn stderr_of(child: &mut Child) -> String {
     s
 }
 
+/// The bound address from the `listen=` start-up log line (stderr read on a thread, so the
+/// test never blocks on it; the rest of stderr is drained there).
+fn listen_address(child: &mut Child) -> Option<String> {
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(i) = l.find("listen=") {
+                let _ = tx.send(
+                    l[i + 7..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10)).ok()
+}
+
+/// One plain HTTP/1 GET: (status, body).
+async fn http_get(addr: String, path: &'static str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut s, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", "x")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = s.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
 async fn connect(path: &Path) -> tokio::net::UnixStream {
     let start = Instant::now();
     loop {
@@ -225,25 +264,7 @@ async fn sink_turns_socket_events_into_prometheus_metrics() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The bound address is in the start-up log line (read on a thread: never block the test).
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            if let Some(i) = l.find("listen=") {
-                let _ = tx.send(
-                    l[i + 7..]
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or("")
-                        .to_string(),
-                );
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("sink logs its listen address");
+    let addr = listen_address(&mut child).expect("sink logs its listen address");
     let start = Instant::now();
     while !uds.has_client().await {
         assert!(
@@ -260,26 +281,7 @@ async fn sink_turns_socket_events_into_prometheus_metrics() {
     ] {
         assert!(uds.send_line(format!("{line}\n").as_bytes()).await);
     }
-    let get = |path: &'static str| {
-        let addr = addr.clone();
-        async move {
-            let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-            let (mut s, conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
-            let req = http::Request::get(path)
-                .header("host", "x")
-                .body(http_body_util::Empty::<bytes::Bytes>::new())
-                .unwrap();
-            let resp = s.send_request(req).await.unwrap();
-            let status = resp.status().as_u16();
-            use http_body_util::BodyExt;
-            let body = resp.into_body().collect().await.unwrap().to_bytes();
-            (status, String::from_utf8_lossy(&body).into_owned())
-        }
-    };
+    let get = |path: &'static str| http_get(addr.clone(), path);
     let mut metrics = String::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
@@ -326,6 +328,153 @@ async fn sink_turns_socket_events_into_prometheus_metrics() {
     terminate(&mut child);
 }
 
+/// `--metrics-listen` on the real binary in synthetic mode: the seed's three names with the
+/// node's live values, a straggler verdict that shows up on the endpoint, and an exposition
+/// promtool accepts. A 1 s push interval without `--fleet-timeout` is accepted (the timeout
+/// follows the interval).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_serves_its_own_metrics() {
+    let server = TestFleet::start().await;
+    server.threshold("0.88", "true");
+    let dir = TempDir::new("selfmetrics");
+    let persist = dir.path().join("baseline.json");
+    let url = server.url();
+    let mut child = agent(&[
+        "--synthetic",
+        "--synthetic-script",
+        "0s:1.0,3s:0.5",
+        "--warmup-samples",
+        "2",
+        "--fleet-endpoint",
+        &url,
+        "--fleet-cluster-id",
+        "m",
+        "--fleet-node-id",
+        "node-m",
+        "--fleet-push-interval",
+        "1s",
+        "--fleet-provider",
+        "none",
+        "--fleet-persist-path",
+        persist.to_str().unwrap(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let addr = listen_address(&mut child).expect("the agent logs its metrics address");
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let mut text = String::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        text = http_get(addr.clone(), "/metrics").await.1;
+        if text.contains("\ningero_agent_straggler 1\n") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for want in [
+        "ingero_agent_straggler 1\n",
+        "ingero_agent_detection_mode{mode=\"fleet\"} 1\n",
+        "ingero_agent_fleet_reachable 1\n",
+        "ingero_agent_node_state{state=\"active\"} 1\n",
+        "ingero_agent_threshold 0.88\n",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ingero_agent_health_score "))
+        .expect("a score line")
+        .parse()
+        .unwrap();
+    assert!(
+        score < 0.88,
+        "the slowed node scores below the threshold: {score}"
+    );
+    assert_eq!(
+        http_get(addr.clone(), "/healthz").await,
+        (200, "ok".to_string())
+    );
+    assert_eq!(http_get(addr.clone(), "/nope").await.0, 404);
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(mut p) => {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(_) => eprintln!("SKIP promtool check: not installed"),
+    }
+    assert!(terminate(&mut child).success());
+}
+
+/// The binary in synthetic mode: work stops (factor 0: no launches, no time in CUDA
+/// calls), the node goes IDLE, work resumes and the very next transition is back to
+/// ACTIVE (not a 30-sample recalibration).
+#[test]
+fn idle_then_work_resumes_straight_into_active() {
+    let dir = TempDir::new("idle");
+    let persist = dir.path().join("b.json");
+    let mut child = agent(&[
+        "--synthetic",
+        "--synthetic-script",
+        "0s:1.0,3s:0,8s:1.0",
+        "--warmup-samples",
+        "2",
+        "--fleet-push-interval",
+        "1s",
+        "--signal-window",
+        "1s",
+        "--log-json",
+        "--fleet-persist-path",
+        persist.to_str().unwrap(),
+    ]);
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) else {
+                continue;
+            };
+            if v["fields"]["message"] == "health state transition" {
+                let f = &v["fields"];
+                let _ = tx.send(format!(
+                    "{}->{} ({})",
+                    f["prev"].as_str().unwrap_or(""),
+                    f["next"].as_str().unwrap_or(""),
+                    f["reason"].as_str().unwrap_or("")
+                ));
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(t) => seen.push(t),
+            Err(_) => break,
+        }
+    }
+    terminate(&mut child);
+    assert_eq!(
+        seen,
+        [
+            "calibrating->active (warm-up complete)",
+            "active->idle (no GPU work)",
+            "idle->active (GPU work resumed)"
+        ]
+    );
+}
+
 #[test]
 fn invalid_flags_report_every_problem_and_exit_2() {
     let out = Command::new(BIN)
@@ -337,6 +486,8 @@ fn invalid_flags_report_every_problem_and_exit_2() {
             "500ms",
             "--fleet-classifier-hysteresis",
             "0.7",
+            "--metrics-listen",
+            "localhost",
         ])
         .output()
         .unwrap();
@@ -347,6 +498,7 @@ fn invalid_flags_report_every_problem_and_exit_2() {
         "fleet.cluster_id",
         "fleet.push_interval",
         "health.classifier_hysteresis",
+        "metrics.listen",
     ] {
         assert!(err.contains(want), "{want} missing from:\n{err}");
     }

@@ -39,6 +39,12 @@ fn testdata_config_decodes_and_round_trips() {
     assert_eq!(cfg.fleet.poll_interval, Duration::from_secs(15));
     assert_eq!(cfg.fleet.persist_stale_age, Duration::from_secs(600));
     assert_eq!(cfg.health.signal_window, Duration::from_secs(30));
+    assert_eq!(cfg.fleet.timeout, Some(Duration::from_secs(5)));
+    assert_eq!(
+        cfg.health.classifier,
+        ingero_agent::health::classifier::Rule::OneSample
+    );
+    assert_eq!(cfg.metrics.listen, "127.0.0.1:9465");
     assert_eq!(
         cfg.probes.extra_library_roots,
         vec![std::path::PathBuf::from("/srv/venvs")]

@@ -15,6 +15,7 @@ use component::{Clock, ManualClock, Timestamp};
 use fleet_server::{Point, Received, TestFleet};
 use ingero_agent::agent::{Agent, TickReport};
 use ingero_agent::config::{AgentConfig, Encoding, ProviderSetting};
+use ingero_agent::health::classifier::Rule;
 use ingero_agent::health::mode::DetectionMode;
 use ingero_agent::setup::{self, Built};
 use ingero_agent::signals::synthetic::{SyntheticScript, SyntheticSource};
@@ -33,6 +34,9 @@ fn config(server: &TestFleet, encoding: Encoding, warmup: u64) -> AgentConfig {
     c.fleet.node_rank = 1;
     c.fleet.persist_path = "".into();
     c.health.warmup_samples = warmup;
+    // These tests check the spec's numbers (4.1: one sample flips the verdict); the default
+    // persistence-aware rule has its own test below and `tests/detection_sim.rs`.
+    c.health.classifier = Rule::OneSample;
     c
 }
 
@@ -331,6 +335,40 @@ async fn nccl_points_are_exported_with_wall_clock_time_and_op_seq() {
         .find(|r| r.metric(metric::NCCL_DURATION_MS).is_some())
         .unwrap();
     assert_eq!(nccl_push.query, "cluster_id=e2e");
+}
+
+/// The default rule (Fleet's CUSUM) end to end against the stand-in: a 30 % slowdown is
+/// flagged on its first tick and on every slow tick; recovery follows within two ticks.
+#[tokio::test]
+async fn the_default_rule_flags_a_slowdown_at_once_and_recovers_within_two_ticks() {
+    let server = TestFleet::start().await;
+    server.threshold("0.88", "true");
+    let clock = Arc::new(ManualClock::new(T0));
+    let mut cfg = config(&server, Encoding::Protobuf, 5);
+    cfg.health.classifier = Rule::Cusum;
+    let mut agent = build(&cfg, clock.clone(), "0s:1.0,100s:0.7,200s:1.0").agent;
+    for _ in 1..=10 {
+        assert!(tick(&mut agent, &clock).await.outcome.straggler.is_none());
+    }
+    for k in 11..=20 {
+        let r = tick(&mut agent, &clock).await;
+        let e = r.outcome.straggler.expect("flagged on every slow tick");
+        assert!(e.straggler && e.edge == (k == 11), "tick {k}: {e:?}");
+        assert!(r.outcome.report.unwrap().score.value < 0.76);
+    }
+    let mut recovered_after = None;
+    for k in 1..=4 {
+        let r = tick(&mut agent, &clock).await;
+        if r.outcome.straggler.is_some_and(|e| !e.straggler && e.edge) {
+            recovered_after = Some(k);
+            break;
+        }
+    }
+    assert!(
+        recovered_after.is_some_and(|k| k <= 2),
+        "recovered after {recovered_after:?} healthy ticks"
+    );
+    assert!(tick(&mut agent, &clock).await.outcome.straggler.is_none());
 }
 
 #[tokio::test]

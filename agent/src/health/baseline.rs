@@ -1,5 +1,16 @@
 //! Per-signal baselines: a fast EMA (what is normal lately) and a hard-floor EMA (what was
 //! normal over a long horizon), both bias corrected (spec 3.2).
+//!
+//! One deliberate difference from the spec: the score's throughput ratio is taken against a
+//! reference that is the fast EMA except that, after warm-up, a sample more than
+//! `slowdown_band` (or 3 sigmas of its own throughput noise, if more) below it is folded
+//! in with `slowdown_alpha` (the floor's 0.001) instead
+//! of 0.1. (The fast EMA itself, the persisted state and the degradation warning are as the
+//! spec says.) With the symmetric EMA a lasting 30 % slowdown was absorbed in
+//! about ten ticks (the ratio climbs back toward 1 and the node looks healthy again); with
+//! the slow downward step the ratio stays near 0.70 (0.76 after 5 minutes of 1 s ticks,
+//! see `a_lasting_slowdown_stays_visible`). Recoveries and speed-ups are still followed at
+//! 0.1, and noise inside the band moves the baseline as before.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +22,14 @@ pub const DEFAULT_FLOOR_ALPHA: f64 = 0.001;
 pub const DEFAULT_WARNING_RATIO: f64 = 0.5;
 pub const DEFAULT_FLOOR_WARMTH_MIN: f64 = 0.01;
 pub const DEFAULT_WARMUP_SAMPLES: u64 = 30;
+/// A throughput sample this far (relative) below the fast baseline is a slowdown.
+pub const DEFAULT_SLOWDOWN_BAND: f64 = 0.05;
+/// The fast baseline's step toward a slowdown sample.
+pub const DEFAULT_SLOWDOWN_ALPHA: f64 = 0.001;
+/// Weight of a new sample in the throughput-noise estimate.
+const NOISE_ALPHA: f64 = 0.05;
+/// Mean absolute deviation of a normal distribution times this is its standard deviation.
+const MEAN_ABS_DEV_TO_SIGMA: f64 = 1.2533;
 /// The only persisted-baseline schema this agent reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -22,6 +41,8 @@ pub struct BaselineConfig {
     pub warning_ratio: f64,
     pub floor_warmth_min: f64,
     pub warmup_samples: u64,
+    pub slowdown_band: f64,
+    pub slowdown_alpha: f64,
 }
 
 impl Default for BaselineConfig {
@@ -32,6 +53,8 @@ impl Default for BaselineConfig {
             warning_ratio: DEFAULT_WARNING_RATIO,
             floor_warmth_min: DEFAULT_FLOOR_WARMTH_MIN,
             warmup_samples: DEFAULT_WARMUP_SAMPLES,
+            slowdown_band: DEFAULT_SLOWDOWN_BAND,
+            slowdown_alpha: DEFAULT_SLOWDOWN_ALPHA,
         }
     }
 }
@@ -72,6 +95,11 @@ pub struct Baseliner {
     floor: SignalSet,
     samples: u64,
     warning_latch: bool,
+    /// Raw (uncorrected) EMA behind [`Self::reference`]. Not persisted: a restore starts
+    /// it at the fast EMA's throughput.
+    reference: f64,
+    /// Mean relative absolute deviation of throughput from the reference (not persisted).
+    noise: f64,
 }
 
 /// Result of [`Baseliner::degradation_warning`].
@@ -90,6 +118,8 @@ impl Baseliner {
             floor: SignalSet::default(),
             samples: 0,
             warning_latch: false,
+            reference: 0.0,
+            noise: 0.0,
         }
     }
 
@@ -99,18 +129,49 @@ impl Baseliner {
 
     /// Fold one raw observation into both EMAs.
     pub fn update(&mut self, raw: SignalSet) {
+        let base = self.reference();
+        let x = clean_finite(raw.throughput);
+        let band = self.slowdown_band();
+        let slowdown =
+            self.samples >= self.cfg.warmup_samples && base > 0.0 && x < base * (1.0 - band);
+        if base > 0.0 && !slowdown {
+            let dev = (x / base - 1.0).abs().min(1.0);
+            self.noise += NOISE_ALPHA * (dev - self.noise);
+        }
         self.samples = self.samples.saturating_add(1);
         let (fa, la) = (self.cfg.fast_alpha, self.cfg.floor_alpha);
         self.fast = step(self.fast, raw, fa);
         self.floor = step(self.floor, raw, la);
+        if slowdown {
+            // Move the corrected value by slowdown_alpha, then store it uncorrected (the
+            // correction divides by a denominator that grows with the sample count).
+            let target = base + self.cfg.slowdown_alpha * (x - base);
+            let scale = bias_correct(1.0, fa, self.samples);
+            self.reference = if scale > 0.0 { target / scale } else { 0.0 };
+        } else {
+            self.reference = ema_update(self.reference, x, fa);
+        }
     }
 
-    /// The signals the score uses: throughput relative to the fast baseline (0 while the
-    /// baseline is 0); the other three are already ratios. Call before [`Self::update`].
+    /// How far (relative) below the reference a throughput sample must be to count as a
+    /// slowdown: `max(slowdown_band, 3 sigma of this node's own throughput noise)`, so a
+    /// noisy node's ordinary low samples do not bias its reference upward.
+    pub fn slowdown_band(&self) -> f64 {
+        (3.0 * MEAN_ABS_DEV_TO_SIGMA * self.noise).max(self.cfg.slowdown_band)
+    }
+
+    /// The throughput the score's ratio is taken against (bias corrected): the fast EMA,
+    /// except that after warm-up it steps toward a slowdown sample at `slowdown_alpha`.
+    pub fn reference(&self) -> f64 {
+        bias_correct(self.reference, self.cfg.fast_alpha, self.samples)
+    }
+
+    /// The signals the score uses: throughput relative to [`Self::reference`] (0 while it
+    /// is 0); the other three are already ratios. Call before [`Self::update`].
     pub fn signals(&self, raw: SignalSet) -> SignalSet {
-        let base = self.current();
-        let throughput = if base.throughput > 0.0 {
-            clean_finite(raw.throughput) / base.throughput
+        let base = self.reference();
+        let throughput = if base > 0.0 {
+            clean_finite(raw.throughput) / base
         } else {
             0.0
         };
@@ -164,6 +225,8 @@ impl Baseliner {
         self.floor = SignalSet::default();
         self.samples = 0;
         self.warning_latch = false;
+        self.reference = 0.0;
+        self.noise = 0.0;
     }
 
     pub fn snapshot(&self) -> BaselineSnapshot {
@@ -199,6 +262,7 @@ impl Baseliner {
         self.fast = s.fast_ema;
         self.floor = s.hard_floor;
         self.warning_latch = false;
+        self.reference = s.fast_ema.throughput;
         Ok(())
     }
 }
@@ -237,6 +301,66 @@ mod tests {
         b.update(obs(80.0));
         let expected = (0.1 * 80.0 + 0.9 * 10.0) / (1.0 - 0.9f64.powi(2));
         assert!((b.current().throughput - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lasting_slowdown_stays_visible() {
+        // 1 s ticks: 60 healthy ticks, then a 30 % slowdown for 5 minutes.
+        let mut b = Baseliner::new(BaselineConfig::default());
+        for _ in 0..60 {
+            b.update(obs(1000.0));
+        }
+        let mut ratios = Vec::new();
+        for _ in 0..300 {
+            ratios.push(b.signals(obs(700.0)).throughput);
+            b.update(obs(700.0));
+        }
+        let (first, last) = (ratios[0], ratios[299]);
+        assert!((first - 0.70).abs() < 1e-6, "{first}");
+        // 0.999^300 = 0.74 of the gap remains: 1000 - 0.26 * 300 = 922 -> 700/922 = 0.759.
+        assert!(last < 0.77, "after 5 minutes: {last}");
+        assert!(
+            ratios.windows(2).all(|w| w[1] >= w[0]),
+            "drifts up slowly, never jumps"
+        );
+        // The spec's symmetric EMA (what this replaces) has absorbed it within 30 ticks.
+        let mut sym = Baseliner::new(BaselineConfig {
+            slowdown_alpha: DEFAULT_FAST_ALPHA,
+            ..BaselineConfig::default()
+        });
+        for _ in 0..60 {
+            sym.update(obs(1000.0));
+        }
+        for _ in 0..30 {
+            sym.update(obs(700.0));
+        }
+        assert!(sym.signals(obs(700.0)).throughput > 0.96);
+        // The end of the slowdown is followed at the fast rate.
+        b.update(obs(1000.0));
+        for _ in 0..30 {
+            b.update(obs(1000.0));
+        }
+        assert!((b.signals(obs(1000.0)).throughput - 1.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn noise_inside_the_band_moves_the_baseline_both_ways() {
+        let mut b = Baseliner::new(BaselineConfig::default());
+        for _ in 0..40 {
+            b.update(obs(1000.0));
+        }
+        // 3 % below: inside the band, followed at 0.1.
+        for _ in 0..40 {
+            b.update(obs(970.0));
+        }
+        assert!((b.reference() - 970.0).abs() < 1.0, "{}", b.reference());
+        // During warm-up a drop is followed at 0.1 too (nothing to compare with yet).
+        let mut w = Baseliner::new(BaselineConfig::default());
+        for _ in 0..5 {
+            w.update(obs(1000.0));
+        }
+        w.update(obs(500.0));
+        assert!(w.reference() < 900.0);
     }
 
     #[test]

@@ -1,7 +1,19 @@
-//! Straggler classification with hysteresis (spec 4.1).
+//! Straggler classification.
 //!
-//! Healthy -> straggler when `score + eps < threshold`; straggler -> healthy when
-//! `score + eps >= threshold + h`. One sample flips either way.
+//! Two rules, chosen by `health.classifier`:
+//!
+//! - `cusum` (default): Fleet's persistence-aware rule, the very code `ingero-processor`
+//!   runs server-side ([`ingero_processor::classifier::ShortfallCusum`], same defaults:
+//!   drift 0.5, decision 4.0). The shortfall below the threshold is measured in units of
+//!   `sigma = max(1.4826 * 0.01, own noise)`: the first term is Fleet's smallest robust
+//!   sigma (its default MAD floor), the second this node's own score noise (a robust running
+//!   estimate, fed only by samples at or above the threshold so a slowdown cannot widen it).
+//!   A single sample 4.5 sigmas below the threshold flags at once; smaller shortfalls must
+//!   persist; one-tick dips drain. Recovery: when the sum is back at 0.
+//! - `one-sample` (the spec's rule, 4.1): straggler when `score + eps < threshold`, healthy
+//!   again at `score + eps >= threshold + h`. One sample flips either way.
+
+use ingero_processor::classifier::{CusumParams, ShortfallCusum};
 
 use super::{Signal, SignalSet};
 
@@ -26,6 +38,136 @@ impl Verdict {
     /// Straggler ticks emit every time; a recovery emits once, on its edge.
     pub fn should_emit(&self) -> bool {
         self.straggler || self.changed
+    }
+}
+
+/// Fleet's smallest robust sigma: `1.4826 * threshold.mad_floor` at its default.
+pub const SIGMA_FLOOR: f64 = 1.4826 * ingero_processor::config::DEFAULT_MAD_FLOOR;
+/// Weight of a new sample in the running score level and absolute-deviation estimates.
+pub const NOISE_ALPHA: f64 = 0.05;
+/// Mean absolute deviation of a normal distribution times this is its standard deviation.
+const MEAN_ABS_DEV_TO_SIGMA: f64 = 1.2533;
+
+/// Which rule classifies (`health.classifier`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    #[default]
+    Cusum,
+    OneSample,
+}
+
+impl Rule {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rule::Cusum => "cusum",
+            Rule::OneSample => "one-sample",
+        }
+    }
+}
+
+/// The persistence-aware rule: Fleet's CUSUM with a sigma this node can know.
+#[derive(Debug, Clone)]
+pub struct CusumClassifier {
+    params: CusumParams,
+    cusum: ShortfallCusum,
+    level: Option<f64>,
+    abs_dev: f64,
+}
+
+impl Default for CusumClassifier {
+    fn default() -> Self {
+        CusumClassifier {
+            params: CusumParams {
+                drift: ingero_processor::config::DEFAULT_CLASSIFIER_DRIFT,
+                decision: ingero_processor::config::DEFAULT_CLASSIFIER_DECISION,
+            },
+            cusum: ShortfallCusum::default(),
+            level: None,
+            abs_dev: 0.0,
+        }
+    }
+}
+
+impl CusumClassifier {
+    /// The sigma the shortfall is measured in.
+    pub fn sigma(&self) -> f64 {
+        (MEAN_ABS_DEV_TO_SIGMA * self.abs_dev).max(SIGMA_FLOOR)
+    }
+
+    pub fn is_straggler(&self) -> bool {
+        self.cusum.is_straggler()
+    }
+
+    pub fn classify(&mut self, score: f64, threshold: f64) -> Verdict {
+        let was = self.cusum.is_straggler();
+        self.cusum
+            .observe(&self.params, score, threshold, self.sigma());
+        // Learn the noise from samples that are not a shortfall.
+        if score.is_finite() && score >= threshold {
+            match self.level {
+                None => self.level = Some(score),
+                Some(l) => {
+                    self.abs_dev += NOISE_ALPHA * ((score - l).abs() - self.abs_dev);
+                    self.level = Some(l + NOISE_ALPHA * (score - l));
+                }
+            }
+        }
+        let straggler = self.cusum.is_straggler();
+        Verdict {
+            straggler,
+            changed: straggler != was,
+        }
+    }
+}
+
+/// Either rule behind one interface.
+#[derive(Debug, Clone)]
+pub enum AnyClassifier {
+    Cusum(CusumClassifier),
+    OneSample(Classifier),
+}
+
+impl AnyClassifier {
+    pub fn new(rule: Rule, hysteresis: f64) -> Self {
+        match rule {
+            Rule::Cusum => AnyClassifier::Cusum(CusumClassifier::default()),
+            Rule::OneSample => AnyClassifier::OneSample(Classifier::new(hysteresis)),
+        }
+    }
+
+    pub fn is_straggler(&self) -> bool {
+        match self {
+            AnyClassifier::Cusum(c) => c.is_straggler(),
+            AnyClassifier::OneSample(c) => c.is_straggler(),
+        }
+    }
+
+    pub fn classify(&mut self, score: f64, threshold: f64) -> Verdict {
+        match self {
+            AnyClassifier::Cusum(c) => c.classify(score, threshold),
+            AnyClassifier::OneSample(c) => c.classify(score, threshold),
+        }
+    }
+
+    /// The node went IDLE. `cusum` forgets the shortfall as Fleet does for a node that is
+    /// not active and returns whether a straggler verdict was cleared; `one-sample` keeps
+    /// its verdict (the spec's agent) and returns false.
+    pub fn reset_on_idle(&mut self) -> bool {
+        match self {
+            AnyClassifier::Cusum(c) => c.cusum.reset().is_some(),
+            AnyClassifier::OneSample(_) => false,
+        }
     }
 }
 
@@ -100,6 +242,66 @@ pub fn dominant_signal_str(current: &SignalSet, baseline: &SignalSet) -> &'stati
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cases of `ingero-processor`'s classifier tests, run through the agent's wrapper
+    /// with a sigma at the floor (a node without noise of its own).
+    #[test]
+    fn the_cusum_rule_behaves_like_fleets() {
+        let t = 0.9;
+        let s = SIGMA_FLOOR;
+        // decision + drift sigmas below: flagged on the first sample; a bit less: not yet.
+        let mut c = CusumClassifier::default();
+        assert_eq!(
+            c.classify(t - 4.5 * s - 1e-12, t),
+            Verdict {
+                straggler: true,
+                changed: true
+            }
+        );
+        let mut c = CusumClassifier::default();
+        assert!(!c.classify(t - 4.4 * s, t).straggler);
+        // 1.5 sigma below: +1 per tick, flagged on the 4th sample.
+        let mut c = CusumClassifier::default();
+        let flags: Vec<bool> = (0..4)
+            .map(|_| c.classify(t - 1.5 * s, t).straggler)
+            .collect();
+        assert_eq!(flags, [false, false, false, true]);
+        // Healthy noise alternating between at the threshold and 4 sigma above never sums.
+        let mut c = CusumClassifier::default();
+        for i in 0..10_000 {
+            let score = if i % 2 == 0 { t } else { t + 4.0 * s };
+            assert!(!c.classify(score, t).straggler, "sample {i}");
+        }
+        // Recovery: from the cap (8) at -(2 + 0.5) per tick: four ticks at 2 sigma above.
+        let mut c = CusumClassifier::default();
+        for _ in 0..100 {
+            c.classify(0.5, t);
+        }
+        let mut ticks = 0;
+        while c.classify(t + 2.0 * s, t).straggler {
+            ticks += 1;
+            assert!(ticks < 10);
+        }
+        assert_eq!(ticks, 3, "cleared on the 4th tick");
+    }
+
+    #[test]
+    fn the_cusum_sigma_learns_noise_but_not_from_shortfalls() {
+        let mut c = CusumClassifier::default();
+        assert_eq!(c.sigma(), SIGMA_FLOOR);
+        // Alternating 0.90 / 0.98 above a 0.85 threshold: mean absolute deviation 0.04.
+        for i in 0..400 {
+            c.classify(if i % 2 == 0 { 0.90 } else { 0.98 }, 0.85);
+        }
+        let learnt = c.sigma();
+        assert!((learnt - 1.2533 * 0.04).abs() < 0.005, "{learnt}");
+        // A long slowdown below the threshold does not widen it.
+        for _ in 0..400 {
+            c.classify(0.5, 0.85);
+        }
+        assert_eq!(c.sigma(), learnt);
+        assert!(c.is_straggler());
+    }
 
     #[test]
     fn hysteresis_band() {

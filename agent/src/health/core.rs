@@ -9,7 +9,7 @@ use component::Timestamp;
 
 use super::SignalSet;
 use super::baseline::{BaselineConfig, Baseliner};
-use super::classifier::{Classifier, dominant_signal_str};
+use super::classifier::{AnyClassifier, Rule, dominant_signal_str};
 use super::mode::{DetectionMode, ModeConfig, ModeDecision, ModeInputs, evaluate};
 use super::score::{Anomaly, Score, compute};
 use super::state::{NodeState, Observation, StateConfig, StateMachine, Transition};
@@ -21,6 +21,11 @@ pub struct CoreConfig {
     pub state: StateConfig,
     pub mode: ModeConfig,
     pub hysteresis: f64,
+    pub rule: Rule,
+    /// Ticks after a wake from IDLE whose signal window still covers idle time: the first
+    /// is not pushed, none is classified or folded into the baseline. `ceil(signal window /
+    /// push interval)`, at least 1.
+    pub settle_ticks: u32,
 }
 
 impl Default for CoreConfig {
@@ -30,6 +35,8 @@ impl Default for CoreConfig {
             state: StateConfig::default(),
             mode: ModeConfig::default(),
             hysteresis: super::classifier::DEFAULT_HYSTERESIS,
+            rule: Rule::default(),
+            settle_ticks: 1,
         }
     }
 }
@@ -44,14 +51,40 @@ impl CoreConfig {
 }
 
 /// What the signal source produced this tick.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct TickInput {
     /// `None` when events could not be read.
     pub raw: Option<SignalSet>,
     /// Kernel launches in the signal window.
     pub kernel_launches: i64,
+    /// Evidence of GPU work besides counted launches (time in CUDA calls, NVML
+    /// utilization): keeps the node out of IDLE.
+    pub other_work: bool,
     /// When the sample was taken (normally `now`).
     pub observed_at: Timestamp,
+    /// Fraction of the interval this node's ranks spent blocked at NCCL barriers (the
+    /// `nccl.collective.barrier_wait_ms` the agent measures), in [0, 1); 0 without NCCL.
+    pub sync_wait: f64,
+}
+
+/// Most of an interval that can count as barrier wait: the throughput correction is at
+/// most 1 / (1 - 0.9) = 10x.
+pub const MAX_SYNC_WAIT: f64 = 0.9;
+
+/// Throughput per second *not* spent waiting at a barrier. In synchronous training every
+/// rank's step rate falls when one rank is slow, because the others wait for it at the
+/// collective; their launches per non-waiting second stay as they were, while the slow
+/// rank, which waits least, shows the whole drop. So the score names the slow rank.
+pub fn sync_corrected(raw: SignalSet, sync_wait: f64) -> SignalSet {
+    let w = if sync_wait.is_finite() {
+        sync_wait.clamp(0.0, MAX_SYNC_WAIT)
+    } else {
+        0.0
+    };
+    SignalSet {
+        throughput: raw.throughput / (1.0 - w),
+        ..raw
+    }
 }
 
 /// Fleet-side facts as the agent believes them before this tick's push.
@@ -104,9 +137,10 @@ pub struct HealthCore {
     cfg: CoreConfig,
     baseliner: Baseliner,
     state: StateMachine,
-    classifier: Classifier,
+    classifier: AnyClassifier,
     mode: DetectionMode,
     last_report: Option<HealthReport>,
+    settle_left: u32,
 }
 
 impl HealthCore {
@@ -115,9 +149,10 @@ impl HealthCore {
             cfg,
             baseliner: Baseliner::new(cfg.baseline),
             state: StateMachine::new(cfg.state),
-            classifier: Classifier::new(cfg.hysteresis),
+            classifier: AnyClassifier::new(cfg.rule, cfg.hysteresis),
             mode: DetectionMode::None,
             last_report: None,
+            settle_left: 0,
         }
     }
 
@@ -158,6 +193,7 @@ impl HealthCore {
     pub fn tick(&mut self, input: TickInput, fleet: FleetView, now: Timestamp) -> TickOutcome {
         let obs = Observation {
             kernel_launches: input.kernel_launches,
+            other_work: input.other_work,
             read_ok: input.raw.is_some(),
             timestamp: input.observed_at,
         };
@@ -174,22 +210,32 @@ impl HealthCore {
             // A fresh phase: forget the old baseline and seed it with this sample. The
             // score of a just-reset baseline would be meaningless, so nothing is pushed.
             self.baseliner.reset();
-            if let Some(raw) = input.raw {
+            if let Some(raw) = input.raw.map(|r| sync_corrected(r, input.sync_wait)) {
                 self.baseliner.update(raw);
             }
             return out;
         }
-        let Some(raw) = input.raw else {
+        let Some(raw) = input.raw.map(|r| sync_corrected(r, input.sync_wait)) else {
             // Stale, or a failed read on its way there: the agent does not know its score.
             return out;
         };
         if transition.next == NodeState::Stale {
             return out;
         }
+        if transition.is_wake() {
+            // This tick's window is partly idle: its throughput means nothing yet.
+            self.settle_left = self.cfg.settle_ticks.saturating_sub(1);
+            return out;
+        }
+        let settling = self.settle_left > 0;
+        self.settle_left = self.settle_left.saturating_sub(1);
 
         let signals = self.baseliner.signals(raw);
         let before = self.baseliner.current();
-        self.baseliner.update(raw);
+        // IDLE freezes the baseline (waking finds it as it was); so does settling.
+        if transition.next != NodeState::Idle && !settling {
+            self.baseliner.update(raw);
+        }
         let (score, anomalies) = compute(signals);
         out.anomalies = anomalies;
 
@@ -221,7 +267,9 @@ impl HealthCore {
         out.report = Some(report);
         self.last_report = Some(report);
 
-        if let (NodeState::Active, Some(threshold)) = (transition.next, decision.threshold) {
+        if let (NodeState::Active, Some(threshold), false) =
+            (transition.next, decision.threshold, settling)
+        {
             let verdict = self.classifier.classify(score.value, threshold);
             if verdict.should_emit() {
                 out.straggler = Some(StragglerEmission {
@@ -233,6 +281,17 @@ impl HealthCore {
                     dominant_signal: dominant_signal_str(&score.signals, &before),
                 });
             }
+        } else if transition.next == NodeState::Idle && self.classifier.reset_on_idle() {
+            // As Fleet does for a node that is not active: the verdict is cleared, and the
+            // consumers hear it (a resolved event) instead of a straggler that never ends.
+            out.straggler = Some(StragglerEmission {
+                straggler: false,
+                edge: true,
+                score: score.value,
+                threshold: decision.threshold.unwrap_or(0.0),
+                mode: decision.mode,
+                dominant_signal: "unknown",
+            });
         }
         out
     }
@@ -249,7 +308,9 @@ mod tests {
         TickInput {
             raw: Some(SignalSet::new(throughput, 0.9, 0.9, 0.9)),
             kernel_launches: launches,
+            other_work: false,
             observed_at: at,
+            sync_wait: 0.0,
         }
     }
 
@@ -303,18 +364,46 @@ mod tests {
             (0.88, DetectionMode::Fleet, "throughput")
         );
 
-        // Recovery edge fires once, then silence.
+        // Recovery (the CUSUM drains from 6.25 by 4.55 per healthy tick): still flagged on
+        // the first healthy tick, the edge fires once on the second, then silence.
+        let baseline = core.baseliner().reference();
         now = now.saturating_add(Duration::from_secs(10));
-        let baseline = core.baseliner().current().throughput;
-        let out = core.tick(input(baseline * 2.0, 10_000, now), fleet(0.88, now), now);
+        let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
+        let s = out.straggler.unwrap();
+        assert!(s.straggler && !s.edge);
+        now = now.saturating_add(Duration::from_secs(10));
+        let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
         let s = out.straggler.unwrap();
         assert!(!s.straggler && s.edge);
         now = now.saturating_add(Duration::from_secs(10));
         assert!(
-            core.tick(input(2000.0, 10_000, now), fleet(0.88, now), now)
+            core.tick(input(baseline, 10_000, now), fleet(0.88, now), now)
                 .straggler
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_one_sample_rule_flips_on_single_samples() {
+        let cfg = CoreConfig {
+            rule: Rule::OneSample,
+            ..CoreConfig::default().with_warmup(2)
+        };
+        let mut core = HealthCore::new(cfg);
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, 10, now), fleet(0.88, now), now)
+                .straggler
+        };
+        for _ in 0..3 {
+            assert!(tick(&mut core, 1000.0).is_none());
+        }
+        // One sample 0.01 below the threshold flags (the CUSUM would wait: 0.7 sigma).
+        let s = tick(&mut core, 1000.0 * 0.825).unwrap();
+        assert!(s.straggler && s.edge);
+        let s = tick(&mut core, 1000.0).unwrap();
+        assert!(!s.straggler && s.edge);
     }
 
     #[test]
@@ -327,25 +416,129 @@ mod tests {
     }
 
     #[test]
-    fn idle_wake_up_resets_the_baseline_and_skips_that_push() {
+    fn idle_freezes_the_baseline_and_a_wake_is_active_at_once() {
         let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
         let mut now = T0;
-        for launches in [5, 5, 0, 0, 0] {
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
             now = now.saturating_add(Duration::from_secs(10));
-            core.tick(input(500.0, launches, now), fleet(0.5, now), now);
+            core.tick(input(tp, launches, now), fleet(0.5, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 500.0, 5);
+        }
+        let reference = core.baseliner().reference();
+        // Three workless ticks: idle. (The two before the transition are folded in as a
+        // slowdown, at the slow rate.)
+        for _ in 0..3 {
+            tick(&mut core, 0.0, 0);
         }
         assert_eq!(core.state(), NodeState::Idle);
-        assert_eq!(core.baseliner().sample_count(), 5);
-        now = now.saturating_add(Duration::from_secs(10));
-        let out = core.tick(input(50.0, 3, now), fleet(0.5, now), now);
-        assert!(out.transition.is_recalibration());
-        assert!(out.report.is_none());
+        let frozen = core.baseliner().sample_count();
+        for _ in 0..20 {
+            let out = tick(&mut core, 0.0, 0);
+            assert_eq!(out.report.unwrap().state, NodeState::Idle, "idle is pushed");
+        }
+        assert_eq!(core.baseliner().sample_count(), frozen, "frozen while idle");
+        assert!(core.baseliner().reference() > 0.99 * reference);
+        // Work resumes: ACTIVE on that very tick, not pushed (its window is partly idle).
+        let out = tick(&mut core, 50.0, 3);
         assert_eq!(
-            core.baseliner().sample_count(),
-            1,
-            "reset, then seeded with the waking sample"
+            (out.transition.prev, out.transition.next),
+            (NodeState::Idle, NodeState::Active)
         );
-        assert!((core.baseliner().current().throughput - 50.0).abs() < 1e-9);
+        assert!(out.report.is_none() && out.straggler.is_none());
+        assert_eq!(core.baseliner().sample_count(), frozen);
+        // The next tick is pushed as active and scored against the old baseline.
+        let out = tick(&mut core, 500.0, 5);
+        let r = out.report.unwrap();
+        assert_eq!(r.state, NodeState::Active);
+        assert!(r.score.signals.throughput > 0.99, "{:?}", r.score.signals);
+        // The two workless ACTIVE ticks before IDLE scored 0.27 < 0.5 and were flagged; the
+        // verdict was cleared when the node went IDLE (checked below), so nothing here.
+        assert!(out.straggler.is_none());
+    }
+
+    #[test]
+    fn going_idle_clears_a_straggler_verdict_once() {
+        let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, launches, now), fleet(0.5, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 500.0, 5);
+        }
+        let a = tick(&mut core, 0.0, 0).straggler.unwrap();
+        assert!(a.straggler && a.edge, "a workless active tick scores 0.27");
+        assert!(tick(&mut core, 0.0, 0).straggler.unwrap().straggler);
+        let out = tick(&mut core, 0.0, 0);
+        assert_eq!(out.transition.next, NodeState::Idle);
+        let s = out.straggler.unwrap();
+        assert!(!s.straggler && s.edge);
+        assert_eq!((s.threshold, s.dominant_signal), (0.5, "unknown"));
+        assert!(!core.is_straggler());
+        for _ in 0..5 {
+            assert!(tick(&mut core, 0.0, 0).straggler.is_none(), "once");
+        }
+    }
+
+    #[test]
+    fn a_long_signal_window_settles_for_several_ticks_after_a_wake() {
+        let cfg = CoreConfig {
+            settle_ticks: 3,
+            ..CoreConfig::default().with_warmup(2)
+        };
+        let mut core = HealthCore::new(cfg);
+        let mut now = T0;
+        let mut tick = |core: &mut HealthCore, tp: f64, launches: i64| {
+            now = now.saturating_add(Duration::from_secs(10));
+            core.tick(input(tp, launches, now), fleet(0.88, now), now)
+        };
+        for _ in 0..5 {
+            tick(&mut core, 1000.0, 5);
+        }
+        for _ in 0..3 {
+            tick(&mut core, 0.0, 0);
+        }
+        assert_eq!(core.state(), NodeState::Idle);
+        let samples = core.baseliner().sample_count();
+        // Wake (not pushed), then two ramping ticks pushed but neither classified nor folded in.
+        assert!(tick(&mut core, 100.0, 1).report.is_none());
+        for tp in [300.0, 600.0] {
+            let out = tick(&mut core, tp, 5);
+            assert_eq!(out.report.unwrap().state, NodeState::Active);
+            assert!(
+                out.straggler.is_none(),
+                "a ramping window is not a straggler"
+            );
+        }
+        assert_eq!(core.baseliner().sample_count(), samples);
+        // Settled: classified again (a real slowdown is flagged).
+        let out = tick(&mut core, 400.0, 5);
+        assert!(out.straggler.is_some_and(|s| s.straggler));
+        assert_eq!(core.baseliner().sample_count(), samples + 1);
+    }
+
+    #[test]
+    fn cuda_call_time_alone_keeps_the_node_active() {
+        // The H100 case: cuBLAS kernels launched through the driver from a static runtime
+        // (not counted), the host waiting in torch.cuda.synchronize (time in CUDA calls).
+        let mut core = HealthCore::new(CoreConfig::default().with_warmup(2));
+        let mut now = T0;
+        for i in 0..50 {
+            now = now.saturating_add(Duration::from_secs(1));
+            let inp = TickInput {
+                other_work: true,
+                ..input(
+                    if i < 5 { 300.0 } else { 0.0 },
+                    if i < 5 { 300 } else { 0 },
+                    now,
+                )
+            };
+            core.tick(inp, fleet(0.5, now), now);
+            assert_ne!(core.state(), NodeState::Idle, "tick {i}");
+        }
     }
 
     #[test]
@@ -354,7 +547,9 @@ mod tests {
         let fail = TickInput {
             raw: None,
             kernel_launches: 0,
+            other_work: false,
             observed_at: T0,
+            sync_wait: 0.0,
         };
         for _ in 0..3 {
             assert!(core.tick(fail, fleet(0.5, T0), T0).report.is_none());

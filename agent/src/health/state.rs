@@ -1,6 +1,13 @@
 //! The node lifecycle (spec 3.4): CALIBRATING -> ACTIVE -> IDLE, and STALE from anywhere
 //! when events cannot be read. Only `calibrating`, `active` and `idle` go on the wire; a
 //! stale node pushes nothing.
+//!
+//! IDLE means no evidence of GPU work at all for `idle_intervals` ticks: no kernel launch
+//! counted at any layer, no time spent in CUDA calls (synchronizations included), no GPU
+//! utilization from NVML. One tick with any of them wakes the node. Unlike the spec's Go
+//! agent, a node whose baseline finished warming up before it went idle wakes straight into
+//! ACTIVE (the baseline was frozen while idle); only a node that never warmed up goes back
+//! to CALIBRATING.
 
 use std::time::Duration;
 
@@ -63,6 +70,10 @@ impl Default for StateConfig {
 pub struct Observation {
     /// Kernel launches in the signal window. Negative counts are treated as 0.
     pub kernel_launches: i64,
+    /// Other evidence that the GPU is working this tick even without a counted launch:
+    /// time inside CUDA calls (a synchronize waiting on kernels launched by a layer the
+    /// probes do not count), or NVML utilization above 0.
+    pub other_work: bool,
     /// False when events could not be read this tick.
     pub read_ok: bool,
     /// When the observation was taken.
@@ -82,10 +93,16 @@ impl Transition {
         self.prev != self.next
     }
 
-    /// Entering CALIBRATING from IDLE or STALE: the baseline must be reset.
+    /// Entering CALIBRATING from STALE: the baseline must be reset. (From IDLE the baseline
+    /// was frozen, so it is kept.)
     pub fn is_recalibration(&self) -> bool {
-        self.next == NodeState::Calibrating
-            && matches!(self.prev, NodeState::Idle | NodeState::Stale)
+        self.next == NodeState::Calibrating && self.prev == NodeState::Stale
+    }
+
+    /// Leaving IDLE because work resumed (into ACTIVE, or CALIBRATING when never warm).
+    pub fn is_wake(&self) -> bool {
+        self.prev == NodeState::Idle
+            && matches!(self.next, NodeState::Active | NodeState::Calibrating)
     }
 }
 
@@ -96,6 +113,8 @@ pub struct StateMachine {
     consecutive_zeros: u32,
     consecutive_fails: u32,
     calibrating_seen: u64,
+    /// Warm-up finished at least once since the last reset (start or STALE).
+    warm: bool,
 }
 
 impl StateMachine {
@@ -116,6 +135,7 @@ impl StateMachine {
             consecutive_zeros: 0,
             consecutive_fails: 0,
             calibrating_seen: 0,
+            warm: current == NodeState::Active,
         }
     }
 
@@ -130,7 +150,7 @@ impl StateMachine {
 
     /// Fold one observation in at `now`.
     pub fn observe(&mut self, obs: Observation, now: Timestamp) -> Transition {
-        let launches = obs.kernel_launches.max(0);
+        let working = obs.kernel_launches > 0 || obs.other_work;
         let future = obs.timestamp > now.saturating_add(FUTURE_TOLERANCE);
         let read_ok = obs.read_ok && !future;
         let prev = self.current;
@@ -147,28 +167,45 @@ impl StateMachine {
         match prev {
             NodeState::Stale => {
                 if read_ok {
+                    self.warm = false;
                     let t = self.go(NodeState::Calibrating, "event reads recovered");
                     self.calibrating_seen = 1;
                     return t;
                 }
             }
             NodeState::Calibrating => {
+                self.count_idle(read_ok, working);
+                if self.consecutive_zeros >= self.cfg.idle_intervals {
+                    let seen = self.calibrating_seen;
+                    let t = self.go(NodeState::Idle, "no GPU work");
+                    // Warm-up progress survives the idle spell (the baseline is frozen).
+                    self.calibrating_seen = seen;
+                    return t;
+                }
                 self.calibrating_seen = self.calibrating_seen.saturating_add(1);
-                self.count_idle(read_ok, launches);
                 if self.calibrating_seen >= self.cfg.warmup_samples {
+                    self.warm = true;
                     return self.go(NodeState::Active, "warm-up complete");
                 }
             }
             NodeState::Active => {
-                self.count_idle(read_ok, launches);
+                self.count_idle(read_ok, working);
                 if self.consecutive_zeros >= self.cfg.idle_intervals {
-                    return self.go(NodeState::Idle, "no kernel launches");
+                    return self.go(NodeState::Idle, "no GPU work");
                 }
             }
             NodeState::Idle => {
-                if read_ok && launches > 0 {
-                    let t = self.go(NodeState::Calibrating, "kernel launches resumed");
-                    self.calibrating_seen = 1;
+                if read_ok && working {
+                    if self.warm {
+                        return self.go(NodeState::Active, "GPU work resumed");
+                    }
+                    let seen = self.calibrating_seen.saturating_add(1);
+                    if seen >= self.cfg.warmup_samples {
+                        self.warm = true;
+                        return self.go(NodeState::Active, "GPU work resumed; warm-up complete");
+                    }
+                    let t = self.go(NodeState::Calibrating, "GPU work resumed");
+                    self.calibrating_seen = seen;
                     return t;
                 }
             }
@@ -180,11 +217,11 @@ impl StateMachine {
         }
     }
 
-    fn count_idle(&mut self, read_ok: bool, launches: i64) {
+    fn count_idle(&mut self, read_ok: bool, working: bool) {
         if !read_ok {
             return;
         }
-        if launches == 0 {
+        if !working {
             self.consecutive_zeros = self.consecutive_zeros.saturating_add(1);
         } else {
             self.consecutive_zeros = 0;
@@ -215,14 +252,24 @@ mod tests {
     fn ok(launches: i64) -> Observation {
         Observation {
             kernel_launches: launches,
+            other_work: false,
             read_ok: true,
             timestamp: NOW,
+        }
+    }
+
+    /// No counted launch, but time in CUDA calls or NVML utilization.
+    fn busy() -> Observation {
+        Observation {
+            other_work: true,
+            ..ok(0)
         }
     }
 
     fn fail() -> Observation {
         Observation {
             kernel_launches: 0,
+            other_work: false,
             read_ok: false,
             timestamp: NOW,
         }
@@ -247,18 +294,65 @@ mod tests {
     }
 
     #[test]
-    fn active_goes_idle_after_three_zero_intervals_and_back_through_calibrating() {
+    fn active_goes_idle_after_three_workless_intervals_and_wakes_active_in_one_tick() {
         let mut sm = StateMachine::restored(StateConfig::default());
         let states = run(&mut sm, &[ok(0), ok(0), ok(3), ok(0), ok(0), ok(0)]);
         use NodeState::*;
         assert_eq!(states, [Active, Active, Active, Active, Active, Idle]);
         let t = sm.observe(ok(1), NOW);
-        assert!(t.is_recalibration());
-        // The waking observation counts toward warm-up: 29 more reach ACTIVE.
-        assert_eq!(sm.calibrating_seen(), 1);
-        for _ in 0..28 {
-            assert_eq!(sm.observe(ok(1), NOW).next, Calibrating);
-        }
+        assert_eq!((t.prev, t.next), (Idle, Active));
+        assert!(t.is_wake() && !t.is_recalibration());
+    }
+
+    #[test]
+    fn any_evidence_of_gpu_work_keeps_the_node_out_of_idle() {
+        use NodeState::*;
+        // cuBLAS-style: kernels launched through a layer the probes do not count, but the
+        // host waits in a synchronize every tick. Never idle.
+        let mut sm = StateMachine::restored(StateConfig::default());
+        assert_eq!(run(&mut sm, &[busy(); 100]), [Active; 100]);
+        // Mixed evidence: a launch, then only synchronize time, then only launches.
+        let mut sm = StateMachine::restored(StateConfig::default());
+        let obs = [ok(5), busy(), busy(), ok(0), busy(), ok(0), ok(0), ok(2)];
+        assert_eq!(run(&mut sm, &obs), [Active; 8]);
+        // Idle, then work seen only through CUDA-call time: back to ACTIVE in one tick.
+        let mut sm = StateMachine::restored(StateConfig::default());
+        assert_eq!(run(&mut sm, &[ok(0); 3]).last(), Some(&Idle));
+        assert_eq!(
+            run(&mut sm, &[ok(0); 50]),
+            [Idle; 50],
+            "idle while nothing runs"
+        );
+        let t = sm.observe(busy(), NOW);
+        assert_eq!((t.prev, t.next), (Idle, Active));
+    }
+
+    #[test]
+    fn a_node_that_never_warmed_up_resumes_its_warm_up_after_idle() {
+        use NodeState::*;
+        let cfg = StateConfig {
+            warmup_samples: 8,
+            ..StateConfig::default()
+        };
+        let mut sm = StateMachine::new(cfg);
+        // Two working samples, then three without work: idle; the two workless samples
+        // before it counted toward warm-up, the third did not (4 seen).
+        assert_eq!(
+            run(&mut sm, &[ok(1), ok(1), ok(0), ok(0), ok(0)]),
+            [Calibrating, Calibrating, Calibrating, Calibrating, Idle]
+        );
+        assert_eq!(sm.calibrating_seen(), 4);
+        let t = sm.observe(ok(1), NOW);
+        assert_eq!((t.prev, t.next), (Idle, Calibrating));
+        assert!(t.is_wake() && !t.is_recalibration());
+        assert_eq!(sm.calibrating_seen(), 5, "warm-up resumes where it stopped");
+        assert_eq!(
+            run(&mut sm, &[ok(1); 3]),
+            [Calibrating, Calibrating, Active]
+        );
+        // Now warm: a later idle spell wakes straight into ACTIVE.
+        run(&mut sm, &[ok(0); 3]);
+        assert_eq!(sm.current(), Idle);
         assert_eq!(sm.observe(ok(1), NOW).next, Active);
     }
 
@@ -292,6 +386,7 @@ mod tests {
         let mut sm = StateMachine::restored(StateConfig::default());
         let future = Observation {
             kernel_launches: 9,
+            other_work: false,
             read_ok: true,
             timestamp: NOW.saturating_add(Duration::from_secs(61)),
         };

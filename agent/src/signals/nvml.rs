@@ -21,6 +21,16 @@ type HandleFn = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> c_int;
 type MemoryFn = unsafe extern "C" fn(NvmlDevice, *mut NvmlMemory) -> c_int;
 type NameFn = unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> c_int;
 type ShutdownFn = unsafe extern "C" fn() -> c_int;
+type UtilizationFn = unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> c_int;
+
+/// `nvmlUtilization_t`: percent of the last sample period with a kernel running / memory
+/// being read or written.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct NvmlUtilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
 
 const NVML_SUCCESS: c_int = 0;
 const NAME_LEN: usize = 96;
@@ -34,6 +44,7 @@ pub struct Nvml {
     memory: MemoryFn,
     name: NameFn,
     shutdown: ShutdownFn,
+    utilization: Option<UtilizationFn>,
 }
 
 impl std::fmt::Debug for Nvml {
@@ -58,6 +69,10 @@ impl Nvml {
             let memory: MemoryFn = *lib.get::<MemoryFn>(b"nvmlDeviceGetMemoryInfo\0").ok()?;
             let name: NameFn = *lib.get::<NameFn>(b"nvmlDeviceGetName\0").ok()?;
             let shutdown: ShutdownFn = *lib.get::<ShutdownFn>(b"nvmlShutdown\0").ok()?;
+            let utilization = lib
+                .get::<UtilizationFn>(b"nvmlDeviceGetUtilizationRates\0")
+                .ok()
+                .map(|f| *f);
             if init() != NVML_SUCCESS {
                 return None;
             }
@@ -68,6 +83,7 @@ impl Nvml {
                 memory,
                 name,
                 shutdown,
+                utilization,
             }
         };
         Some(nvml)
@@ -101,6 +117,22 @@ impl Nvml {
             free = free.saturating_add(m.free);
         }
         (total > 0).then(|| (free as f64 / total as f64).clamp(0.0, 1.0))
+    }
+
+    /// The busiest GPU's kernel utilization in [0, 1] over NVML's last sample period;
+    /// `None` when NVML cannot say.
+    pub fn gpu_utilization(&self) -> Option<f64> {
+        let f = self.utilization?;
+        let mut best: Option<u32> = None;
+        for i in 0..self.device_count() {
+            let d = self.device(i)?;
+            let mut u = NvmlUtilization::default();
+            // SAFETY: `d` is a handle NVML returned; `u` matches nvmlUtilization_t.
+            if unsafe { f(d, &mut u) } == NVML_SUCCESS {
+                best = Some(best.map_or(u.gpu, |b| b.max(u.gpu)));
+            }
+        }
+        best.map(|p| (f64::from(p) / 100.0).clamp(0.0, 1.0))
     }
 
     /// Model of GPU 0 (verbatim, as `nvidia-smi --query-gpu=name` prints it) and the count.

@@ -1,0 +1,267 @@
+//! The agent's own Prometheus endpoint (opt-in, `--metrics` / `--metrics-listen`): what
+//! the node believes about itself, rendered from the status board the tick updates.
+//!
+//! The three names of the seed's "Agent-side metrics" table come first and keep its
+//! meaning; `detection_mode` is a state set (one series per mode, 1 for the current one)
+//! because Prometheus values are numbers. The rest are additions, all prefixed
+//! `ingero_agent_`.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use component::wire;
+
+use crate::status::{StatusBoard, StatusSnapshot};
+
+/// Where `--metrics` listens unless `--metrics-listen` says otherwise (loopback only).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9465";
+
+pub const HEALTH_SCORE: &str = "ingero_agent_health_score";
+pub const DETECTION_MODE: &str = "ingero_agent_detection_mode";
+pub const FLEET_REACHABLE: &str = "ingero_agent_fleet_reachable";
+pub const NODE_STATE: &str = "ingero_agent_node_state";
+pub const STRAGGLER: &str = "ingero_agent_straggler";
+pub const THRESHOLD: &str = "ingero_agent_threshold";
+pub const SIGNAL: &str = "ingero_agent_signal";
+pub const TICKS_TOTAL: &str = "ingero_agent_ticks_total";
+pub const PUSHES_TOTAL: &str = "ingero_agent_pushes_total";
+pub const STRAGGLER_EVENTS_TOTAL: &str = "ingero_agent_straggler_events_total";
+
+/// Every mode value `ingero_agent_detection_mode{mode}` carries, in the wire spelling.
+pub const MODES: [&str; 5] = [
+    wire::mode::NONE,
+    wire::mode::FLEET,
+    wire::mode::FLEET_CACHED,
+    wire::mode::LOCAL_CACHED,
+    wire::mode::LOCAL_BASELINE,
+];
+/// Every state `ingero_agent_node_state{state}` carries (`stale` is never pushed, but it
+/// is what the node is while its events cannot be read).
+pub const STATES: [&str; 4] = ["calibrating", "active", "idle", "stale"];
+
+fn head(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}
+
+fn flag(b: bool) -> u8 {
+    u8::from(b)
+}
+
+/// Prometheus text format 0.0.4. Label values are fixed spellings (no escaping needed).
+pub fn render(s: &StatusSnapshot) -> String {
+    let mut o = String::new();
+    head(
+        &mut o,
+        HEALTH_SCORE,
+        "gauge",
+        "This node's health score in [0, 1] (absent before the first scored tick).",
+    );
+    if let Some(v) = s.score {
+        let _ = writeln!(o, "{HEALTH_SCORE} {v}");
+    }
+    head(
+        &mut o,
+        DETECTION_MODE,
+        "gauge",
+        "Current detection mode: 1 for the mode in force, 0 for the others.",
+    );
+    for m in MODES {
+        let _ = writeln!(o, "{DETECTION_MODE}{{mode=\"{m}\"}} {}", flag(s.mode == m));
+    }
+    head(
+        &mut o,
+        FLEET_REACHABLE,
+        "gauge",
+        "1 if Fleet is reachable (the last pushes did not all fail).",
+    );
+    let _ = writeln!(o, "{FLEET_REACHABLE} {}", flag(s.fleet_reachable));
+    head(
+        &mut o,
+        NODE_STATE,
+        "gauge",
+        "Node lifecycle state: 1 for the current state, 0 for the others.",
+    );
+    for st in STATES {
+        let _ = writeln!(o, "{NODE_STATE}{{state=\"{st}\"}} {}", flag(s.state == st));
+    }
+    head(
+        &mut o,
+        STRAGGLER,
+        "gauge",
+        "Whether this node classifies itself as a straggler (1) or not (0).",
+    );
+    let _ = writeln!(o, "{STRAGGLER} {}", flag(s.straggler));
+    head(
+        &mut o,
+        THRESHOLD,
+        "gauge",
+        "The threshold the node classifies against (absent in mode none).",
+    );
+    if let Some(t) = s.threshold {
+        let _ = writeln!(o, "{THRESHOLD} {t}");
+    }
+    head(
+        &mut o,
+        SIGNAL,
+        "gauge",
+        "The four clamped score signals of the last scored tick.",
+    );
+    if s.score.is_some() {
+        for (sig, v) in s.signals.named() {
+            let _ = writeln!(o, "{SIGNAL}{{signal=\"{}\"}} {v}", sig.as_str());
+        }
+    }
+    head(&mut o, TICKS_TOTAL, "counter", "Ticks run since start.");
+    let _ = writeln!(o, "{TICKS_TOTAL} {}", s.ticks);
+    head(
+        &mut o,
+        PUSHES_TOTAL,
+        "counter",
+        "Pushes to Fleet (health and straggler events), by result.",
+    );
+    let _ = writeln!(o, "{PUSHES_TOTAL}{{result=\"ok\"}} {}", s.pushes_ok);
+    let _ = writeln!(o, "{PUSHES_TOTAL}{{result=\"failed\"}} {}", s.pushes_failed);
+    head(
+        &mut o,
+        STRAGGLER_EVENTS_TOTAL,
+        "counter",
+        "Straggler events emitted (every straggler tick and each recovery).",
+    );
+    let _ = writeln!(o, "{STRAGGLER_EVENTS_TOTAL} {}", s.straggler_events);
+    o
+}
+
+/// Bind the endpoint; the bound address is returned (port 0 picks one).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let l = tokio::net::TcpListener::bind(addr).await?;
+    let bound = l.local_addr()?;
+    Ok((l, bound))
+}
+
+/// Serve `/metrics` and `/healthz` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    board: Arc<StatusBoard>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    crate::httpserve::serve(listener, shutdown, move |path| match path {
+        "/metrics" => (
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(&board.snapshot()),
+        ),
+        "/healthz" => (200, "text/plain", "ok".to_string()),
+        _ => (404, "text/plain", "not found".to_string()),
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::SignalSet;
+
+    fn snapshot() -> StatusSnapshot {
+        StatusSnapshot {
+            state: "active",
+            score: Some(0.875),
+            signals: SignalSet::new(0.9, 0.8, 0.7, 0.6),
+            mode: wire::mode::FLEET_CACHED,
+            threshold: Some(0.82),
+            fleet_reachable: true,
+            straggler: false,
+            ticks: 12,
+            pushes_ok: 11,
+            pushes_failed: 1,
+            straggler_events: 0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_seed_names_and_the_current_values() {
+        let text = render(&snapshot());
+        for want in [
+            "ingero_agent_health_score 0.875\n",
+            "ingero_agent_detection_mode{mode=\"fleet-cached\"} 1\n",
+            "ingero_agent_detection_mode{mode=\"fleet\"} 0\n",
+            "ingero_agent_detection_mode{mode=\"none\"} 0\n",
+            "ingero_agent_fleet_reachable 1\n",
+            "ingero_agent_node_state{state=\"active\"} 1\n",
+            "ingero_agent_node_state{state=\"idle\"} 0\n",
+            "ingero_agent_straggler 0\n",
+            "ingero_agent_threshold 0.82\n",
+            "ingero_agent_signal{signal=\"memory\"} 0.7\n",
+            "ingero_agent_ticks_total 12\n",
+            "ingero_agent_pushes_total{result=\"failed\"} 1\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        // Exactly one mode and one state series at 1.
+        assert_eq!(text.matches("_detection_mode{").count(), MODES.len());
+        let on = |prefix: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(prefix) && l.ends_with("} 1"))
+                .count()
+        };
+        assert_eq!((on(DETECTION_MODE), on(NODE_STATE)), (1, 1), "{text}");
+    }
+
+    #[test]
+    fn before_the_first_score_the_gauges_without_a_value_are_absent() {
+        let text = render(&StatusSnapshot::default());
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        for absent in [HEALTH_SCORE, THRESHOLD, SIGNAL] {
+            assert!(
+                !samples.iter().any(|l| l.starts_with(absent)),
+                "{absent} in\n{text}"
+            );
+        }
+        assert!(samples.contains(&"ingero_agent_fleet_reachable 0"));
+    }
+
+    fn promtool(text: &str) -> Option<std::process::Output> {
+        use std::io::Write;
+        let mut child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(text.as_bytes())
+            .expect("write to promtool");
+        Some(child.wait_with_output().expect("promtool output"))
+    }
+
+    #[test]
+    fn exposition_passes_promtool() {
+        for s in [snapshot(), StatusSnapshot::default()] {
+            let Some(out) = promtool(&render(&s)) else {
+                eprintln!(
+                    "SKIP exposition check: promtool not installed (scripts/test-all.sh installs it)"
+                );
+                return;
+            };
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The check can fail: a counter without `_total` is a promtool lint error.
+        let bad = "# HELP x_count c\n# TYPE x_count counter\nx_count 1\n";
+        let out = promtool(bad).expect("promtool ran above");
+        assert!(
+            !out.status.success(),
+            "promtool accepted a bad counter name"
+        );
+    }
+}

@@ -1,0 +1,516 @@
+#!/usr/bin/env python3
+"""The real-GPU end-to-end harness of ingero-agent (run through scripts/gpu-e2e.sh).
+
+N identical PyTorch workloads share one GPU as N nodes; N agents, each scoped to one
+workload with `--pid`, push to one ingero-fleet. After a healthy period one node (the
+victim, node 0) gets, in turn, (a) a host stall that slows it by --slowdown, (b) GPU
+contention from another process, (c) a stop (no GPU work). Fleet's diagnostics are read
+every second. The report (JSON, stdout and OUT/report.json) gives per injection the time
+to detect on the agent and on Fleet and the time to recover, the false positives over the
+healthy minutes, IDLE transitions while kernels ran, and the overhead figures (ns per
+launch without and with an agent, agent RSS and CPU, ring-buffer drops).
+
+`--dry-run` needs no GPU and no root: the nodes are `ingero-agent --synthetic` with the same
+timeline written into their scripts, so argument handling, Fleet, the diagnostics poller
+and the report run for real (no overhead figures). `--report-only DIR` rebuilds the report
+from a previous run's files.
+
+Binaries: INGERO_AGENT_BIN (default target/release/ingero-agent), INGERO_FLEET_BIN (default
+target/release/ingero-fleet; the binary may move, so the variable wins).
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+INJECTIONS = ("stall", "contention", "stop")
+CLUSTER = "gpu-e2e"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="gpu-e2e", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=6, help="workloads and agents (>= 6)")
+    p.add_argument("--push-interval", type=float, default=2.0, help="seconds (>= 1)")
+    p.add_argument("--warmup-samples", type=int, default=10)
+    p.add_argument("--healthy", type=float, default=300.0, help="healthy seconds after warm-up")
+    p.add_argument("--inject", type=float, default=40.0, help="seconds per injection")
+    p.add_argument("--recover", type=float, default=40.0, help="seconds after each injection")
+    p.add_argument("--injections", default=",".join(INJECTIONS),
+                   help="comma-separated subset of " + ",".join(INJECTIONS))
+    p.add_argument("--slowdown", type=float, default=0.30, help="stall: fraction of the step rate lost")
+    p.add_argument("--out", default="/tmp/gpu-e2e")
+    p.add_argument("--agent-bin", default=os.environ.get("INGERO_AGENT_BIN", os.path.join(ROOT, "target/release/ingero-agent")))
+    p.add_argument("--fleet-bin", default=os.environ.get("INGERO_FLEET_BIN", os.path.join(ROOT, "target/release/ingero-fleet")))
+    p.add_argument("--python", default=sys.executable, help="interpreter with torch (GPU runs)")
+    p.add_argument("--agent-arg", action="append", default=[],
+                   help="extra agent flag (repeatable), e.g. --agent-arg=--probe-library-root=/opt/torch")
+    p.add_argument("--overhead-launches", type=int, default=200000)
+    p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="synthetic agents, no GPU")
+    p.add_argument("--report-only", metavar="DIR", help="rebuild the report from DIR")
+    a = p.parse_args(argv)
+    errors = []
+    if a.nodes < 6:
+        errors.append(f"--nodes must be >= 6 (Fleet's quorum needs 5 peers), got {a.nodes}")
+    if a.push_interval < 1:
+        errors.append(f"--push-interval must be >= 1, got {a.push_interval}")
+    if a.warmup_samples < 2:
+        errors.append(f"--warmup-samples must be >= 2, got {a.warmup_samples}")
+    for name in ("healthy", "inject", "recover"):
+        v = getattr(a, name)
+        if v < 3 * a.push_interval:
+            errors.append(f"--{name} must be at least 3 push intervals ({3 * a.push_interval}s), got {v}")
+    a.injections = [x.strip() for x in a.injections.split(",") if x.strip()]
+    bad = [x for x in a.injections if x not in INJECTIONS]
+    if bad or not a.injections:
+        errors.append(f"--injections: unknown {bad}, choose from {list(INJECTIONS)}")
+    if not 0 < a.slowdown < 1:
+        errors.append(f"--slowdown must be in (0, 1), got {a.slowdown}")
+    if errors:
+        p.error("; ".join(errors))
+    return a
+
+
+def timeline(a):
+    """[(name, start, end)] relative to T0 (the agents' start): one window per injection."""
+    warm = (a.warmup_samples + 2) * a.push_interval
+    t = warm + a.healthy
+    out = []
+    for name in a.injections:
+        out.append((name, t, t + a.inject))
+        t += a.inject + a.recover
+    return warm, out, t
+
+
+def synthetic_script(windows, slowdown, first_tick):
+    """The victim's synthetic script for a dry run: the same windows as factors. A script's
+    clock starts at the agent's first tick, `first_tick` seconds after it starts."""
+    steps = ["0s:1.0"]
+    for name, start, end in windows:
+        factor = 0.0 if name == "stop" else 1.0 - slowdown
+        steps.append(f"{int((start - first_tick) * 1000)}ms:{factor}")
+        steps.append(f"{int((end - first_tick) * 1000)}ms:1.0")
+    return ",".join(steps)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_time(line):
+    """Unix seconds of a `--log-json` line, or None."""
+    try:
+        ts = json.loads(line)["timestamp"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    ts = ts.rstrip("Z")
+    frac = ""
+    if "." in ts:
+        ts, frac = ts.split(".", 1)
+    t = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    return t.timestamp() + (float("0." + frac) if frac else 0.0)
+
+
+def agent_events(lines, t0):
+    """(t, kind, value) from an agent's JSON log: kind `straggler` (True/False) or `state`."""
+    out = []
+    for line in lines:
+        t = log_time(line)
+        if t is None:
+            continue
+        f = json.loads(line).get("fields", {})
+        msg = f.get("message")
+        if msg == "straggler_state transition":
+            out.append((t - t0, "straggler", f.get("straggler_state") == "STRAGGLER"))
+        elif msg == "health state transition":
+            out.append((t - t0, "state", f.get("next")))
+        elif msg == "probe totals":
+            out.append((t - t0, "totals", {k: v for k, v in f.items() if k != "message"}))
+    return out
+
+
+def flag_at(events, t):
+    """The agent's straggler verdict at time t from its transitions."""
+    v = False
+    for et, kind, val in events:
+        if et > t:
+            break
+        if kind == "straggler":
+            v = val
+    return v
+
+
+def first(events, kind, pred, after, before=float("inf")):
+    for et, k, v in events:
+        if k == kind and after <= et < before and pred(v):
+            return et
+    return None
+
+
+def fleet_flag(diag, node):
+    return [(d["t"], bool(d["nodes"].get(node, {}).get("straggler"))) for d in diag if "nodes" in d]
+
+
+def build_report(run):
+    """Pure: everything from the recorded files' contents.
+
+    run = {push_interval, warm, windows: [(name, start, end)], end, victim, nodes: [ids],
+           agent_logs: {node: [lines]}, t0, diag: [{t, nodes: {id: {straggler, state, score}}}],
+           overhead: {...} or None, machine: {...}}
+    """
+    p = run["push_interval"]
+    events = {n: agent_events(run["agent_logs"].get(n, []), run["t0"]) for n in run["nodes"]}
+    victim = run["victim"]
+    windows = run["windows"]
+    budget_detect = 3 * p  # two push intervals plus one tick
+    budget_recover = 2 * p
+    injections = []
+    for name, start, end in windows:
+        ev = events[victim]
+        a_det = first(ev, "straggler", lambda v: v, start, end + budget_detect)
+        # Recovery: the first clear verdict after the detection, relative to the end of the
+        # injection (negative when cleared before it: a stopped node goes IDLE, which
+        # clears the verdict on the agent and excludes the node on Fleet).
+        a_rec = first(ev, "straggler", lambda v: not v, a_det, end + 10 * budget_recover) if a_det is not None else None
+        ff = fleet_flag(run["diag"], victim)
+        f_det = next((t for t, s in ff if start <= t < end + budget_detect and s), None)
+        f_rec = next((t for t, s in ff if t > f_det and not s), None) if f_det is not None else None
+        if name == "stop":
+            # A stopped node goes IDLE (Fleet excludes it) rather than being flagged: report it.
+            idle = first(ev, "state", lambda v: v == "idle", start, end)
+            wake = first(ev, "state", lambda v: v in ("active", "calibrating"), end)
+        else:
+            idle = wake = None
+        rel = lambda t, ref: None if t is None else round(t - ref, 2)
+        injections.append({
+            "injection": name,
+            "start_s": start,
+            "end_s": end,
+            "agent_detect_s": rel(a_det, start),
+            "fleet_detect_s": rel(f_det, start),
+            "agent_recover_s": rel(a_rec, end),
+            "fleet_recover_s": rel(f_rec, end),
+            "agent_idle_after_s": rel(idle, start),
+            "agent_wake_after_s": rel(wake, end),
+            "agent_detect_ok": a_det is not None and a_det - start <= budget_detect,
+            "fleet_detect_ok": f_det is not None and f_det - start <= budget_detect,
+            "recover_ok": (a_rec is not None and a_rec - end <= budget_recover
+                           and f_rec is not None and f_rec - end <= budget_recover),
+        })
+    # False positives: any straggler verdict on a node outside an injection window of its
+    # own (all of node 0's healthy time and every other node's judged time), sampled per
+    # second for agents and per diagnostics record for Fleet.
+    judged_from, judged_to = run["warm"], run["end"]
+
+    def injected(node, t):
+        return node == victim and any(s <= t < e + 10 * budget_recover for _, s, e in windows)
+
+    healthy_seconds = 0
+    agent_fp = {}
+    t = judged_from
+    while t < judged_to:
+        for n in run["nodes"]:
+            if injected(n, t):
+                continue
+            healthy_seconds += 1
+            if flag_at(events[n], t):
+                agent_fp[n] = agent_fp.get(n, 0) + 1
+        t += 1.0
+    fleet_fp, fleet_samples = {}, 0
+    for d in run["diag"]:
+        if "nodes" not in d or not judged_from <= d["t"] < judged_to:
+            continue
+        for n in run["nodes"]:
+            if injected(n, d["t"]):
+                continue
+            fleet_samples += 1
+            if d["nodes"].get(n, {}).get("straggler"):
+                fleet_fp[n] = fleet_fp.get(n, 0) + 1
+    # IDLE while kernels ran: any idle transition outside the victim's stop window.
+    stop_windows = [(s, e + 10 * budget_recover) for name, s, e in windows if name == "stop"]
+    idle_while_running = []
+    for n in run["nodes"]:
+        for et, kind, v in events[n]:
+            if kind == "state" and v == "idle" and et >= 0:
+                if not (n == victim and any(s <= et < e for s, e in stop_windows)):
+                    idle_while_running.append({"node": n, "t": round(et, 2)})
+    totals = {n: v for n in run["nodes"] for _, k, v in events[n] if k == "totals"}
+    return {
+        "machine": run.get("machine", {}),
+        "nodes": len(run["nodes"]),
+        "victim": victim,
+        "push_interval_s": p,
+        "budgets": {"detect_s": budget_detect, "recover_s": budget_recover},
+        "injections": injections,
+        "false_positives": {
+            "healthy_node_seconds": healthy_seconds,
+            "agent_flagged_node_seconds": sum(agent_fp.values()),
+            "agent_by_node": agent_fp,
+            "fleet_samples": fleet_samples,
+            "fleet_flagged_samples": sum(fleet_fp.values()),
+            "fleet_by_node": fleet_fp,
+        },
+        "idle_while_running": idle_while_running,
+        "probe_totals": totals,
+        "overhead": run.get("overhead"),
+    }
+
+
+class Procs:
+    def __init__(self):
+        self.procs = []
+        self.files = []
+
+    def start(self, argv, log, **kw):
+        f = open(log, "w")
+        self.files.append(f)
+        pr = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, **kw)
+        self.procs.append(pr)
+        return pr
+
+    def stop_all(self):
+        for pr in reversed(self.procs):
+            if pr.poll() is None:
+                pr.send_signal(signal.SIGINT)
+        deadline = time.time() + 15
+        for pr in self.procs:
+            try:
+                pr.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pr.kill()
+                pr.wait()
+        for f in self.files:
+            f.close()
+
+
+def poll_diag(admin, stop, t0, path):
+    url = f"http://{admin}/api/v1/diagnostics?cluster_id={CLUSTER}"
+    with open(path, "w") as out:
+        while not stop.is_set():
+            rec = {"t": round(time.time() - t0, 2)}
+            try:
+                d = json.load(urllib.request.urlopen(url, timeout=1))
+                rec["thr"] = d.get("threshold")
+                rec["nodes"] = {x["node_id"]: {"score": x.get("score"), "state": x.get("state"),
+                                               "straggler": bool(x.get("straggler"))}
+                                for x in d.get("diagnostics", {}).get("nodes", [])}
+            except Exception as e:  # cold start answers 404 until the first publish
+                rec["err"] = str(e)[:120]
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            stop.wait(1.0)
+
+
+def proc_usage(pid):
+    """(RSS bytes, CPU seconds) of a process from /proc."""
+    rss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return rss, (int(fields[11]) + int(fields[12])) / ticks
+
+
+def machine_info(a):
+    info = {"dry_run": a.dry_run}
+    if a.dry_run:
+        return info
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+        info["gpu"] = q
+    except OSError:
+        pass
+    try:
+        info["torch"] = subprocess.run([a.python, "-c", "import torch;print(torch.__version__, torch.version.cuda)"],
+                                       capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError:
+        pass
+    info["kernel"] = os.uname().release
+    return info
+
+
+def overhead(a, out):
+    if a.dry_run or a.skip_overhead:
+        return None
+    w = os.path.join(HERE, "workload.py")
+
+    def last_json(args):
+        r = subprocess.run([a.python, w, *args], capture_output=True, text=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def measure():
+        return {
+            "ns_per_launch": [last_json(["tiny", str(a.overhead_launches)])["ns_per_launch"] for _ in range(3)],
+            "matmul_ms_per_step": [last_json(["step", "matmul", "300"])["ms_per_step"] for _ in range(3)],
+            "transformer_ms_per_step": [last_json(["step", "transformer", "300"])["ms_per_step"] for _ in range(3)],
+        }
+
+    bare = measure()
+    procs = Procs()
+    # Unscoped: the agent watches every process that maps the CUDA libraries.
+    ag = procs.start([a.agent_bin, "--fleet-node-id", "overhead", "--fleet-persist-path",
+                      os.path.join(out, "ovh.json"), "--log-json", *a.agent_arg],
+                     os.path.join(out, "agent-overhead.log"))
+    time.sleep(3)
+    rss_idle, _ = proc_usage(ag.pid)
+    warm = subprocess.Popen([a.python, w, "tiny", "100000"], stdout=subprocess.DEVNULL)
+    time.sleep(12)  # a discovery scan attaches to the libraries the warm-up process maps
+    warm.wait()
+    _, cpu0 = proc_usage(ag.pid)
+    t = time.time()
+    probed = measure()
+    rss_load, cpu1 = proc_usage(ag.pid)
+    procs.stop_all()
+    with open(os.path.join(out, "agent-overhead.log")) as f:
+        totals = [v for _, k, v in agent_events(f.read().splitlines(), 0.0) if k == "totals"]
+    med = lambda v: sorted(v)[len(v) // 2]
+    return {"bare": bare, "agent": probed,
+            "ratio_median": {k: round(med(probed[k]) / med(bare[k]), 4) for k in bare},
+            "agent_rss_idle_bytes": rss_idle, "agent_rss_load_bytes": rss_load,
+            "probe_totals": totals[-1] if totals else None,
+            "agent_cpu_share_under_load": round((cpu1 - cpu0) / max(1e-9, time.time() - t), 4)}
+
+
+def run(a):
+    os.makedirs(a.out, exist_ok=True)
+    for b in (a.agent_bin, a.fleet_bin):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"gpu-e2e: {b} is not an executable (set INGERO_AGENT_BIN / INGERO_FLEET_BIN)")
+    warm, windows, end = timeline(a)
+    ovh = overhead(a, a.out)
+    otlp, agent_ep, admin, prom = free_port(), free_port(), free_port(), free_port()
+    cfg = os.path.join(a.out, "fleet.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""receivers: {{otlp: {{protocols: {{http: {{endpoint: 127.0.0.1:{otlp}}}}}}}}}
+processors:
+  ingero: {{push_interval: {a.push_interval}s}}
+extensions: {{ingero_threshold: {{agent_endpoint: 127.0.0.1:{agent_ep}, admin_endpoint: 127.0.0.1:{admin}}}}}
+exporters: {{prometheus: {{endpoint: 127.0.0.1:{prom}}}}}
+service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [otlp], processors: [ingero], exporters: [prometheus]}}}}}}
+""")
+    procs = Procs()
+    procs.start([a.fleet_bin, "--config", cfg], os.path.join(a.out, "fleet.log"))
+    time.sleep(1.0)
+    nodes = [f"node-{i}" for i in range(a.nodes)]
+    victim = nodes[0]
+    common = ["--fleet-endpoint", f"http://127.0.0.1:{otlp}", "--fleet-insecure", "--fleet-cluster-id", CLUSTER,
+              "--fleet-push-interval", f"{a.push_interval}s", "--warmup-samples", str(a.warmup_samples),
+              "--fleet-provider", "none", "--signal-window", f"{a.push_interval}s", "--log-json", *a.agent_arg]
+    ctl = {}
+    workloads = {}
+    if not a.dry_run:
+        w = os.path.join(HERE, "workload.py")
+        for n in nodes:
+            ctl[n] = os.path.join(a.out, "ctl-" + n)
+            shutil.rmtree(ctl[n], ignore_errors=True)
+            os.makedirs(ctl[n])
+            workloads[n] = procs.start([a.python, w, "train", str(end + 30), ctl[n]],
+                                       os.path.join(a.out, f"workload-{n}.log"))
+        time.sleep(5)  # CUDA initialisation before the agents look for the libraries
+    t0 = time.time()
+    for n in nodes:
+        argv = [a.agent_bin, *common, "--fleet-node-id", n, "--fleet-persist-path", os.path.join(a.out, f"{n}.json")]
+        if a.dry_run:
+            script = synthetic_script(windows, a.slowdown, a.push_interval) if n == victim else "0s:1.0"
+            argv += ["--synthetic", "--synthetic-script", script]
+        else:
+            argv += ["--pid", str(workloads[n].pid)]
+        procs.start(argv, os.path.join(a.out, f"agent-{n}.log"))
+    stop = threading.Event()
+    poller = threading.Thread(target=poll_diag, args=(f"127.0.0.1:{admin}", stop, t0, os.path.join(a.out, "diag.ndjson")))
+    poller.start()
+    try:
+        if not a.dry_run:
+            base = None
+            for name, start, stop_at in windows:
+                time.sleep(max(0.0, t0 + start - time.time()))
+                contender = None
+                if name == "stall":
+                    if base is None:
+                        base = measured_rate(os.path.join(a.out, f"workload-{victim}.log"))
+                    # Sleep so the step rate falls by `slowdown`: 1/(s + x) = (1 - d)/s.
+                    step = 1.0 / base if base else 0.01
+                    with open(os.path.join(ctl[victim], "stall_ms"), "w") as f:
+                        f.write(str(1000.0 * step * a.slowdown / (1.0 - a.slowdown)))
+                elif name == "contention":
+                    contender = subprocess.Popen([a.python, os.path.join(HERE, "workload.py"), "contend", str(a.inject)])
+                elif name == "stop":
+                    open(os.path.join(ctl[victim], "pause"), "w").close()
+                time.sleep(max(0.0, t0 + stop_at - time.time()))
+                for fn in ("stall_ms", "pause"):
+                    try:
+                        os.remove(os.path.join(ctl[victim], fn))
+                    except FileNotFoundError:
+                        pass
+                if contender:
+                    contender.wait()
+        time.sleep(max(0.0, t0 + end - time.time()))
+    finally:
+        stop.set()
+        poller.join()
+        procs.stop_all()
+    meta = {"t0": t0, "push_interval": a.push_interval, "warm": warm, "windows": windows, "end": end,
+            "victim": victim, "nodes": nodes, "overhead": ovh, "machine": machine_info(a)}
+    with open(os.path.join(a.out, "run.json"), "w") as f:
+        json.dump(meta, f)
+    return report_from_dir(a.out)
+
+
+def measured_rate(log):
+    rates = []
+    with open(log) as f:
+        for line in f:
+            try:
+                rates.append(json.loads(line)["steps_per_s"])
+            except (ValueError, KeyError):
+                pass
+    rates = sorted(rates[-20:])
+    return rates[len(rates) // 2] if rates else None
+
+
+def report_from_dir(d):
+    with open(os.path.join(d, "run.json")) as f:
+        meta = json.load(f)
+    logs = {}
+    for n in meta["nodes"]:
+        try:
+            with open(os.path.join(d, f"agent-{n}.log")) as f:
+                logs[n] = f.read().splitlines()
+        except FileNotFoundError:
+            logs[n] = []
+    diag = []
+    with open(os.path.join(d, "diag.ndjson")) as f:
+        for line in f:
+            if line.strip():
+                diag.append(json.loads(line))
+    meta["windows"] = [tuple(w) for w in meta["windows"]]
+    report = build_report({**meta, "agent_logs": logs, "diag": diag})
+    with open(os.path.join(d, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    return report
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    report = report_from_dir(a.report_only) if a.report_only else run(a)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

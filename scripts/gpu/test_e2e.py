@@ -1,0 +1,148 @@
+"""No-GPU tests of the gpu-e2e harness: argument handling, the timeline, the report built
+from agent logs and Fleet diagnostics, and (when both binaries are given through
+INGERO_AGENT_BIN / INGERO_FLEET_BIN) a short --dry-run with synthetic agents and the real
+ingero-fleet. Run: python3 -m unittest scripts/gpu/test_e2e.py
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e  # noqa: E402
+
+T0 = 1_800_000_000.0
+
+
+def line(t, **fields):
+    """An agent `--log-json` line at T0 + t (the format tracing-subscriber writes)."""
+    import datetime
+    ts = datetime.datetime.fromtimestamp(T0 + t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return json.dumps({"timestamp": ts, "level": "INFO", "fields": fields, "target": "ingero_agent::agent"})
+
+
+def flag(t, on):
+    return line(t, message="straggler_state transition", straggler_state="STRAGGLER" if on else "HEALTHY",
+                score=0.7, threshold=0.9, mode="fleet", dominant_signal="throughput", event_id="x")
+
+
+def state(t, nxt):
+    return line(t, message="health state transition", prev="active", next=nxt, reason="r")
+
+
+class Args(unittest.TestCase):
+    def rejects(self, argv, words):
+        err = io.StringIO()
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
+            e2e.parse_args(argv)
+        for w in words:
+            self.assertIn(w, err.getvalue())
+
+    def test_defaults_are_valid(self):
+        a = e2e.parse_args([])
+        self.assertEqual((a.nodes, a.injections), (6, ["stall", "contention", "stop"]))
+
+    def test_every_problem_is_named(self):
+        self.rejects(["--nodes", "5", "--push-interval", "0.5", "--injections", "stall,melt",
+                      "--slowdown", "1.5"],
+                     ["--nodes must be >= 6", "--push-interval", "melt", "--slowdown"])
+        self.rejects(["--inject", "2"], ["--inject must be at least 3 push intervals"])
+
+    def test_timeline_and_dry_run_script(self):
+        a = e2e.parse_args(["--push-interval", "1", "--warmup-samples", "3", "--healthy", "10",
+                            "--inject", "5", "--recover", "4", "--injections", "stall,stop"])
+        warm, windows, end = e2e.timeline(a)
+        self.assertEqual(warm, 5)
+        self.assertEqual(windows, [("stall", 15, 20), ("stop", 24, 29)])
+        self.assertEqual(end, 33)
+        self.assertEqual(e2e.synthetic_script(windows, 0.3, 1.0),
+                         "0s:1.0,14000ms:0.7,19000ms:1.0,23000ms:0.0,28000ms:1.0")
+
+
+class Report(unittest.TestCase):
+    def run_report(self, logs, diag):
+        nodes = [f"n{i}" for i in range(6)]
+        return e2e.build_report({
+            "t0": T0, "push_interval": 2.0, "warm": 10.0, "end": 100.0, "victim": "n0",
+            "nodes": nodes, "windows": [("stall", 40.0, 60.0), ("stop", 70.0, 85.0)],
+            "agent_logs": {n: logs.get(n, []) for n in nodes}, "diag": diag, "overhead": None,
+        })
+
+    def test_detection_recovery_and_false_positives(self):
+        logs = {
+            "n0": [flag(43.1, True), flag(61.5, False), state(76.0, "idle"), state(85.5, "active")],
+            # A healthy node flagged for 3 s: a false positive, and an idle while running.
+            "n3": [flag(20.0, True), flag(23.0, False), state(50.0, "idle")],
+        }
+        diag = []
+        for t in range(0, 100):
+            nodes = {f"n{i}": {"straggler": False, "state": "active", "score": 0.9} for i in range(6)}
+            if 44 <= t < 65:
+                nodes["n0"]["straggler"] = True
+            if t == 30:
+                nodes["n2"]["straggler"] = True
+            diag.append({"t": t + 0.5, "nodes": nodes})
+        diag.append({"t": 5.0, "err": "HTTP Error 404"})
+        r = self.run_report(logs, diag)
+        stall, stop = r["injections"]
+        self.assertEqual((stall["agent_detect_s"], stall["fleet_detect_s"]), (3.1, 4.5))
+        self.assertEqual((stall["agent_recover_s"], stall["fleet_recover_s"]), (1.5, 5.5))
+        self.assertTrue(stall["agent_detect_ok"] and stall["fleet_detect_ok"])
+        self.assertFalse(stall["recover_ok"], "Fleet took 5.5 s > 2 intervals")
+        self.assertEqual((stop["agent_idle_after_s"], stop["agent_wake_after_s"]), (6.0, 0.5))
+        # Nothing flagged during the stop: no detection, no recovery.
+        self.assertIsNone(stop["agent_detect_s"])
+        self.assertIsNone(stop["agent_recover_s"])
+        fp = r["false_positives"]
+        self.assertEqual(fp["agent_by_node"], {"n3": 3})
+        self.assertEqual(fp["fleet_by_node"], {"n2": 1})
+        self.assertEqual(r["idle_while_running"], [{"node": "n3", "t": 50.0}])
+        self.assertEqual(r["budgets"], {"detect_s": 6.0, "recover_s": 4.0})
+
+    def test_a_stop_cleared_by_idle_recovers_before_the_end(self):
+        logs = {"n0": [flag(71.0, True), state(73.0, "idle"), flag(73.0, False), state(86.0, "active")]}
+        diag = [{"t": t + 0.5, "nodes": {"n0": {"straggler": 72 <= t < 74}}} for t in range(100)]
+        stop = self.run_report(logs, diag)["injections"][1]
+        self.assertEqual((stop["agent_detect_s"], stop["agent_recover_s"]), (1.0, -12.0))
+        self.assertEqual((stop["fleet_detect_s"], stop["fleet_recover_s"]), (2.5, -10.5))
+        self.assertTrue(stop["recover_ok"])
+
+    def test_nothing_detected_is_reported_as_such(self):
+        r = self.run_report({}, [])
+        self.assertIsNone(r["injections"][0]["agent_detect_s"])
+        self.assertFalse(r["injections"][0]["agent_detect_ok"])
+        self.assertEqual(r["false_positives"]["agent_flagged_node_seconds"], 0)
+
+
+@unittest.skipUnless(os.environ.get("INGERO_AGENT_BIN") and os.environ.get("INGERO_FLEET_BIN"),
+                     "set INGERO_AGENT_BIN and INGERO_FLEET_BIN for the dry run")
+class DryRun(unittest.TestCase):
+    def test_synthetic_nodes_through_the_real_fleet(self):
+        with tempfile.TemporaryDirectory() as out:
+            argv = ["--dry-run", "--out", out, "--push-interval", "1", "--warmup-samples", "3",
+                    "--healthy", "8", "--inject", "6", "--recover", "6", "--injections", "stall,stop"]
+            with contextlib.redirect_stdout(io.StringIO()) as o:
+                e2e.main(argv)
+            r = json.loads(o.getvalue())
+            with open(os.path.join(out, "report.json")) as f:
+                self.assertEqual(r, json.load(f))
+            stall, stop = r["injections"]
+            msg = json.dumps(r, indent=1)
+            self.assertTrue(stall["agent_detect_ok"], msg)
+            self.assertTrue(stall["fleet_detect_ok"], msg)
+            self.assertIsNotNone(stall["agent_recover_s"], msg)
+            self.assertIsNotNone(stop["agent_idle_after_s"], msg)
+            self.assertEqual(r["false_positives"]["agent_flagged_node_seconds"], 0, msg)
+            self.assertEqual(r["false_positives"]["fleet_flagged_samples"], 0, msg)
+            self.assertEqual(r["idle_while_running"], [], msg)
+            # --report-only rebuilds the same report from the files.
+            with contextlib.redirect_stdout(io.StringIO()) as o2:
+                e2e.main(["--report-only", out])
+            self.assertEqual(json.loads(o2.getvalue()), r)
+
+
+if __name__ == "__main__":
+    unittest.main()
