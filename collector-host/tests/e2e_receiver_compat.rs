@@ -1,7 +1,9 @@
-//! Every Content-Encoding otelcol's OTLP receiver accepts, against the real binary (issue
-//! 18, item 5): raw OTLP/HTTP requests in each codec, one decompression bomb per codec
-//! (refused with 413, the process keeps serving), the Python OpenTelemetry SDK exporting
-//! with deflate and gzip over HTTP and gRPC, and a tonic client sending zstd over gRPC.
+//! The receivers accept what otelcol's accept, against the real binary (issue 18, item 5):
+//! every Content-Encoding (raw OTLP/HTTP requests in each codec, one decompression bomb per
+//! codec refused with 413 while the process keeps serving, the Python OpenTelemetry SDK
+//! exporting with deflate and gzip over HTTP and gRPC, a tonic client sending zstd over
+//! gRPC), and exponential histograms (the SDK's reach Prometheus as bucketed histograms; a
+//! point the exporter cannot store is answered as partial success).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -219,3 +221,95 @@ fn python_otel_sdk_exports_with_deflate_and_gzip() {
     }
 }
 
+#[test]
+fn python_sdk_exponential_histogram_reaches_prometheus_as_buckets() {
+    if !python_has_otel() {
+        eprintln!(
+            "SKIP: Python opentelemetry-sdk/exporters not installed (scripts/test-all.sh installs them)"
+        );
+        return;
+    }
+    let f = Fleet::start_with(&test_config("1s", &[]), &[]);
+    let script = format!(
+        "{}/tests/otel_sdk_exp_histogram.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new("python3")
+        .args([&script, &format!("http://{}/v1/metrics", f.http())])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "SDK export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = get(f.prometheus(), "/metrics").text();
+    assert!(
+        text.contains("# TYPE sdk_latency_milliseconds histogram"),
+        "{text}"
+    );
+    let series = |suffix: &str| -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("sdk_latency_milliseconds_{suffix}{{")))
+            .collect()
+    };
+    let count = series("count");
+    assert_eq!(count.len(), 1, "{text}");
+    assert!(count[0].ends_with(" 10"), "{}", count[0]);
+    assert!(series("sum")[0].ends_with(" 55"), "{text}");
+    // Real buckets, not only +Inf: the median is readable from them.
+    let buckets = series("bucket");
+    assert!(buckets.len() > 5, "{buckets:?}");
+    let le_value = |l: &str| -> (f64, f64) {
+        let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        (le, l.rsplit(' ').next().unwrap().parse().unwrap())
+    };
+    let (le5, at5) = buckets
+        .iter()
+        .map(|l| le_value(l))
+        .filter(|(le, _)| *le >= 5.0)
+        .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a });
+    assert!(le5 < 5.5, "a bucket bound just above 5: {buckets:?}");
+    assert_eq!(at5, 5.0, "values 1..=5 are at or below {le5}: {buckets:?}");
+}
+
+/// A point the exporter cannot store is answered as OTLP partial success, not silently
+/// dropped: here an exponential histogram with a scale outside OTLP's -10..=20.
+#[test]
+fn a_dropped_exponential_histogram_point_is_reported_as_partial_success() {
+    let f = Fleet::start_with(&test_config("1s", &[]), &[]);
+    let body = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"raw"}}]},
+      "scopeMetrics":[{"metrics":[
+        {"name":"bad.hist","exponentialHistogram":{"aggregationTemporality":2,"dataPoints":[
+          {"timeUnixNano":"1700000000000000000","count":"1","sum":1,"scale":25,"positive":{"offset":0,"bucketCounts":["1"]}}]}},
+        {"name":"good.gauge","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":1}]}}
+      ]}]}]}"#;
+    let r = post(
+        f.http(),
+        "/v1/metrics",
+        "application/json",
+        body.as_bytes(),
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    let ps = &j["partialSuccess"];
+    let rejected = ps["rejectedDataPoints"]
+        .as_str()
+        .map(|s| s.parse::<u64>().unwrap())
+        .or(ps["rejectedDataPoints"].as_u64());
+    assert_eq!(rejected, Some(1), "{j}");
+    let msg = ps["errorMessage"].as_str().unwrap_or_default();
+    assert!(msg.contains("invalid_histogram"), "{msg}");
+    assert!(
+        get(f.prometheus(), "/metrics")
+            .text()
+            .contains("good_gauge"),
+        "the good point of the batch is stored"
+    );
+}
