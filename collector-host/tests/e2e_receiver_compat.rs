@@ -313,3 +313,59 @@ fn a_dropped_exponential_histogram_point_is_reported_as_partial_success() {
         "the good point of the batch is stored"
     );
 }
+
+/// The same over gRPC: the `ExportMetricsServiceResponse` carries the partial success.
+#[test]
+fn a_dropped_point_is_reported_as_partial_success_over_grpc() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::exponential_histogram_data_point::Buckets;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        ExponentialHistogram, ExponentialHistogramDataPoint, Metric, ResourceMetrics, ScopeMetrics,
+        metric,
+    };
+    let f = Fleet::start_with(&test_config("1s", &[]), &[]);
+    let bad = Metric {
+        name: "bad.hist".into(),
+        data: Some(metric::Data::ExponentialHistogram(ExponentialHistogram {
+            aggregation_temporality: 2,
+            data_points: vec![ExponentialHistogramDataPoint {
+                time_unix_nano: 1_700_000_000_000_000_000,
+                count: 1,
+                scale: -11,
+                positive: Some(Buckets {
+                    offset: 0,
+                    bucket_counts: vec![1],
+                }),
+                ..Default::default()
+            }],
+        })),
+        ..Default::default()
+    };
+    let req = ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![bad],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let grpc = f.grpc();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let resp = rt.block_on(async move {
+        let mut client = MetricsServiceClient::connect(format!("http://{grpc}"))
+            .await
+            .unwrap();
+        client
+            .export(tonic::Request::new(req))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let ps = resp.partial_success.expect("partial success");
+    assert_eq!(ps.rejected_data_points, 1, "{ps:?}");
+    assert!(ps.error_message.contains("invalid_histogram"), "{ps:?}");
+}
