@@ -7,7 +7,8 @@
 //! - [`receiver`]: OTLP/HTTP and OTLP/gRPC with the threshold middleware;
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
-//! - [`telemetry`]: otelcol self-metrics; [`server`]: the shared HTTP server loop;
+//! - [`telemetry`]: otelcol self-metrics; [`metric_placement`]: which endpoint serves
+//!   which component metric; [`server`]: the shared HTTP server loop;
 //! - [`tls`]: rustls on the listeners, certificate reload;
 //! - [`service`]: running a plan with graceful shutdown;
 //! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
@@ -15,6 +16,7 @@
 pub mod auth;
 pub mod config;
 pub mod exporter;
+pub mod metric_placement;
 pub mod pipeline;
 pub mod receiver;
 pub mod registry;

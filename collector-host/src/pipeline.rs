@@ -18,6 +18,12 @@ use crate::telemetry::{ProcessorCounters, Telemetry};
 /// A host-side exporter. Exporters must not block: slow destinations get a queue.
 pub trait Exporter: Send + Sync {
     fn consume_metrics(&self, data: &[ResourceMetrics]);
+    /// [`Exporter::consume_metrics`], returning the points the exporter dropped for good
+    /// (reported to the client as OTLP partial success, like a processor's rejects).
+    fn consume_metrics_outcome(&self, data: &[ResourceMetrics]) -> ProcessOutcome {
+        self.consume_metrics(data);
+        ProcessOutcome::default()
+    }
     fn consume_traces(&self, _data: &ExportTraceServiceRequest) {}
     fn consume_logs(&self, _data: &ExportLogsServiceRequest) {}
     /// Flush and stop within the host's drain budget.
@@ -99,7 +105,7 @@ impl MetricsPipeline {
         }
         if !data.is_empty() {
             for e in &self.exporters {
-                e.consume_metrics(&data);
+                outcome.merge(e.consume_metrics_outcome(&data));
             }
         }
         // The batch's strings and vectors go to this thread's pool for the next JSON

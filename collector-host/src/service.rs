@@ -327,7 +327,7 @@ pub async fn run(
         }
     }
 
-    // Self-metrics of every Fleet component, for both Prometheus endpoints.
+    // Self-metrics of every Fleet component; `metric_placement` says which endpoint serves each.
     let component_families: Arc<dyn Fn() -> Vec<MetricFamily> + Send + Sync> = {
         let procs: Vec<_> = used
             .iter()
@@ -367,7 +367,8 @@ pub async fn run(
                 let fams = component_families.clone();
                 let scr = inner.clone();
                 let mut handler = metrics_handler(Arc::new(move |buf, flush| {
-                    scr.render_chunked(Timestamp::now(), &fams(), buf, flush)
+                    let fams = crate::metric_placement::for_exporter(fams());
+                    scr.render_chunked(Timestamp::now(), &fams, buf, flush)
                 }));
                 if let Some(g) = gate(c.auth.as_ref(), &id.to_string()) {
                     handler =
@@ -610,7 +611,10 @@ pub async fn run(
         let proms = prom.clone();
         let render: PageRender = Arc::new(move |s, _flush| {
             let mut all = tel.families();
-            all.extend(fams());
+            all.extend(crate::metric_placement::for_self_telemetry(
+                fams(),
+                !proms.is_empty(),
+            ));
             for e in &proms {
                 e.telemetry(&mut all);
             }

@@ -110,7 +110,7 @@ fn agent_payloads_get_thresholds_after_quorum_and_keep_them_when_quorum_is_lost(
     let counted = wait_for(Duration::from_secs(10), || {
         push_cluster(&f, "alpha", Some(0.60));
         let m = get(f.prometheus(), "/metrics").text();
-        prom_value(&m, "ingero_fleet_straggler_count{cluster_id=\"alpha\"").filter(|v| *v >= 1.0)
+        prom_value(&m, "ingero_fleet_stragglers{cluster_id=\"alpha\"").filter(|v| *v >= 1.0)
     });
     assert_eq!(counted, Some(1.0), "alpha has exactly one straggler");
     let d = get(f.admin_api(), "/api/v1/diagnostics?cluster_id=alpha").json();

@@ -69,7 +69,7 @@ fn rank_entering_290ms_late_shows_its_lag_on_prometheus() {
     }
     let page = wait_for(Duration::from_secs(15), || {
         let page = get(f.prometheus(), "/metrics").text();
-        let chronic = !series(&page, "ingero_nccl_rank_lag_ms", &["rank=\"5\""]).is_empty();
+        let chronic = !series(&page, "ingero_nccl_rank_lag_seconds", &["rank=\"5\""]).is_empty();
         let lag = page
             .lines()
             .any(|l| l.starts_with("nccl_collective_peer_lag_ms") && l.contains("nccl_rank=\"5\""));
@@ -123,14 +123,18 @@ fn rank_entering_290ms_late_shows_its_lag_on_prometheus() {
         }
     }
     // The chronic view names rank 5 and only rank 5.
-    let chronic = series(&page, "ingero_nccl_rank_lag_ms", &["cluster_id=\"train\""]);
+    let chronic = series(
+        &page,
+        "ingero_nccl_rank_lag_seconds",
+        &["cluster_id=\"train\""],
+    );
     assert_eq!(
         chronic.len(),
         1,
         "only rank 5 is chronically behind: {chronic:?}"
     );
     assert!(chronic[0].contains("rank=\"5\"") && chronic[0].contains(comm));
-    assert!((value(chronic[0]) - 290.0).abs() <= 5.0, "{}", chronic[0]);
+    assert!((value(chronic[0]) - 0.290).abs() <= 0.005, "{}", chronic[0]);
 }
 
 #[test]

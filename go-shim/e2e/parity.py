@@ -460,7 +460,7 @@ def run(hosts, pl):
     # Component self-metrics: ingero-fleet serves them on its exporter, the Go collector on
     # its telemetry endpoint (collector convention for component self-metrics).
     fams = ("ingero_fleet_threshold", "ingero_fleet_median", "ingero_fleet_mad", "ingero_fleet_active_nodes",
-            "ingero_fleet_quorum_met", "ingero_fleet_straggler_count", "ingero_fleet_clusters",
+            "ingero_fleet_quorum_met", "ingero_fleet_stragglers", "ingero_fleet_clusters",
             "ingero_threshold_published_clusters", "ingero_threshold_clusters_with_threshold")
     sr = prom(rust.addr["prom"], fams)
     sg = prom(go.addr["telemetry"], fams)

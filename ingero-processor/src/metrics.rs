@@ -22,7 +22,9 @@ pub const PANIC_MODE: &str = "ingero_fleet_panic_mode";
 pub const QUORUM_MET: &str = "ingero_fleet_quorum_met";
 pub const MEDIAN: &str = "ingero_fleet_median";
 pub const MAD: &str = "ingero_fleet_mad";
-pub const STRAGGLER_COUNT: &str = "ingero_fleet_straggler_count";
+/// Stragglers per (cluster, cohort); not `_count`, which Prometheus reserves for histograms
+/// and summaries.
+pub const STRAGGLER_COUNT: &str = "ingero_fleet_stragglers";
 pub const CLUSTERS: &str = "ingero_fleet_clusters";
 pub const NODE_RECORDS: &str = "ingero_fleet_node_records";
 // Counters.

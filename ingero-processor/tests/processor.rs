@@ -414,7 +414,7 @@ fn telemetry_has_every_seed_metric_with_cluster_and_cohort_labels() {
         "ingero_fleet_panic_mode",
         "ingero_fleet_median",
         "ingero_fleet_mad",
-        "ingero_fleet_straggler_count",
+        "ingero_fleet_stragglers",
         "ingero_fleet_calibrating_nodes",
         "ingero_fleet_quorum_met",
         "ingero_fleet_coverage_ratio",

@@ -29,7 +29,9 @@ pub const OPEN_BUCKETS: &str = "ingero_nccl_open_buckets";
 pub const BUFFERED_POINTS: &str = "ingero_nccl_buffered_points";
 pub const RANK_SERIES: &str = "ingero_nccl_rank_series";
 pub const MONOTONIC_CLOCKS: &str = "ingero_nccl_monotonic_clocks";
-pub const RANK_LAG_MS: &str = "ingero_nccl_rank_lag_ms";
+/// Median lag of a named rank, in seconds (Prometheus base unit; the OTLP lag output and
+/// the diagnostics stay in milliseconds, as the wire contract names them).
+pub const RANK_LAG_SECONDS: &str = "ingero_nccl_rank_lag_seconds";
 pub const RANK_BEHIND_RATIO: &str = "ingero_nccl_rank_behind_ratio";
 pub const RANK_LAG_PERIOD_STEPS: &str = "ingero_nccl_rank_lag_period_steps";
 

@@ -18,7 +18,7 @@ use crate::ingest::{NcclPoint, collect_points, format_comm_hash, is_nccl_metric}
 use crate::metrics::{
     BUFFERED_POINTS, ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID,
     LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK, LABEL_STATE, MONOTONIC_CLOCKS, OPEN_BUCKETS,
-    RANK_BEHIND_RATIO, RANK_LAG_MS, RANK_LAG_PERIOD_STEPS, RANK_SERIES, TRACKED_COMMS,
+    RANK_BEHIND_RATIO, RANK_LAG_PERIOD_STEPS, RANK_LAG_SECONDS, RANK_SERIES, TRACKED_COMMS,
 };
 use crate::output;
 use crate::report::{comm_reports, named_ranks};
@@ -260,8 +260,8 @@ impl Processor for NcclPeerLagProcessor {
             "Nodes with monotonic NCCL clocks per cluster, by calibration state.",
         );
         let mut lag = MetricFamily::gauge(
-            RANK_LAG_MS,
-            "Median lag (ms) over the behind steps of ranks named chronic or periodic.",
+            RANK_LAG_SECONDS,
+            "Median lag (seconds) over the behind steps of ranks named chronic or periodic.",
         );
         let mut ratio = MetricFamily::gauge(
             RANK_BEHIND_RATIO,
@@ -305,7 +305,7 @@ impl Processor for NcclPeerLagProcessor {
                     (LABEL_OP_TYPE, self.settings.ops.name(r.op)),
                     (LABEL_RANK, rank.as_str()),
                 ];
-                lag.push(&labels, r.median_lag_ms.unwrap_or(0.0));
+                lag.push(&labels, r.median_lag_ms.unwrap_or(0.0) / 1000.0);
                 ratio.push(&labels, r.behind_ratio);
                 if let Some(p) = r.period_steps {
                     period.push(&labels, f64::from(p));

@@ -302,7 +302,7 @@ fn chronic_and_periodic_ranks_reach_telemetry_and_diagnostics() {
     }
     let mut fams = Vec::new();
     p.telemetry(&mut fams);
-    let lag = family(&fams, "ingero_nccl_rank_lag_ms");
+    let lag = family(&fams, "ingero_nccl_rank_lag_seconds");
     assert_eq!(lag.samples.len(), 2, "{:?}", lag.samples);
     let l5 = sample(
         lag,
@@ -313,9 +313,9 @@ fn chronic_and_periodic_ranks_reach_telemetry_and_diagnostics() {
             ("rank", "5"),
         ],
     );
-    assert!((l5 - 290.0).abs() < 2.0, "{l5}");
+    assert!((l5 - 0.290).abs() < 0.002, "{l5}");
     let l2 = sample(lag, &[("rank", "2")]);
-    assert!((l2 - 120.0).abs() < 2.0, "{l2}");
+    assert!((l2 - 0.120).abs() < 0.002, "{l2}");
     let ratio = family(&fams, "ingero_nccl_rank_behind_ratio");
     assert!((sample(ratio, &[("rank", "5")]) - 41.0 / 50.0).abs() < 1e-9);
     let period = family(&fams, "ingero_nccl_rank_lag_period_steps");
@@ -379,9 +379,9 @@ fn named_rank_gauges_are_capped() {
     }
     let mut fams = Vec::new();
     p.telemetry(&mut fams);
-    let lag = family(&fams, "ingero_nccl_rank_lag_ms");
+    let lag = family(&fams, "ingero_nccl_rank_lag_seconds");
     assert_eq!(lag.samples.len(), 1);
-    assert_eq!(sample(lag, &[("rank", "5")]).round(), 200.0);
+    assert_eq!((sample(lag, &[("rank", "5")]) * 1000.0).round(), 200.0);
     let diag = p.diagnostics().unwrap();
     let worst = diag["clusters"][0]["communicators"][0]["ops"][0]["worst_ranks"]
         .as_array()

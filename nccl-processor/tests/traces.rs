@@ -82,7 +82,8 @@ struct Named {
     period: Option<u32>,
 }
 
-/// The ranks on `ingero_nccl_rank_lag_ms`, with their ratio and period.
+/// The ranks on `ingero_nccl_rank_lag_seconds` (lag converted back to ms), with their ratio
+/// and period.
 fn named(p: &NcclPeerLagProcessor) -> BTreeMap<u32, Named> {
     let mut fams: Vec<MetricFamily> = Vec::new();
     p.telemetry(&mut fams);
@@ -97,11 +98,11 @@ fn named(p: &NcclPeerLagProcessor) -> BTreeMap<u32, Named> {
             .unwrap()
     };
     let mut out = BTreeMap::new();
-    for s in get("ingero_nccl_rank_lag_ms").samples {
+    for s in get("ingero_nccl_rank_lag_seconds").samples {
         out.insert(
             rank_of(&s.labels),
             Named {
-                lag_ms: s.value,
+                lag_ms: s.value * 1000.0,
                 behind_ratio: 0.0,
                 period: None,
             },

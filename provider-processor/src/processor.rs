@@ -483,6 +483,9 @@ impl Processor for ProviderLookupProcessor {
         let mut invalid = 0u64;
         let mut by_source = [0u64; 4];
         for rm in data.iter_mut() {
+            if !resolve::looks_like_agent(rm) {
+                continue;
+            }
             let attrs = otlp::resource_attrs(rm);
             let own_value = otlp::get_str(attrs, resource::PROVIDER)
                 .and_then(|raw| self.aliases.normalise(raw).ok());

@@ -9,6 +9,25 @@ use serde::Serialize;
 use crate::provider::{self, ProviderAliases};
 use crate::rules::RuleSet;
 
+/// Whether a resource comes from an Ingero agent (or from Fleet's own processors, which
+/// write the same identifiers), and so gets `ingero.provider`. The spec's agent resources
+/// always carry `ingero.node.id` (health pushes, straggler events, the NCCL exporter) and
+/// usually `ingero.cluster.id`; processor outputs carry `ingero.cluster.id`. A resource
+/// that already names `ingero.provider`, or whose metrics have the agent's names
+/// (`ingero.*`, `nccl.*`), counts too. Anything else (an OTel SDK's or telemetrygen's
+/// resource, a resource-less batch) is left as it came: no `ingero_provider="unknown"` label
+/// on series and `target_info` that have nothing to do with GPUs.
+pub fn looks_like_agent(rm: &otlp::ResourceMetrics) -> bool {
+    let attrs = otlp::resource_attrs(rm);
+    let ids = [resource::NODE_ID, resource::CLUSTER_ID, resource::PROVIDER];
+    attrs.iter().any(|kv| ids.contains(&kv.key.as_str()))
+        || rm
+            .scope_metrics
+            .iter()
+            .flat_map(|s| &s.metrics)
+            .any(|m| m.name.starts_with("ingero.") || m.name.starts_with("nccl."))
+}
+
 /// Where a resource's provider came from, in precedence order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

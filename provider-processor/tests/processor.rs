@@ -52,41 +52,35 @@ fn precedence_rule_then_agent_then_semconv_then_default() {
         ]),
         // cloud.provider beats cloud.platform and host.type.
         resource_with(vec![
+            kv_str(resource::NODE_ID, "sc-1"),
             kv_str(resource::CLOUD_PROVIDER, "gcp"),
             kv_str(resource::CLOUD_PLATFORM, "azure_vm"),
             kv_str(resource::HOST_TYPE, "p5.48xlarge"),
         ]),
         // cloud.platform, then host.type.
-        resource_with(vec![kv_str(resource::CLOUD_PLATFORM, "aws_eks")]),
-        resource_with(vec![kv_str(
-            resource::HOST_TYPE,
-            "Standard_ND96isr_H100_v5",
-        )]),
+        resource_with(vec![
+            kv_str(resource::NODE_ID, "sc-2"),
+            kv_str(resource::CLOUD_PLATFORM, "aws_eks"),
+        ]),
+        resource_with(vec![
+            kv_str(resource::CLUSTER_ID, "prod"),
+            kv_str(resource::HOST_TYPE, "Standard_ND96isr_H100_v5"),
+        ]),
         // Nothing: the default, normalised.
         resource_with(vec![kv_str(resource::NODE_ID, "x")]),
-        // No resource at all still gets tagged.
-        component::ResourceMetrics::default(),
     ];
     p.process(&mut batch, &ctx(t(1)));
     let got: Vec<_> = batch.iter().map(|rm| provider_of(rm).unwrap()).collect();
     assert_eq!(
         got,
-        [
-            "coreweave",
-            "azure",
-            "gcp",
-            "ec2",
-            "azure",
-            "on-prem",
-            "on-prem"
-        ]
+        ["coreweave", "azure", "gcp", "ec2", "azure", "on-prem"]
     );
     let f = telemetry(&p);
     for (source, n) in [
         ("rule", 1.0),
         ("agent", 1.0),
         ("semconv", 3.0),
-        ("default", 2.0),
+        ("default", 1.0),
     ] {
         assert_eq!(
             sample(&f, m::RESOLVED_TOTAL, &[("source", source)]),
@@ -102,13 +96,77 @@ fn precedence_rule_then_agent_then_semconv_then_default() {
     );
 }
 
+/// Regression (issue 18): `ingero_provider="unknown"` landed on every series and on
+/// `target_info`, SDK and telemetrygen data included. Only agent-looking resources get it.
+#[test]
+fn only_resources_that_look_like_agents_get_a_provider() {
+    let p = create(&config::parse_yaml(b"default_provider: unknown\n").unwrap()).unwrap();
+    let sdk_metric = |name: &str| {
+        otlp::resource_metrics(
+            vec![
+                kv_str(resource::SERVICE_NAME, "checkout"),
+                kv_str(resource::CLOUD_PROVIDER, "gcp"),
+            ],
+            "sdk",
+            vec![otlp::gauge_f64(
+                name,
+                "1",
+                vec![otlp::point_f64(vec![], 1, 1.0)],
+            )],
+        )
+    };
+    let mut batch = vec![
+        // Not agents: an OTel SDK's resource (even one with cloud.provider), a
+        // telemetrygen-like one, a batch without a resource.
+        sdk_metric("http.server.duration"),
+        resource_with(vec![kv_str(resource::SERVICE_NAME, "telemetrygen")]),
+        component::ResourceMetrics::default(),
+        // Agents: by identifier, by an own provider value, by the agent's metric names.
+        resource_with(vec![kv_str(resource::NODE_ID, "gpu-1")]),
+        resource_with(vec![kv_str(resource::CLUSTER_ID, "prod")]),
+        resource_with(vec![kv_str(resource::PROVIDER, "aws")]),
+        sdk_metric("ingero.node.health_score"),
+        sdk_metric("nccl.collective.duration_ms"),
+    ];
+    let before: Vec<_> = batch[..3].to_vec();
+    p.process(&mut batch, &ctx(t(1)));
+    assert_eq!(
+        &batch[..3],
+        &before[..],
+        "non-agent resources pass unchanged"
+    );
+    let got: Vec<_> = batch[3..].iter().map(provider_of).collect();
+    assert_eq!(
+        got,
+        [
+            Some("unknown".to_string()),
+            Some("unknown".to_string()),
+            Some("ec2".to_string()),
+            Some("gcp".to_string()),
+            Some("gcp".to_string())
+        ]
+    );
+    let f = telemetry(&p);
+    let resolved: f64 = ["rule", "agent", "semconv", "default"]
+        .iter()
+        .filter_map(|s| sample(&f, m::RESOLVED_TOTAL, &[("source", s)]))
+        .sum();
+    assert_eq!(
+        resolved, 5.0,
+        "only the agent resources are counted as tagged"
+    );
+}
+
 #[test]
 fn aliases_normalise_agent_semconv_and_rates_to_one_id() {
     let p = create(&config::parse_yaml(b"aliases: {Crusoe Cloud: crusoe}").unwrap()).unwrap();
     let mut batch = vec![
         health_push("c", "a", Some("aws"), Some((H100, 8)), 0),
         health_push("c", "b", Some("AWS"), Some((H100, 8)), 0),
-        resource_with(vec![kv_str(resource::CLOUD_PROVIDER, "aws")]),
+        resource_with(vec![
+            kv_str(resource::NODE_ID, "k"),
+            kv_str(resource::CLOUD_PROVIDER, "aws"),
+        ]),
         resource_with(vec![kv_str(resource::PROVIDER, "crusoe-cloud")]),
     ];
     p.process(&mut batch, &ctx(t(1)));

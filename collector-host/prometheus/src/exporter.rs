@@ -47,6 +47,11 @@ pub struct ConsumeStats {
     pub stored: u64,
     /// Data points dropped (counted by reason in the telemetry).
     pub dropped: u64,
+    /// Of those, the points lost for good ([`DropReason::is_loss`]): what a receiver
+    /// reports to its client as partial success.
+    pub lost: u64,
+    /// The reason of the most frequent loss, for the partial-success message.
+    pub loss_reason: Option<DropReason>,
 }
 
 #[derive(Debug, Default)]
@@ -234,6 +239,13 @@ impl PrometheusExporter {
             }
         }
         stats.dropped = total.total();
+        let losses = DropReason::ALL
+            .iter()
+            .filter(|r| r.is_loss())
+            .map(|r| (total.get(*r), *r))
+            .filter(|(n, _)| *n > 0);
+        stats.lost = losses.clone().map(|(n, _)| n).sum();
+        stats.loss_reason = losses.max_by_key(|(n, _)| *n).map(|(_, r)| r);
         self.counters
             .points_received
             .fetch_add(stats.points, Relaxed);

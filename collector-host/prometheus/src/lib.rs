@@ -18,8 +18,8 @@
 //!   delta). Delta histograms with the same bounds are accumulated the same way;
 //! - histogram -> `_bucket{le}` (cumulative, with `+Inf`), `_sum`, `_count`;
 //! - summary -> `{quantile}` series, `_sum`, `_count`;
-//! - exponential histograms are dropped and counted (`unsupported_type`): classic text
-//!   format has no native histograms, and re-bucketing would invent boundaries;
+//! - exponential histogram -> classic histogram at the exponential buckets' own
+//!   boundaries (the text format has no native histograms; see [`exp_histogram`]);
 //! - data-point attributes become labels; with `resource_to_telemetry_conversion` (on by
 //!   default here, see [`config::ResourceToTelemetry`]) so do all resource attributes;
 //!   `job`/`instance` come from `service.namespace/service.name` and
@@ -41,6 +41,7 @@
 //! README.
 
 pub mod config;
+pub mod exp_histogram;
 pub mod exporter;
 pub mod intern;
 pub mod labels;

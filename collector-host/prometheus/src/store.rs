@@ -18,7 +18,8 @@ use crate::intern::{FamilyId, FamilyKind, NONE, SetId};
 pub enum DropReason {
     /// It would have created a series beyond `max_series`.
     SeriesLimit,
-    /// Exponential histograms are not translated (see the crate docs).
+    /// A metric type the exporter cannot translate (none today: every OTLP type is
+    /// translated; kept so the telemetry label set stays stable).
     UnsupportedType,
     /// A sum or histogram with unspecified aggregation temporality.
     InvalidTemporality,
@@ -77,6 +78,13 @@ impl DropReason {
 
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Whether the client should hear of it (OTLP partial success): every reason but a
+    /// point with no value (a staleness marker: nothing to store) and one older than the
+    /// value held (superseded by newer data, as the threshold processor's `superseded`).
+    pub fn is_loss(self) -> bool {
+        !matches!(self, DropReason::NoValue | DropReason::OutOfOrder)
     }
 }
 

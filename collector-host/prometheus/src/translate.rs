@@ -506,8 +506,13 @@ fn translate_metric(
             (NameKind::Histogram, delta)
         }
         Some(MetricKind::Summary(_)) => (NameKind::Summary, false),
-        Some(MetricKind::ExponentialHistogram(_)) => {
-            return Err(DropReason::UnsupportedType.into());
+        Some(MetricKind::ExponentialHistogram(h)) => {
+            let delta = match h.aggregation_temporality {
+                CUMULATIVE => false,
+                DELTA => true,
+                _ => return Err(DropReason::InvalidTemporality.into()),
+            };
+            (NameKind::Histogram, delta)
         }
     };
     if metric_points(m) == 0 {
@@ -593,7 +598,16 @@ fn translate_metric(
                 point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
             }
         }
-        _ => {}
+        Some(MetricKind::ExponentialHistogram(h)) => {
+            for dp in &h.data_points {
+                let v = crate::exp_histogram::classic(dp).map(|hist| UpdateValue::Histogram {
+                    hist: Box::new(hist),
+                    delta,
+                });
+                point!(&dp.attributes, dp.time_unix_nano, dp.flags, v);
+            }
+        }
+        None => {}
     }
     Ok(())
 }

@@ -364,7 +364,7 @@ fn unusable_points_are_dropped_and_counted_by_reason() {
         data: Some(component::otlp::MetricKind::ExponentialHistogram(
             opentelemetry_proto::tonic::metrics::v1::ExponentialHistogram {
                 data_points: vec![Default::default(), Default::default()],
-                aggregation_temporality: 2,
+                aggregation_temporality: 0,
             },
         )),
         ..Default::default()
@@ -390,8 +390,8 @@ fn unusable_points_are_dropped_and_counted_by_reason() {
     assert_eq!(e.dropped(DropReason::NoValue), 2);
     assert_eq!(e.dropped(DropReason::InvalidLabelName), 2);
     assert_eq!(e.dropped(DropReason::InvalidMetricName), 1);
-    assert_eq!(e.dropped(DropReason::InvalidTemporality), 1);
-    assert_eq!(e.dropped(DropReason::UnsupportedType), 2);
+    assert_eq!(e.dropped(DropReason::InvalidTemporality), 3);
+    assert_eq!(e.dropped(DropReason::UnsupportedType), 0);
     let s = parse(&render(&e, now(), &[]));
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].name, "ok");
@@ -694,5 +694,62 @@ fn per_event_attributes_are_not_labels_by_default() {
     assert_eq!(
         named(&s, "nccl_collective_duration_ms_milliseconds").len(),
         2
+    );
+}
+
+/// Regression (issue 18): exponential histograms were dropped. They become classic
+/// histograms at their own bucket boundaries; delta points with the same boundaries add up.
+#[test]
+fn exponential_histograms_become_classic_histograms() {
+    use opentelemetry_proto::tonic::metrics::v1::exponential_histogram_data_point::Buckets;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        ExponentialHistogram, ExponentialHistogramDataPoint,
+    };
+    let e = default_exporter();
+    // Scale 0: values 3 (bucket 1, (2, 4]) and 5, 6 (bucket 2, (4, 8]), one zero.
+    let dp = |t: u64| ExponentialHistogramDataPoint {
+        time_unix_nano: t * 1_000_000_000,
+        count: 4,
+        sum: Some(14.0),
+        scale: 0,
+        zero_count: 1,
+        positive: Some(Buckets {
+            offset: 1,
+            bucket_counts: vec![1, 2],
+        }),
+        ..Default::default()
+    };
+    for (i, temporality) in [(0u64, 1), (1, 1)] {
+        let m = component::otlp::Metric {
+            name: "rpc.duration".into(),
+            unit: "s".into(),
+            data: Some(component::otlp::MetricKind::ExponentialHistogram(
+                ExponentialHistogram {
+                    data_points: vec![dp(now() + i)],
+                    aggregation_temporality: temporality,
+                },
+            )),
+            ..Default::default()
+        };
+        let st = e.consume(&[rm(vec![kv_str("n", "a")], vec![m])], ts(now() + i));
+        assert_eq!((st.points, st.stored, st.dropped), (1, 1, 0));
+    }
+    let text = render(&e, now() + 1, &[]);
+    assert!(
+        text.contains("# TYPE rpc_duration_seconds histogram"),
+        "{text}"
+    );
+    // Two deltas of the same shape: counts doubled, cumulative over the buckets.
+    for (le, v) in [("0", 2), ("4", 4), ("8", 8), ("+Inf", 8)] {
+        let line = format!("rpc_duration_seconds_bucket{{n=\"a\",le=\"{le}\"}} {v}");
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    assert!(
+        text.contains("rpc_duration_seconds_count{n=\"a\"} 8"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rpc_duration_seconds_sum{n=\"a\"} 28"),
+        "{text}"
     );
 }

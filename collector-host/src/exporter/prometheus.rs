@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use component::otlp::count_points;
-use component::{MetricFamily, ResourceMetrics, Timestamp};
+use component::{MetricFamily, ProcessOutcome, ResourceMetrics, Timestamp};
 use fleet_prometheus::PrometheusExporter;
 
 use crate::pipeline::Exporter;
@@ -27,8 +27,23 @@ impl std::fmt::Debug for PromExporter {
 
 impl Exporter for PromExporter {
     fn consume_metrics(&self, data: &[ResourceMetrics]) {
-        self.inner.consume(data, Timestamp::now());
+        self.consume_metrics_outcome(data);
+    }
+
+    fn consume_metrics_outcome(&self, data: &[ResourceMetrics]) -> ProcessOutcome {
+        let stats = self.inner.consume(data, Timestamp::now());
         self.counters.sent[ExporterCounters::idx(Signal::Metrics)]
             .fetch_add(count_points(data), Relaxed);
+        let mut outcome = ProcessOutcome::default();
+        if stats.lost > 0 {
+            outcome.reject(stats.lost, || {
+                format!(
+                    "prometheus exporter dropped {} data point(s) (mostly {}; ingero_fleet_prometheus_points_dropped_total has every reason)",
+                    stats.lost,
+                    stats.loss_reason.map_or("unknown", |r| r.as_str())
+                )
+            });
+        }
+        outcome
     }
 }

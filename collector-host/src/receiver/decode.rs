@@ -1,6 +1,14 @@
-//! OTLP/HTTP body decoding: content type, capped gzip, protobuf or JSON, and the
+//! OTLP/HTTP body decoding: content type, capped decompression, protobuf or JSON, and the
 //! OTLP-style responses (`google.rpc.Status` on error, `Export*ServiceResponse` with
 //! partial success otherwise) in the request's own encoding.
+//!
+//! `Content-Encoding` as otelcol's `confighttp` server accepts it: `gzip`, `zstd`, `zlib`,
+//! `deflate` (zlib-wrapped, as otelcol and the OTel SDKs send it; a raw deflate stream
+//! without the zlib header is accepted too), `snappy` (block format, or the framed format
+//! when the body starts with the framing header, as otelcol auto-detects),
+//! `x-snappy-framed` and `lz4` (LZ4 frame format), plus `identity` or none. Every codec
+//! stops at the decompressed-size cap, so a decompression bomb costs at most `limit + 1`
+//! bytes of output before it is refused with 413.
 
 use std::io::Read;
 
@@ -41,7 +49,14 @@ pub enum DecodeError {
     DecompressedTooLarge { limit: u64 },
     #[error("invalid gzip body: {0}")]
     BadGzip(String),
-    #[error("unsupported Content-Encoding {0:?} (supported: gzip, identity)")]
+    #[error("invalid {encoding} body: {message}")]
+    BadCompressed {
+        encoding: &'static str,
+        message: String,
+    },
+    #[error(
+        "unsupported Content-Encoding {0:?} (supported: gzip, zstd, zlib, deflate, snappy, x-snappy-framed, lz4, identity)"
+    )]
     UnsupportedEncoding(String),
     #[error("invalid protobuf body: {0}")]
     BadProtobuf(String),
@@ -64,6 +79,7 @@ impl DecodeError {
         match self {
             DecodeError::DecompressedTooLarge { .. } => "decompressed_too_large",
             DecodeError::BadGzip(_) => "bad_gzip",
+            DecodeError::BadCompressed { .. } => "bad_compressed_body",
             DecodeError::UnsupportedEncoding(_) => "unsupported_encoding",
             DecodeError::BadProtobuf(_) => "bad_protobuf",
             DecodeError::BadJson(_) => "bad_json",
@@ -83,18 +99,102 @@ pub fn decompress(
     match enc.as_str() {
         "" | "identity" => Ok(body),
         "gzip" | "x-gzip" => {
-            let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit as usize));
-            let mut dec =
-                flate2::read::MultiGzDecoder::new(&body[..]).take(limit.saturating_add(1));
-            dec.read_to_end(&mut out)
-                .map_err(|e| DecodeError::BadGzip(e.to_string()))?;
-            if out.len() as u64 > limit {
-                return Err(DecodeError::DecompressedTooLarge { limit });
-            }
-            Ok(out.into())
+            read_capped(flate2::read::MultiGzDecoder::new(&body[..]), &body, limit).map_err(|e| {
+                match e {
+                    DecodeError::BadCompressed { message, .. } => DecodeError::BadGzip(message),
+                    e => e,
+                }
+            })
         }
+        "zlib" | "deflate" => {
+            let name = if enc == "zlib" { "zlib" } else { "deflate" };
+            if has_zlib_header(&body) {
+                read_capped(flate2::read::ZlibDecoder::new(&body[..]), &body, limit)
+            } else {
+                read_capped(flate2::read::DeflateDecoder::new(&body[..]), &body, limit)
+            }
+            .map_err(|e| e.named(name))
+        }
+        "zstd" => {
+            let mut dec =
+                zstd::stream::read::Decoder::with_buffer(&body[..]).map_err(|e| bad("zstd", &e))?;
+            // A frame may ask for a window of up to 2 GiB; bodies this receiver takes need
+            // far less (zstd's levels 1-19 use at most 8 MiB).
+            dec.window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(|e| bad("zstd", &e))?;
+            read_capped(dec, &body, limit).map_err(|e| e.named("zstd"))
+        }
+        "snappy" if !body.starts_with(SNAPPY_FRAMING_HEADER) => snappy_block(&body, limit),
+        "snappy" | "x-snappy-framed" => {
+            read_capped(snap::read::FrameDecoder::new(&body[..]), &body, limit)
+                .map_err(|e| e.named("snappy"))
+        }
+        "lz4" => read_capped(lz4_flex::frame::FrameDecoder::new(&body[..]), &body, limit)
+            .map_err(|e| e.named("lz4")),
         other => Err(DecodeError::UnsupportedEncoding(other.to_string())),
     }
+}
+
+/// Largest zstd window accepted: 16 MiB.
+const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+
+/// The stream identifier chunk every framed snappy stream starts with.
+const SNAPPY_FRAMING_HEADER: &[u8] = b"\xff\x06\x00\x00sNaPpY";
+
+fn bad(encoding: &'static str, e: &dyn std::fmt::Display) -> DecodeError {
+    DecodeError::BadCompressed {
+        encoding,
+        message: e.to_string(),
+    }
+}
+
+impl DecodeError {
+    /// A decompression error of [`read_capped`] with the codec's name.
+    fn named(self, encoding: &'static str) -> Self {
+        match self {
+            DecodeError::BadCompressed { message, .. } => {
+                DecodeError::BadCompressed { encoding, message }
+            }
+            e => e,
+        }
+    }
+}
+
+/// RFC 1950 header: compression method 8 (deflate), window size at most 32 KiB, and the
+/// check bits that make the first two bytes a multiple of 31.
+fn has_zlib_header(b: &[u8]) -> bool {
+    match b {
+        [cmf, flg, ..] => {
+            cmf & 0x0f == 8 && cmf >> 4 <= 7 && (u16::from(*cmf) << 8 | u16::from(*flg)) % 31 == 0
+        }
+        _ => false,
+    }
+}
+
+/// Read a decoder to its end, at most `limit` bytes (one more tells a bomb from a body of
+/// exactly `limit` bytes).
+fn read_capped(dec: impl Read, body: &[u8], limit: u64) -> Result<bytes::Bytes, DecodeError> {
+    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit as usize));
+    dec.take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| bad("compressed", &e))?;
+    if out.len() as u64 > limit {
+        return Err(DecodeError::DecompressedTooLarge { limit });
+    }
+    Ok(out.into())
+}
+
+/// Snappy block format: the decoded length is in the header, so a bomb is refused before
+/// anything is allocated for it.
+fn snappy_block(body: &[u8], limit: u64) -> Result<bytes::Bytes, DecodeError> {
+    let len = snap::raw::decompress_len(body).map_err(|e| bad("snappy", &e))?;
+    if len as u64 > limit {
+        return Err(DecodeError::DecompressedTooLarge { limit });
+    }
+    snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| bad("snappy", &e))
 }
 
 /// Decode an OTLP request message in the given encoding (JSON through opentelemetry-proto's
@@ -229,12 +329,122 @@ mod tests {
         assert_eq!(ok.len(), zeros.len());
     }
 
+    /// Every codec otelcol's receiver accepts, as a client would compress.
+    fn compress(codec: &str, data: &[u8]) -> bytes::Bytes {
+        let out = match codec {
+            "gzip" => gzip(data).to_vec(),
+            "zlib" | "deflate" => {
+                let mut e =
+                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            "raw-deflate" => {
+                let mut e =
+                    flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            "zstd" => zstd::stream::encode_all(data, 3).unwrap(),
+            "snappy" => snap::raw::Encoder::new().compress_vec(data).unwrap(),
+            "x-snappy-framed" => {
+                let mut e = snap::write::FrameEncoder::new(Vec::new());
+                e.write_all(data).unwrap();
+                e.into_inner().unwrap()
+            }
+            "lz4" => {
+                let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            other => panic!("no compressor for {other}"),
+        };
+        out.into()
+    }
+
+    /// (Content-Encoding header, compressor) pairs: every accepted encoding.
+    const CODECS: [(&str, &str); 9] = [
+        ("gzip", "gzip"),
+        ("zlib", "zlib"),
+        ("deflate", "deflate"),
+        ("deflate", "raw-deflate"),
+        ("zstd", "zstd"),
+        ("snappy", "snappy"),
+        ("snappy", "x-snappy-framed"),
+        ("x-snappy-framed", "x-snappy-framed"),
+        ("lz4", "lz4"),
+    ];
+
+    #[test]
+    fn every_codec_round_trips_an_agent_push() {
+        let body = testkit::AgentPush::new("prod", "n1", 0.9).to_proto_bytes();
+        for (header, codec) in CODECS {
+            let packed = compress(codec, &body);
+            assert_ne!(&packed[..], &body[..]);
+            let plain = decompress(Some(header), packed, 1 << 20)
+                .unwrap_or_else(|e| panic!("{header} ({codec}): {e}"));
+            assert_eq!(&plain[..], &body[..], "{header} ({codec})");
+        }
+    }
+
+    /// One decompression bomb per codec: 10 MiB of zeros, refused at a 1 MiB cap with 413.
+    #[test]
+    fn a_bomb_is_refused_at_the_cap_for_every_codec() {
+        let zeros = vec![0u8; 10 * 1024 * 1024];
+        for (header, codec) in CODECS {
+            let bomb = compress(codec, &zeros);
+            assert!(bomb.len() < 1024 * 1024, "{codec} bomb: {}", bomb.len());
+            let err = decompress(Some(header), bomb.clone(), 1024 * 1024).unwrap_err();
+            assert_eq!(
+                err,
+                DecodeError::DecompressedTooLarge { limit: 1024 * 1024 },
+                "{header} ({codec})"
+            );
+            assert_eq!(err.status(), 413);
+            let ok = decompress(Some(header), bomb, 20 * 1024 * 1024).unwrap();
+            assert_eq!(
+                ok.len(),
+                zeros.len(),
+                "{header} ({codec}) under a larger cap"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_under_every_codec_is_a_400_naming_it() {
+        for header in [
+            "gzip",
+            "zlib",
+            "deflate",
+            "zstd",
+            "snappy",
+            "x-snappy-framed",
+            "lz4",
+        ] {
+            let err = decompress(
+                Some(header),
+                bytes::Bytes::from_static(b"\x78\x9c not really compressed at all"),
+                1 << 20,
+            )
+            .unwrap_err();
+            assert_eq!(err.status(), 400, "{header}: {err}");
+            let name = if header == "x-snappy-framed" {
+                "snappy"
+            } else {
+                header
+            };
+            assert!(err.to_string().contains(name), "{header}: {err}");
+        }
+    }
+
     #[test]
     fn bad_encodings_are_named() {
-        assert!(matches!(
-            decompress(Some("br"), bytes::Bytes::new(), 10),
-            Err(DecodeError::UnsupportedEncoding(_))
-        ));
+        for enc in ["br", "compress", "gzip, zstd"] {
+            assert!(matches!(
+                decompress(Some(enc), bytes::Bytes::new(), 10),
+                Err(DecodeError::UnsupportedEncoding(_))
+            ));
+        }
         assert!(matches!(
             decompress(Some("gzip"), bytes::Bytes::from_static(b"not gzip"), 10),
             Err(DecodeError::BadGzip(_))

@@ -280,10 +280,14 @@ pub async fn serve(
     let metrics = MetricsServiceServer::new(receiver.clone())
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Deflate)
         .send_compressed(CompressionEncoding::Gzip);
     let traces = TraceServiceServer::new(receiver.clone())
         .max_decoding_message_size(max)
-        .accept_compressed(CompressionEncoding::Gzip);
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Deflate);
     let shed = super::grpc_shed::ShedLayer {
         permits: (cfg.max_concurrent_requests > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_requests))),
@@ -293,7 +297,9 @@ pub async fn serve(
     let counters = receiver.counters.clone();
     let logs = LogsServiceServer::new(receiver)
         .max_decoding_message_size(max)
-        .accept_compressed(CompressionEncoding::Gzip);
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .accept_compressed(CompressionEncoding::Deflate);
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(cfg.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))

@@ -290,7 +290,7 @@ static void test_pipeline(const uint8_t *batch, size_t batch_len) {
   ingero_buf j = {NULL, 0};
   CHECK_RC(ingero_processor_telemetry_json(p, &j), INGERO_OK);
   CHECK(buf_contains(&j, "\"name\":\"ingero_fleet_threshold\""));
-  CHECK(buf_contains(&j, "\"name\":\"ingero_fleet_straggler_count\""));
+  CHECK(buf_contains(&j, "\"name\":\"ingero_fleet_stragglers\""));
   ingero_buf_free(&j);
   for (int i = 1; i < 3; i++) {
     CHECK_RC(ingero_processor_telemetry_json(procs[i], &j), INGERO_OK);
