@@ -16,6 +16,7 @@ pub mod config;
 pub mod otlp;
 pub mod recycle;
 pub mod telemetry;
+pub mod text;
 pub mod threshold;
 pub mod time;
 pub mod wire;
