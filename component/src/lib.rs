@@ -11,6 +11,8 @@
 //!
 //! Config is one serde struct per component (see [`config`]); wire names live in [`wire`].
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod config;
 pub mod otlp;

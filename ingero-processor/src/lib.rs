@@ -35,6 +35,8 @@
 //! The rules (MAD floor, coverage, panic trigger, classifier) are documented on the modules
 //! that implement them and in the crate README.
 
+#![forbid(unsafe_code)]
+
 pub mod classifier;
 pub mod cluster;
 pub mod config;
