@@ -1,5 +1,5 @@
 //! Compiles the eBPF programs in `bpf/*.bpf.c` with clang into `$OUT_DIR/<name>.bpf.o`;
-//! `src/probes/objects.rs` embeds them with `include_bytes!`.
+//! `src/probes/loader.rs` embeds them with `aya::include_bytes_aligned!`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,9 @@
-//! Calendar formatting and parsing without a date library: RFC 3339 (persisted baselines,
-//! UDS messages), the compact UTC stamp used for quarantined files, and HTTP dates
-//! (`Retry-After`). All in UTC; pure functions over [`Timestamp`].
+//! Calendar formatting and parsing: RFC 3339 (persisted baselines, UDS messages) and the
+//! compact UTC stamp used for quarantined files by the civil-date arithmetic below, and
+//! HTTP dates (`Retry-After`) by the `httpdate` crate. All in UTC; pure functions over
+//! [`Timestamp`].
+
+use std::time::{Duration, UNIX_EPOCH};
 
 use component::Timestamp;
 
@@ -166,75 +169,24 @@ pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     from_parts((y, mo, d), (h, mi, se), nanos, offset)
 }
 
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
-const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-
-fn month_index(s: &str) -> Option<u32> {
-    MONTHS.iter().position(|m| *m == s).map(|i| i as u32 + 1)
-}
-
-fn parse_hms(s: &str) -> Option<(u32, u32, u32)> {
-    let mut it = s.split(':');
-    let h = parse_digits(it.next()?)?;
-    let m = parse_digits(it.next()?)?;
-    let sec = parse_digits(it.next()?)?;
-    if it.next().is_some() {
-        return None;
-    }
-    Some((h, m, sec))
-}
-
-/// Parse an HTTP date in any of the three forms RFC 7231 requires recipients to accept:
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`)
-/// and asctime (`Sun Nov  6 08:49:37 1994`).
+/// Parse an HTTP date (`Retry-After`) with the `httpdate` crate, in any of the three forms
+/// RFC 7231 requires recipients to accept: IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
+/// RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`, two-digit years below 70 are 20xx) and
+/// asctime (`Sun Nov  6 08:49:37 1994`). Each form's exact layout is required, the weekday
+/// must match the date, and times before 1970 or beyond [`Timestamp`]'s range are `None`.
 pub fn parse_http_date(s: &str) -> Option<Timestamp> {
-    let s = s.trim();
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    match parts.as_slice() {
-        [wd, d, mo, y, hms, "GMT"] if wd.ends_with(',') => {
-            let (h, mi, se) = parse_hms(hms)?;
-            let y = i64::from(parse_digits(y)?);
-            from_parts((y, month_index(mo)?, parse_digits(d)?), (h, mi, se), 0, 0)
-        }
-        [wd, dmy, hms, "GMT"] if wd.ends_with(',') => {
-            let mut it = dmy.split('-');
-            let d = parse_digits(it.next()?)?;
-            let mo = month_index(it.next()?)?;
-            let yy = i64::from(parse_digits(it.next()?)?);
-            // RFC 7231: a two-digit year more than 50 years in the future is in the past century.
-            let y = if yy < 100 {
-                if yy < 70 { 2000 + yy } else { 1900 + yy }
-            } else {
-                yy
-            };
-            let (h, mi, se) = parse_hms(hms)?;
-            from_parts((y, mo, d), (h, mi, se), 0, 0)
-        }
-        [_wd, mo, d, hms, y] => {
-            let (h, mi, se) = parse_hms(hms)?;
-            let date = (
-                i64::from(parse_digits(y)?),
-                month_index(mo)?,
-                parse_digits(d)?,
-            );
-            from_parts(date, (h, mi, se), 0, 0)
-        }
-        _ => None,
-    }
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    let since = t.duration_since(UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_nanos())
+        .ok()
+        .map(Timestamp::from_nanos)
 }
 
-/// IMF-fixdate for a timestamp (used by tests and the test server).
+/// IMF-fixdate for a timestamp (used by tests and the test server). Sub-second parts are
+/// dropped. Every [`Timestamp`] (u64 nanoseconds: up to the year 2554) is in the range
+/// `httpdate` formats (before the year 9999).
 pub fn http_date(t: Timestamp) -> String {
-    let c = to_civil(t);
-    let days = (t.as_nanos() / NANOS_PER_SEC / 86_400) as usize;
-    let wd = WEEKDAYS[days % 7];
-    let mo = MONTHS[(c.month as usize).saturating_sub(1) % 12];
-    format!(
-        "{wd}, {:02} {mo} {:04} {:02}:{:02}:{:02} GMT",
-        c.day, c.year, c.hour, c.minute, c.second
-    )
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_nanos(t.as_nanos()))
 }
 
 #[cfg(test)]
@@ -315,5 +267,44 @@ mod tests {
         );
         assert_eq!(parse_http_date("tomorrow"), None);
         assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 PST"), None);
+        // Surrounding whitespace is ignored; sub-seconds are not formatted.
+        assert_eq!(
+            parse_http_date("  Sun, 06 Nov 1994 08:49:37 GMT\t"),
+            Some(t)
+        );
+        assert_eq!(
+            http_date(Timestamp::from_nanos(784_111_777_999_999_999)),
+            "Sun, 06 Nov 1994 08:49:37 GMT"
+        );
+    }
+
+    /// Where `httpdate` is stricter than the hand-written parser it replaced: each form's
+    /// exact layout, a weekday that matches the date, no leap second, no non-ASCII.
+    #[test]
+    fn http_dates_must_be_well_formed() {
+        for bad in [
+            "Mon, 06 Nov 1994 08:49:37 GMT",    // 1994-11-06 was a Sunday
+            "Sun,  06 Nov 1994 08:49:37 GMT",   // extra space
+            "Sun, 6 Nov 1994 08:49:37 GMT",     // one-digit day in IMF-fixdate
+            "Sun, 06 Nov 1994 8:49:37 GMT",     // one-digit hour
+            "Sun, 06 nov 1994 08:49:37 GMT",    // month names are case-sensitive
+            "Sun, 31 Jun 1994 08:49:37 GMT",    // no June 31
+            "Thu, 31 Dec 1998 23:59:60 GMT",    // leap second
+            "Wed, 31 Dec 1969 23:59:59 GMT",    // before 1970
+            "Sun, 06 Nov 1994 08:49:37 GMT ü",  // trailing garbage
+            "Sunday, 06-Nov-1994 08:49:37 GMT", // four-digit year in RFC 850
+            "Sun Nov 6 08:49:37 1994",          // asctime pads the day with a space
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{bad:?}");
+        }
+        // RFC 850 two-digit years: below 70 is 20xx, else 19xx.
+        assert_eq!(
+            parse_http_date("Wednesday, 06-Nov-69 08:49:37 GMT"),
+            parse_http_date("Wed, 06 Nov 2069 08:49:37 GMT")
+        );
+        assert!(parse_http_date("Wed, 06 Nov 2069 08:49:37 GMT").is_some());
+        // Representable by httpdate (up to 9999) but not as u64 nanoseconds (2554).
+        assert_eq!(parse_http_date("Wed, 01 Jan 2600 00:00:00 GMT"), None);
+        assert_eq!(parse_http_date("Fri, 31 Dec 9999 23:59:59 GMT"), None);
     }
 }

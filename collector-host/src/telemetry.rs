@@ -188,7 +188,7 @@ impl Histogram {
 fn label_str(labels: &[(&str, &str)], le: Option<&str>) -> String {
     let mut parts: Vec<String> = labels
         .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+        .map(|(k, v)| format!("{k}=\"{}\"", component::text::LabelValue(v)))
         .collect();
     if let Some(le) = le {
         parts.push(format!("le=\"{le}\""));
@@ -198,13 +198,6 @@ fn label_str(labels: &[(&str, &str)], le: Option<&str>) -> String {
     } else {
         format!("{{{}}}", parts.join(","))
     }
-}
-
-/// Escape a Prometheus label value.
-pub fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// Registry of every counter in the process, for rendering.

@@ -2,6 +2,8 @@
 //! Components route an [`ApiRequest`] to an [`ApiResponse`]; the host owns the listener.
 //! Tests and the C ABI drive the same routing without a socket.
 
+use crate::text::form_decode_lossy;
+
 /// The parts of an HTTP request a component route looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct ApiRequest<'a> {
@@ -49,12 +51,16 @@ impl ApiResponse {
     }
 }
 
-/// Iterate `key=value` pairs of a query string, percent-decoded (`+` is a space).
-/// Malformed escapes are kept literally; a pair without `=` has an empty value.
+/// Iterate `key=value` pairs of a query string, percent-decoded (`+` is a space) by
+/// [`form_decode_lossy`]: malformed escapes are kept literally, bytes that are not UTF-8
+/// replaced; a pair without `=` has an empty value.
 pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k), percent_decode(v))
+        (
+            form_decode_lossy(k).into_owned(),
+            form_decode_lossy(v).into_owned(),
+        )
     })
 }
 
@@ -67,42 +73,6 @@ pub fn query_values(query: Option<&str>, key: &str) -> Vec<String> {
             .collect(),
         None => Vec::new(),
     }
-}
-
-/// Percent-decode one query component. Invalid UTF-8 is replaced lossily.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                let hex = |b: u8| (b as char).to_digit(16);
-                match (
-                    bytes.get(i + 1).and_then(|b| hex(*b)),
-                    bytes.get(i + 2).and_then(|b| hex(*b)),
-                ) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 3;
-                    }
-                    _ => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -119,8 +89,7 @@ mod tests {
 
     #[test]
     fn malformed_escapes_are_kept() {
-        assert_eq!(percent_decode("a%zz%4"), "a%zz%4");
-        assert_eq!(percent_decode("%41%"), "A%");
-        assert_eq!(percent_decode("%0d%0a"), "\r\n");
+        let q = Some("k=a%zz%4&k=%41%&k=%0d%0a&k=%FF");
+        assert_eq!(query_values(q, "k"), ["a%zz%4", "A%", "\r\n", "\u{FFFD}"]);
     }
 }

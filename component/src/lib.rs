@@ -11,11 +11,14 @@
 //!
 //! Config is one serde struct per component (see [`config`]); wire names live in [`wire`].
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod config;
 pub mod otlp;
 pub mod recycle;
 pub mod telemetry;
+pub mod text;
 pub mod threshold;
 pub mod time;
 pub mod wire;

@@ -31,9 +31,13 @@ pub unsafe extern "C" fn ingero_query_cluster(
     guard(|| {
         // SAFETY: forwarded contract.
         let query = unsafe { text(query, query_len, INGERO_MAX_QUERY_BYTES, "query") }?;
-        let slot = out(out_cluster_id, "out_cluster_id")?;
+        // SAFETY: `out_cluster_id` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_cluster_id, "out_cluster_id") }?;
         let id = query_cluster(query)?;
-        *slot = ingero_buf::from_vec(id.map(String::into_bytes).unwrap_or_default());
+        slot.write(ingero_buf::from_vec(
+            id.map(String::into_bytes).unwrap_or_default(),
+        ));
         Ok(INGERO_OK)
     })
 }

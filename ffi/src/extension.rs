@@ -96,11 +96,13 @@ pub unsafe extern "C" fn ingero_extension_new(
         // SAFETY: as above.
         let cfg =
             unsafe { crate::buf::input(config, config_len, INGERO_MAX_CONFIG_BYTES, "config") }?;
-        let slot = out(out_extension, "out_extension")?;
+        // SAFETY: `out_extension` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_extension, "out_extension") }?;
         let id = registry::parse_id(id)?;
         let value = registry::parse_config(cfg)?;
         let inner = registry::build_extension(id.kind(), &value)?;
-        *slot = Box::into_raw(Box::new(ingero_extension { id, inner }));
+        slot.write(Box::into_raw(Box::new(ingero_extension { id, inner })));
         Ok(INGERO_OK)
     })
 }
@@ -132,7 +134,9 @@ pub unsafe extern "C" fn ingero_extension_start(
     extension: *const ingero_extension,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
         e.inner
             .start(&EmptyHost)
             .map_err(|err| Failure::with(INGERO_ERR_START, format!("{}: {err}", e.id)))?;
@@ -151,7 +155,9 @@ pub unsafe extern "C" fn ingero_extension_shutdown(
     extension: *const ingero_extension,
 ) -> ingero_result {
     guard(|| {
-        handle(extension, "extension")?.inner.shutdown();
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        unsafe { handle(extension, "extension") }?.inner.shutdown();
         Ok(INGERO_OK)
     })
 }
@@ -169,9 +175,13 @@ pub unsafe extern "C" fn ingero_extension_config_json(
     out_json: *mut ingero_buf,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
-        let slot = out(out_json, "out_json")?;
-        *slot = ingero_buf::from_vec(crate::to_json(e.inner.config())?);
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
+        // SAFETY: `out_json` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_json, "out_json") }?;
+        slot.write(ingero_buf::from_vec(crate::to_json(e.inner.config())?));
         Ok(INGERO_OK)
     })
 }
@@ -193,7 +203,9 @@ pub unsafe extern "C" fn ingero_extension_threshold(
     out_threshold: *mut ingero_threshold,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
         // SAFETY: forwarded from this function's contract.
         let id = unsafe {
             text(
@@ -203,14 +215,16 @@ pub unsafe extern "C" fn ingero_extension_threshold(
                 "cluster_id",
             )
         }?;
-        let slot = out(out_threshold, "out_threshold")?;
+        // SAFETY: `out_threshold` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_threshold, "out_threshold") }?;
         checked_cluster(id)?;
         match e.inner.store().get(id) {
             Some(v) => {
-                *slot = ingero_threshold {
+                slot.write(ingero_threshold {
                     threshold: v.threshold(),
                     quorum_met: v.quorum_met(),
-                };
+                });
                 Ok(INGERO_OK)
             }
             None => Ok(INGERO_NO_THRESHOLD),
@@ -236,7 +250,9 @@ pub unsafe extern "C" fn ingero_extension_push_headers(
     out_headers: *mut ingero_push_headers,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
         // SAFETY: forwarded from this function's contract.
         let id = unsafe {
             text(
@@ -246,7 +262,9 @@ pub unsafe extern "C" fn ingero_extension_push_headers(
                 "cluster_id",
             )
         }?;
-        let slot = out(out_headers, "out_headers")?;
+        // SAFETY: `out_headers` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_headers, "out_headers") }?;
         checked_cluster(id)?;
         let Some(h) = e.inner.store().push_headers(id) else {
             return Ok(INGERO_NO_THRESHOLD);
@@ -259,7 +277,7 @@ pub unsafe extern "C" fn ingero_extension_push_headers(
         };
         headers.threshold_len = copy_inline(h.threshold.as_bytes(), &mut headers.threshold)?;
         headers.quorum_met_len = copy_inline(h.quorum_met.as_bytes(), &mut headers.quorum_met)?;
-        *slot = headers;
+        slot.write(headers);
         Ok(INGERO_OK)
     })
 }
@@ -363,14 +381,18 @@ unsafe fn route(
     listener: Listener,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
         // SAFETY: forwarded contract.
         let method = unsafe { text(method.0, method.1, INGERO_MAX_NAME_BYTES, "method") }?;
         // SAFETY: forwarded contract.
         let path = unsafe { text(path.0, path.1, INGERO_MAX_NAME_BYTES, "path") }?;
         // SAFETY: forwarded contract.
         let query = unsafe { text(query.0, query.1, INGERO_MAX_QUERY_BYTES, "query") }?;
-        let slot = out(out_response, "out_response")?;
+        // SAFETY: `out_response` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_response, "out_response") }?;
         let req = ApiRequest {
             method,
             path,
@@ -380,7 +402,7 @@ unsafe fn route(
             Listener::Agent => e.inner.route_agent(&req),
             Listener::Admin => e.inner.route_admin(&req),
         };
-        *slot = http_response(resp);
+        slot.write(http_response(resp));
         Ok(INGERO_OK)
     })
 }
@@ -436,11 +458,15 @@ pub unsafe extern "C" fn ingero_extension_telemetry_json(
     out_json: *mut ingero_buf,
 ) -> ingero_result {
     guard(|| {
-        let e = handle(extension, "extension")?;
-        let slot = out(out_json, "out_json")?;
+        // SAFETY: `extension` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let e = unsafe { handle(extension, "extension") }?;
+        // SAFETY: `out_json` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_json, "out_json") }?;
         let mut fams: Vec<MetricFamily> = Vec::new();
         e.inner.telemetry(&mut fams);
-        *slot = ingero_buf::from_vec(crate::families_json(&fams)?);
+        slot.write(ingero_buf::from_vec(crate::families_json(&fams)?));
         Ok(INGERO_OK)
     })
 }

@@ -113,8 +113,12 @@ pub extern "C" fn ingero_result_message(code: u32) -> *const c_char {
 pub unsafe extern "C" fn ingero_last_error(out_message: *mut ingero_buf) -> ingero_result {
     let msg = result::last_error();
     let code = guard(|| {
-        let slot = out(out_message, "out_message")?;
-        *slot = ingero_buf::from_vec(msg.clone().map(String::into_bytes).unwrap_or_default());
+        // SAFETY: `out_message` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_message, "out_message") }?;
+        slot.write(ingero_buf::from_vec(
+            msg.clone().map(String::into_bytes).unwrap_or_default(),
+        ));
         Ok(INGERO_OK)
     });
     if code == INGERO_OK {

@@ -80,11 +80,13 @@ pub unsafe extern "C" fn ingero_processor_new(
         let id = unsafe { text(id, id_len, INGERO_MAX_NAME_BYTES, "id") }?;
         // SAFETY: as above.
         let cfg = unsafe { input(config, config_len, INGERO_MAX_CONFIG_BYTES, "config") }?;
-        let slot = out(out_processor, "out_processor")?;
+        // SAFETY: `out_processor` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_processor, "out_processor") }?;
         let id = registry::parse_id(id)?;
         let value = registry::parse_config(cfg)?;
         let built = registry::build_processor(id.kind(), &value)?;
-        *slot = Box::into_raw(Box::new(ingero_processor { id, built }));
+        slot.write(Box::into_raw(Box::new(ingero_processor { id, built })));
         Ok(INGERO_OK)
     })
 }
@@ -125,7 +127,9 @@ pub unsafe extern "C" fn ingero_processor_start(
     n_extensions: usize,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
         if n_extensions > INGERO_MAX_EXTENSIONS {
             return Err(Failure::with(
                 INGERO_ERR_INVALID_LENGTH,
@@ -147,7 +151,9 @@ pub unsafe extern "C" fn ingero_processor_start(
         };
         let mut host = StaticHost::default();
         for (i, e) in list.iter().enumerate() {
-            let e = handle(*e, &format!("extensions[{i}]"))?;
+            // SAFETY: each entry of `extensions` is NULL or a live extension handle from this
+            // library, not freed during this call (this function's contract).
+            let e = unsafe { handle(*e, &format!("extensions[{i}]")) }?;
             let ext: Arc<dyn Extension> = e.shared();
             host.extensions.push((e.id().clone(), ext));
         }
@@ -172,7 +178,12 @@ pub unsafe extern "C" fn ingero_processor_shutdown(
     processor: *const ingero_processor,
 ) -> ingero_result {
     guard(|| {
-        handle(processor, "processor")?.built.inner.shutdown();
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        unsafe { handle(processor, "processor") }?
+            .built
+            .inner
+            .shutdown();
         Ok(INGERO_OK)
     })
 }
@@ -200,7 +211,9 @@ pub unsafe extern "C" fn ingero_processor_process(
     out_result: *mut ingero_process_result,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
         // SAFETY: forwarded from this function's contract.
         let bytes = unsafe { input(data, data_len, INGERO_MAX_BATCH_BYTES, "data") }?;
         // SAFETY: as above.
@@ -212,7 +225,9 @@ pub unsafe extern "C" fn ingero_processor_process(
                 "cluster_id",
             )
         }?;
-        let slot = out(out_result, "out_result")?;
+        // SAFETY: `out_result` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_result, "out_result") }?;
         let mut req = match p.built.passes_through {
             Some(reads) => RECYCLER
                 .with_borrow_mut(|r| crate::select::decode_selected_reusing(bytes, &reads, r)),
@@ -257,7 +272,7 @@ pub unsafe extern "C" fn ingero_processor_process(
                 rejected_points: outcome.rejected_points,
             }
         };
-        *slot = result;
+        slot.write(result);
         Ok(INGERO_OK)
     })
 }
@@ -276,8 +291,12 @@ pub unsafe extern "C" fn ingero_processor_tick(
     out_metrics: *mut ingero_buf,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
-        let slot = out(out_metrics, "out_metrics")?;
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
+        // SAFETY: `out_metrics` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_metrics, "out_metrics") }?;
         let emitted = p.built.inner.tick(Timestamp::from_nanos(now_unix_nano));
         let bytes = if emitted.is_empty() {
             Vec::new()
@@ -287,7 +306,7 @@ pub unsafe extern "C" fn ingero_processor_tick(
             }
             .encode_to_vec()
         };
-        *slot = ingero_buf::from_vec(bytes);
+        slot.write(ingero_buf::from_vec(bytes));
         Ok(INGERO_OK)
     })
 }
@@ -305,9 +324,13 @@ pub unsafe extern "C" fn ingero_processor_tick_interval_nanos(
     out_nanos: *mut u64,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
-        let slot = out(out_nanos, "out_nanos")?;
-        *slot = u64::try_from(p.built.tick_interval.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
+        // SAFETY: `out_nanos` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_nanos, "out_nanos") }?;
+        slot.write(u64::try_from(p.built.tick_interval.as_nanos()).unwrap_or(u64::MAX));
         Ok(INGERO_OK)
     })
 }
@@ -325,11 +348,15 @@ pub unsafe extern "C" fn ingero_processor_telemetry_json(
     out_json: *mut ingero_buf,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
-        let slot = out(out_json, "out_json")?;
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
+        // SAFETY: `out_json` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_json, "out_json") }?;
         let mut fams: Vec<MetricFamily> = Vec::new();
         p.built.inner.telemetry(&mut fams);
-        *slot = ingero_buf::from_vec(crate::families_json(&fams)?);
+        slot.write(ingero_buf::from_vec(crate::families_json(&fams)?));
         Ok(INGERO_OK)
     })
 }
@@ -346,14 +373,18 @@ pub unsafe extern "C" fn ingero_processor_diagnostics_json(
     out_json: *mut ingero_buf,
 ) -> ingero_result {
     guard(|| {
-        let p = handle(processor, "processor")?;
-        let slot = out(out_json, "out_json")?;
+        // SAFETY: `processor` is NULL or a live handle from this library, not freed during
+        // this call (this function's contract).
+        let p = unsafe { handle(processor, "processor") }?;
+        // SAFETY: `out_json` is NULL or aligned and valid for writes, and not accessed by the
+        // caller during this call (this function's contract).
+        let slot = unsafe { out(out_json, "out_json") }?;
         let value = p
             .built
             .inner
             .diagnostics()
             .unwrap_or(serde_json::Value::Null);
-        *slot = ingero_buf::from_vec(crate::to_json(&value)?);
+        slot.write(ingero_buf::from_vec(crate::to_json(&value)?));
         Ok(INGERO_OK)
     })
 }

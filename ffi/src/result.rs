@@ -176,12 +176,15 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for code in 0..=12u32 {
             let p = message_ptr(code);
+            // SAFETY: `message_ptr` returns a pointer into a `&'static [u8]` literal that
+            // ends in its only NUL (the test checks every code's message this way).
             let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
             assert!(!s.is_empty() && s != "unknown result code", "{code}");
             assert!(seen.insert(s), "duplicate message {s}");
         }
         let p = message_ptr(9999);
         assert_eq!(
+            // SAFETY: as above: the static, NUL-terminated fallback message.
             unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap(),
             "unknown result code"
         );

@@ -5,12 +5,14 @@
 //! [`ThresholdStore::publish`](crate::ThresholdStore) (a report whose id breaks the rule is
 //! dropped and counted, so such an id can never be found and never produce headers).
 //!
-//! Query values are decoded strictly, unlike `component::api::percent_decode`: a malformed
-//! `%` escape or a value that does not decode to UTF-8 is an error, not a lossy guess, so two
-//! different raw values can never name the same cluster.
+//! Query values are decoded strictly ([`component::text::form_decode`], unlike the lenient
+//! `component::api::query_values`): a malformed `%` escape or a value that does not decode
+//! to UTF-8 is an error, not a lossy guess, so two different raw values can never name the
+//! same cluster.
 
 use std::borrow::Cow;
 
+use component::text::{FormDecodeError, form_decode};
 use component::wire::http::{PARAM_CLUSTER_ID, REQUEST_HEADER_CLUSTER_ID};
 
 /// Longest accepted cluster id, in bytes (Kubernetes object names stop at 253).
@@ -59,11 +61,11 @@ pub fn cluster_id_from_query(query: Option<&str>) -> ClusterIdParam<'_> {
         Param::Repeated => {
             ClusterIdParam::Invalid("query parameter cluster_id given more than once")
         }
-        Param::One(raw) => match decode_component(raw) {
-            Err(DecodeError::Escape) => {
+        Param::One(raw) => match form_decode(raw) {
+            Err(FormDecodeError::Escape) => {
                 ClusterIdParam::Invalid("cluster_id has a malformed percent-escape")
             }
-            Err(DecodeError::Utf8) => ClusterIdParam::Invalid("cluster_id is not valid UTF-8"),
+            Err(FormDecodeError::Utf8) => ClusterIdParam::Invalid("cluster_id is not valid UTF-8"),
             Ok(id) => match validate_cluster_id(&id) {
                 Ok(()) => ClusterIdParam::Valid(id),
                 Err(msg) => ClusterIdParam::Invalid(msg),
@@ -126,7 +128,7 @@ pub(crate) fn single_param<'a>(query: Option<&'a str>, key: &str) -> Param<'a> {
     let mut found = Param::Missing;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let matches = match decode_component(k) {
+        let matches = match form_decode(k) {
             Ok(k) => k == key,
             Err(_) => false,
         };
@@ -138,56 +140,6 @@ pub(crate) fn single_param<'a>(query: Option<&'a str>, key: &str) -> Param<'a> {
         }
     }
     found
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DecodeError {
-    Escape,
-    Utf8,
-}
-
-/// Strict `application/x-www-form-urlencoded` decoding of one component. Borrows when there
-/// is nothing to decode.
-pub(crate) fn decode_component(s: &str) -> Result<Cow<'_, str>, DecodeError> {
-    if !s.bytes().any(|b| b == b'%' || b == b'+') {
-        return Ok(Cow::Borrowed(s));
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => {
-                let hi = bytes.get(i + 1).and_then(|c| hex(*c));
-                let lo = bytes.get(i + 2).and_then(|c| hex(*c));
-                match (hi, lo) {
-                    (Some(h), Some(l)) => out.push(h << 4 | l),
-                    _ => return Err(DecodeError::Escape),
-                }
-                i += 3;
-            }
-            other => {
-                out.push(other);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
-        .map(Cow::Owned)
-        .map_err(|_| DecodeError::Utf8)
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

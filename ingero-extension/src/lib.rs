@@ -27,6 +27,8 @@
 //!
 //! The extension never opens sockets, spawns tasks or reads the clock (see `component`).
 
+#![forbid(unsafe_code)]
+
 pub mod cluster_id;
 pub mod config;
 pub mod extension;

@@ -24,13 +24,13 @@
 use std::sync::Arc;
 
 use component::api::{ApiRequest, ApiResponse};
+use component::text::form_decode;
 use component::threshold::{ClusterDiagnostics, ClusterReport};
 use component::wire::http::THRESHOLD_API_PATH;
 use serde::Serialize;
 
 use crate::cluster_id::{
-    ClusterIdParam, Param, cluster_id_from_query, decode_component, single_param,
-    validate_cluster_id,
+    ClusterIdParam, Param, cluster_id_from_query, single_param, validate_cluster_id,
 };
 use crate::metrics::{ApiCounters, Endpoint};
 use crate::store::ThresholdStore;
@@ -215,7 +215,7 @@ fn page_params(query: Option<&str>) -> Result<(usize, Option<String>), &'static 
     let limit = match single_param(query, "limit") {
         Param::Missing => DEFAULT_PAGE_LIMIT,
         Param::Repeated => return Err("query parameter limit given more than once"),
-        Param::One(raw) => decode_component(raw)
+        Param::One(raw) => form_decode(raw)
             .ok()
             .filter(|s| !s.is_empty() && s.len() <= 4 && s.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|s| s.parse::<usize>().ok())
@@ -226,7 +226,7 @@ fn page_params(query: Option<&str>) -> Result<(usize, Option<String>), &'static 
         Param::Missing => None,
         Param::Repeated => return Err("query parameter after given more than once"),
         Param::One(raw) => {
-            let id = decode_component(raw).map_err(|_| "after must be a valid cluster id")?;
+            let id = form_decode(raw).map_err(|_| "after must be a valid cluster id")?;
             validate_cluster_id(&id).map_err(|_| "after must be a valid cluster id")?;
             Some(id.into_owned())
         }

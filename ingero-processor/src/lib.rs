@@ -5,16 +5,19 @@
 //! - **Push path** ([`IngeroProcessor`] as a [`component::Processor`], `process`): every
 //!   `ingero.node.health_score` point is validated (finite, in [0, 1], a known
 //!   `ingero.node.state`) and stored as its node's latest score in a per-cluster
-//!   [`table::NodeTable`] keyed by `ingero.node.id`. The cluster is the resource attribute
-//!   `ingero.cluster.id`, else the request's `cluster_id`. The batch itself passes through
-//!   unchanged; rejected points are counted and reported as partial success.
+//!   [`table::NodeTable`] keyed by `ingero.node.id` ([`ingest`]). The cluster is the
+//!   resource attribute `ingero.cluster.id`, else the request's `cluster_id`. The batch
+//!   itself passes through unchanged; rejected points are counted and reported as partial
+//!   success.
 //! - **Tick** (`tick(now)`, every `push_interval`): per cluster, scores are copied out under
 //!   a short lock, then without any push-path lock: counts and coverage
 //!   ([`cluster`]), median and MAD by selection ([`stats`]), quorum, EMA, clamping and panic
 //!   mode ([`threshold`]), per-cohort statistics with a cluster-wide fallback, and a CUSUM
 //!   straggler classifier per node ([`classifier`]). Reports go to the threshold sink of
 //!   the `ingero_threshold` extension; straggler nodes come back as
-//!   `ingero.fleet.node.straggler` gauges for downstream processors.
+//!   `ingero.fleet.node.straggler` gauges for downstream processors ([`tick`]).
+//! - **Telemetry** ([`telemetry`]): self-metric families and diagnostics JSON, read from
+//!   the last tick's snapshot and the push path's counters.
 //!
 //! # Design notes
 //!
@@ -32,14 +35,19 @@
 //! The rules (MAD floor, coverage, panic trigger, classifier) are documented on the modules
 //! that implement them and in the crate README.
 
+#![forbid(unsafe_code)]
+
 pub mod classifier;
 pub mod cluster;
 pub mod config;
+pub mod ingest;
 pub mod metrics;
 pub mod processor;
 pub mod stats;
 pub mod table;
+pub mod telemetry;
 pub mod threshold;
+pub mod tick;
 
 pub use config::IngeroConfig;
 pub use processor::IngeroProcessor;
@@ -51,7 +59,7 @@ pub const TYPE: &str = "ingero";
 /// holding just these (the C ABI decodes only them). Of these metrics it reads the name,
 /// the data kind, the number of points and, of gauge and sum points, the value and the
 /// attributes in [`READS_POINT_ATTRIBUTES`]; of a resource only the attributes in
-/// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `processor.rs`
+/// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `ingest.rs`
 /// (`ffi/tests/select_differential.rs` checks that a batch cut down to them gives the same
 /// outcome, telemetry, diagnostics and tick output).
 pub const READS_METRICS: &[&str] = &[component::wire::metric::HEALTH_SCORE];

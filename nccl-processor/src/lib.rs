@@ -27,6 +27,8 @@
 //! - Components never read the clock: arrival comes from `BatchContext::received_at`,
 //!   expiry from the `now` handed to `tick`.
 
+#![forbid(unsafe_code)]
+
 pub mod align;
 pub mod clock;
 pub mod config;

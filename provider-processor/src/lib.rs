@@ -30,6 +30,8 @@
 //!   counted in `ingero_provider_dropped_total{reason}`.
 //! - The processor enriches only: it never refuses or consumes points.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod cost;
 mod exposition;

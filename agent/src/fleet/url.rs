@@ -1,9 +1,16 @@
 //! Fleet URLs (spec 1.1, 2.2): a bare `host:port` gets `https` (or `http` when insecure),
 //! the path gets `/v1/metrics` or `/api/v1/threshold` unless it already ends with it, and
 //! `cluster_id` is set in the query with the other parameters kept, keys sorted, values
-//! form-encoded (Go's `url.Values.Encode`).
+//! form-encoded (Go's `url.Values.Encode`) with the `percent-encoding` crate.
 
 use component::wire::http as names;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// Decode a query key or value as the collector does (malformed escapes kept as written,
+/// bytes that are not UTF-8 replaced): they are re-encoded, never rejected.
+fn form_decode(s: &str) -> String {
+    component::text::form_decode_lossy(s).into_owned()
+}
 
 /// A parsed `scheme://authority/path?query`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,58 +61,20 @@ pub fn base_uri(endpoint: &str, insecure: bool) -> Result<BaseUrl, String> {
     })
 }
 
-fn hex_val(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
+/// Go's `url.QueryEscape` leaves only ASCII letters, digits and `-_.~` unescaped.
+const QUERY_ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
-/// Decode `application/x-www-form-urlencoded` text (`+` is a space).
-fn form_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' if i + 2 < b.len() => match (hex_val(b[i + 1]), hex_val(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 3;
-                }
-                _ => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Encode like Go's `url.QueryEscape`.
+/// Encode like Go's `url.QueryEscape`: a space is `+`, every other byte outside
+/// [`QUERY_ESCAPE`] is `%XX` (upper-case hex; a literal `+` is `%2B`, so the space
+/// replacement cannot collide).
 pub fn form_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    utf8_percent_encode(s, QUERY_ESCAPE)
+        .to_string()
+        .replace("%20", "+")
 }
 
 fn build(
@@ -216,6 +185,28 @@ mod tests {
         ] {
             assert!(push_url(bad, false, "c").is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn odd_query_values_are_decoded_leniently_and_re_encoded() {
+        let u = |e| push_url(e, false, "c").unwrap().to_string();
+        // A malformed escape is kept as written (its % re-encoded); bytes that are not
+        // UTF-8 become U+FFFD; `+` and `%20` are both a space, written `+`.
+        assert_eq!(
+            u("http://f:1/?a=%zz&b=%FF&c2=x+y%20z"),
+            "http://f:1/v1/metrics?a=%25zz&b=%EF%BF%BD&c2=x+y+z&cluster_id=c"
+        );
+        // A key without `=` keeps an empty value; empty pairs are dropped; the fragment
+        // is not part of the query.
+        assert_eq!(
+            u("http://f:1/?flag&&x=1#frag"),
+            "http://f:1/v1/metrics?cluster_id=c&flag=&x=1"
+        );
+        // A cluster id with reserved and non-ASCII characters.
+        assert_eq!(
+            push_url("f:1", true, "prod/eu ü+~").unwrap().to_string(),
+            "http://f:1/v1/metrics?cluster_id=prod%2Feu+%C3%BC%2B~"
+        );
     }
 
     #[test]

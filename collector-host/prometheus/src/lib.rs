@@ -40,6 +40,8 @@
 //! known agent's push costs a few lookups and one shard mutex. Measured numbers are in the
 //! README.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod exp_histogram;
 pub mod exporter;

@@ -45,26 +45,8 @@ fn write_int(out: &mut String, v: i64) {
     }
 }
 
-/// Whether a label value needs escaping.
-pub fn needs_escape(s: &str) -> bool {
-    s.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n'))
-}
-
-/// Append a label value escaped: `\` -> `\\`, `"` -> `\"`, newline -> `\n`.
-pub fn escape_label_value(s: &str, out: &mut String) {
-    if !needs_escape(s) {
-        out.push_str(s);
-        return;
-    }
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
+// Label-value escaping is shared with the host's self-telemetry page.
+pub use component::text::{escape_label_value, label_value_needs_escape as needs_escape};
 
 /// Append HELP text escaped: `\` -> `\\`, newline -> `\n`.
 pub fn escape_help(s: &str, out: &mut String) {
