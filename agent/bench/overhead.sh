@@ -35,7 +35,10 @@ cleanup() {
 trap cleanup EXIT
 
 echo "building (release)..." >&2
-cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c"
+# The fake runtime launches through the fake driver, as the real one does.
+cc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o "$WORK/libcuda.so.1" "$AGENT_DIR/tests/c/fake_cuda.c"
+cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c" \
+  "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
 cc -O2 -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" -Wl,-rpath,"$WORK"
 (cd "$ROOT" && cargo build --release -q -p ingero-agent --bin ingero-agent --example attach_empty --example bpf_stats)
 AGENT="$ROOT/target/release/ingero-agent"

@@ -337,6 +337,8 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
             ringbuf_full = st.kernel_drops[0],
             entry_missing = st.kernel_drops[1],
             user_read_failed = st.kernel_drops[2],
+            launch_counts_full = st.kernel_drops[3],
+            launches = ?st.launches,
             decode_errors = st.decode_errors,
             attach_errors = st.attach_errors,
             "probe totals"

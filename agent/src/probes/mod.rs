@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use parking_lot::Mutex;
 
 use self::correlate::BarrierCorrelator;
@@ -26,7 +26,7 @@ use self::discovery::FileId;
 use self::loader::{BpfObject, Link, LoadError, ProbeSpec};
 use self::symbols::SymbolTable;
 use crate::config::AgentConfig;
-use crate::events::{CudaEvent, NcclEvent, cuda_op};
+use crate::events::{CudaEvent, LaunchCounts, NcclEvent, cuda_op, launch};
 use crate::fleet::payload::GpuInfo;
 use crate::nccl::{NcclOutbox, NcclPoint, NcclSender};
 use crate::signals::nvml::Nvml;
@@ -98,8 +98,12 @@ pub struct ProbeStatus {
     pub cuda_events: u64,
     pub nccl_events: u64,
     pub decode_errors: u64,
-    /// `[ringbuf_full, entry_missing, user_read]` summed over CUDA and NCCL objects.
-    pub kernel_drops: [u64; 3],
+    /// `[ringbuf_full, entry_missing, user_read, counts_full]` summed over CUDA and NCCL
+    /// objects.
+    pub kernel_drops: [u64; 4],
+    /// Launches counted in the kernel since the start, per counter (`events::launch`):
+    /// runtime, runtime graph, driver, driver graph, nested (the same launch one layer down).
+    pub launches: [u64; launch::COUNTERS],
     pub tap_drops: u64,
     pub attach_errors: u64,
     pub scans: u64,
@@ -110,8 +114,9 @@ impl ProbeStatus {
     /// One line for the status view.
     pub fn summary(&self) -> String {
         format!(
-            "{} libraries, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
+            "{} libraries, launches {}, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
             self.attached.len(),
+            self.launches[..launch::NESTED].iter().sum::<u64>(),
             self.cuda_events,
             self.nccl_events,
             self.kernel_drops.iter().sum::<u64>(),
@@ -201,6 +206,25 @@ pub fn start(
     })
 }
 
+/// What a process launched since `prev` (its counters at the previous drain). A counter
+/// below its previous value means the entry was evicted and created again: the new value is
+/// all new.
+pub fn launch_delta(prev: Option<&LaunchCounts>, now: &LaunchCounts) -> LaunchCounts {
+    let mut d = LaunchCounts {
+        cgroup_id: now.cgroup_id,
+        ..Default::default()
+    };
+    for (i, o) in d.n.iter_mut().enumerate() {
+        let p = prev.map_or(0, |p| p.n[i]);
+        *o = if now.n[i] >= p {
+            now.n[i] - p
+        } else {
+            now.n[i]
+        };
+    }
+    d
+}
+
 /// Raise RLIMIT_MEMLOCK: kernels before 5.11 charge BPF maps against it.
 fn raise_memlock() {
     let lim = libc::rlimit {
@@ -229,6 +253,7 @@ struct Objects {
     list: Vec<(BpfObject, Vec<&'static [ProbeSpec]>)>,
     cuda_ring: Option<RingBuf<MapData>>,
     nccl_ring: Option<RingBuf<MapData>>,
+    launches: Option<PerCpuHashMap<MapData, u32, LaunchCounts>>,
     drops: Vec<PerCpuArray<MapData, u64>>,
 }
 
@@ -237,12 +262,14 @@ fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
         list: Vec::new(),
         cuda_ring: None,
         nccl_ring: None,
+        launches: None,
         drops: Vec::new(),
     };
     if opts.cuda {
         let sets: Vec<&'static [ProbeSpec]> = vec![loader::CUDA_RUNTIME, loader::CUDA_DRIVER];
         let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets)?;
         o.cuda_ring = Some(obj.ring("cuda_events")?);
+        o.launches = Some(obj.launch_counts("launch_counts")?);
         o.drops.push(obj.drops("cuda_drops")?);
         o.list.push((obj, sets));
     }
@@ -286,6 +313,7 @@ pub fn spawn(
         failed: HashMap::new(),
         correlator: BarrierCorrelator::default(),
         offset: clock::sample_offset(),
+        launch_prev: HashMap::new(),
     };
     let thread = std::thread::Builder::new()
         .name("ingero-probes".into())
@@ -311,6 +339,8 @@ struct Worker {
     failed: HashMap<FileId, Instant>,
     correlator: BarrierCorrelator,
     offset: i128,
+    /// Each process's cumulative launch counters at the previous drain.
+    launch_prev: HashMap<u32, LaunchCounts>,
 }
 
 impl Worker {
@@ -418,18 +448,54 @@ impl Worker {
                 });
             }
         }
-        let mut drops = [0u64; 3];
+        let mut drops = [0u64; 4];
         for d in &self.objects.drops {
             for (i, v) in loader::read_drops(d).iter().enumerate() {
                 drops[i] += v;
             }
         }
+        let launched = self.drain_launches();
         let mut s = self.status.lock();
+        for (t, d) in s.launches.iter_mut().zip(launched) {
+            *t += d;
+        }
         s.cuda_events += n_cuda;
         s.nccl_events += n_nccl;
         s.decode_errors += bad;
         s.tap_drops += tap_drops;
         s.kernel_drops = drops;
+    }
+
+    /// Read the kernel's per-process launch counters, fold what is new since the previous
+    /// drain into the window, and return the new launches per counter.
+    fn drain_launches(&mut self) -> [u64; launch::COUNTERS] {
+        let mut total = [0u64; launch::COUNTERS];
+        let Some(map) = self.objects.launches.as_ref() else {
+            return total;
+        };
+        let mut now_all = HashMap::with_capacity(self.launch_prev.len());
+        let mut deltas = Vec::new();
+        for item in map.iter() {
+            let Ok((pid, per_cpu)) = item else { continue };
+            let now = LaunchCounts::sum(per_cpu.iter());
+            let d = launch_delta(self.launch_prev.get(&pid), &now);
+            now_all.insert(pid, now);
+            if d.n.iter().any(|v| *v > 0) {
+                for (t, v) in total.iter_mut().zip(d.n) {
+                    *t += v;
+                }
+                deltas.push((pid, d));
+            }
+        }
+        // Processes whose entry left the map (evicted) are forgotten.
+        self.launch_prev = now_all;
+        if !deltas.is_empty() {
+            let mut acc = self.shared.acc.lock();
+            for (pid, d) in &deltas {
+                acc.on_launches(*pid, d);
+            }
+        }
+        total
     }
 
     fn discover(&mut self) {
@@ -546,5 +612,38 @@ impl Worker {
 
     fn detach(&mut self, lib: Attached) {
         self.detach_links(lib.links, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_deltas_follow_cumulative_counters_and_survive_a_reset() {
+        let c = |n: [u64; 5]| LaunchCounts { n, cgroup_id: 3 };
+        assert_eq!(launch_delta(None, &c([5, 0, 2, 0, 5])).n, [5, 0, 2, 0, 5]);
+        assert_eq!(
+            launch_delta(Some(&c([5, 0, 2, 0, 5])), &c([9, 1, 2, 0, 9])).n,
+            [4, 1, 0, 0, 4]
+        );
+        // The entry was evicted and created again: what it holds now is new.
+        let d = launch_delta(Some(&c([500, 0, 2, 0, 500])), &c([3, 0, 2, 0, 3]));
+        assert_eq!(d.n, [3, 0, 0, 0, 3]);
+        assert_eq!(d.cgroup_id, 3);
+    }
+
+    #[test]
+    fn per_cpu_copies_add_up() {
+        let a = LaunchCounts {
+            n: [1, 2, 3, 4, 5],
+            cgroup_id: 0,
+        };
+        let b = LaunchCounts {
+            n: [10, 0, 0, 0, 1],
+            cgroup_id: 77,
+        };
+        let s = LaunchCounts::sum([&a, &b]);
+        assert_eq!((s.n, s.cgroup_id, s.work()), ([11, 2, 3, 4, 6], 77, 20));
     }
 }
