@@ -168,6 +168,43 @@ static __always_inline __u64 stack_arg(struct ingero_regs *r, int n)
 	return v;
 }
 
+/* Scoping (--pid, --cgroup), set by the agent when it loads the object: bit 0 keeps the
+ * processes in filter_pids, bit 1 those whose cgroup is in filter_cgroups (the agent puts a
+ * watched cgroup and every cgroup below it there); 0 keeps every process. Checked first in
+ * every entry program, so other processes' calls cost one lookup and no map or ring space. */
+#define FILTER_PIDS 1
+#define FILTER_CGROUPS 2
+volatile const __u32 filter_mode = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); /* tgid */
+	__type(value, __u8);
+} filter_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* cgroup v2 id (the directory's inode number) */
+	__type(value, __u8);
+} filter_cgroups SEC(".maps");
+
+static __always_inline int traced(__u32 tgid)
+{
+	__u32 mode = filter_mode;
+	if (!mode)
+		return 1;
+	if ((mode & FILTER_PIDS) && bpf_map_lookup_elem(&filter_pids, &tgid))
+		return 1;
+	if (mode & FILTER_CGROUPS) {
+		__u64 cg = bpf_get_current_cgroup_id();
+		if (bpf_map_lookup_elem(&filter_cgroups, &cg))
+			return 1;
+	}
+	return 0;
+}
+
 /* Per-CPU drop counters, one array per object. */
 #define DEFINE_DROP_COUNTERS(name)                      \
 	struct {                                        \

@@ -49,6 +49,8 @@ static __always_inline __u64 entry_key(__u8 source, __u8 op)
 
 static __always_inline void save(__u8 source, __u8 op, struct cuda_entry *e)
 {
+	if (!traced(bpf_get_current_pid_tgid() >> 32))
+		return;
 	__u64 k = entry_key(source, op);
 	e->timestamp_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&cuda_entries, &k, e, BPF_ANY);
@@ -60,7 +62,9 @@ static __always_inline int finish(struct ingero_regs *ctx, __u8 source, __u8 op)
 	__u64 k = entry_key(source, op);
 	struct cuda_entry *e = bpf_map_lookup_elem(&cuda_entries, &k);
 	if (!e) {
-		COUNT_DROP(cuda_drops, DROP_ENTRY_MISSING);
+		/* A process outside the scope stashed nothing: not a loss. */
+		if (traced(bpf_get_current_pid_tgid() >> 32))
+			COUNT_DROP(cuda_drops, DROP_ENTRY_MISSING);
 		return 0;
 	}
 	struct cuda_event *ev = bpf_ringbuf_reserve(&cuda_events, sizeof(*ev), 0);
@@ -407,6 +411,8 @@ static __always_inline int runtime_launch(struct ingero_regs *ctx, __u32 idx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 	__u32 pid = pid_tgid >> 32;
+	if (!traced(pid))
+		return 0;
 	struct rt_frame *f = bpf_map_lookup_elem(&rt_frames, &tid);
 	if (f && frame_live(ctx, f, 0)) {
 		/* A runtime entry point calling another (e.g. a _ptsz variant). */
@@ -427,6 +433,8 @@ static __always_inline int driver_launch(struct ingero_regs *ctx, __u32 idx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 	__u32 pid = pid_tgid >> 32;
+	if (!traced(pid))
+		return 0;
 	struct rt_frame *f = bpf_map_lookup_elem(&rt_frames, &tid);
 	if (f) {
 		int nested = frame_live(ctx, f, 1);

@@ -121,6 +121,13 @@ struct RunArgs {
     /// Extra directory libraries may be attached from (repeatable).
     #[arg(long)]
     probe_library_root: Vec<PathBuf>,
+    /// Watch only this process (repeatable; with --cgroup: either matches).
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Watch only the processes of this cgroup v2 directory and its children (repeatable;
+    /// absolute, or relative to the cgroup v2 mount, e.g. a pod's kubepods/... path).
+    #[arg(long = "cgroup")]
+    cgroups: Vec<PathBuf>,
     #[arg(long, value_parser = duration_arg)]
     libnccl_discovery_interval: Option<Duration>,
     /// Live terminal status view instead of log lines.
@@ -235,6 +242,8 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     c.probes
         .extra_library_roots
         .extend(a.probe_library_root.iter().cloned());
+    c.probes.pids.extend(a.pids.iter().copied());
+    c.probes.cgroups.extend(a.cgroups.iter().cloned());
     set!(c.probes.discovery_interval, a.libnccl_discovery_interval);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
@@ -258,7 +267,10 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
+async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String> {
+    if !cfg.synthetic.enabled {
+        probes::scope::adopt_identity(&mut cfg);
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut probe_handle = None;

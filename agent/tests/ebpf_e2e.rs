@@ -17,6 +17,7 @@ use std::time::Duration;
 use component::Timestamp;
 use ingero_agent::events::{CudaEvent, NcclEvent, cuda_op, fold_unique_id, source};
 use ingero_agent::nccl::{NcclOutbox, op};
+use ingero_agent::probes::scope::{self, Scope};
 use ingero_agent::probes::{self, ProbeEvent, ProbeHandle, ProbeOptions};
 use ingero_agent::signals::SignalSource;
 use ingero_agent::signals::window::{EbpfSource, SharedWindow};
@@ -42,6 +43,10 @@ struct Probed {
 }
 
 fn start_probes(dir: &TempDir, cuda: bool, nccl: bool) -> Probed {
+    start_scoped(dir, cuda, nccl, Scope::default())
+}
+
+fn start_scoped(dir: &TempDir, cuda: bool, nccl: bool, scope: Scope) -> Probed {
     let (tx, rx) = sync_channel(100_000);
     let opts = ProbeOptions {
         cuda,
@@ -50,6 +55,7 @@ fn start_probes(dir: &TempDir, cuda: bool, nccl: bool) -> Probed {
         drain_interval: Duration::from_millis(20),
         extra_roots: vec![dir.path().to_path_buf()],
         proc_root: PathBuf::from("/proc"),
+        scope,
         tap: Some(tx),
     };
     let shared = Arc::new(SharedWindow::default());
@@ -303,6 +309,130 @@ fn launches_are_counted_once_whichever_layer_launched_them() {
     for (_, _, w) in ws {
         w.finish();
     }
+    p.handle.stop();
+}
+
+/// Each process's launch counters as the window holds them.
+fn launch_counts(p: &Probed) -> BTreeMap<u32, [u64; 5]> {
+    p.shared
+        .acc
+        .lock()
+        .per_pid
+        .iter()
+        .map(|(pid, a)| (*pid, a.launch_counts))
+        .collect()
+}
+
+#[test]
+fn two_agents_scoped_by_pid_each_count_only_their_own_process() {
+    if skip_unless_root("two_agents_scoped_by_pid_each_count_only_their_own_process") {
+        return;
+    }
+    let dir = TempDir::new("scope-pid");
+    let fakes = build_fakes(dir.path());
+    let mut a = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    let mut b = Workload::spawn(&fakes.workload, &["layers", "static"]);
+    let scoped = |pid: u32| Scope {
+        pids: vec![pid],
+        cgroups: vec![],
+    };
+    let pa = start_scoped(&dir, true, false, scoped(a.pid()));
+    let pb = start_scoped(&dir, true, false, scoped(b.pid()));
+    wait_attached(&pa, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    wait_attached(&pb, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    a.go();
+    b.go();
+    let want_a = BTreeMap::from([(a.pid(), [40, 0, 0, 0, 40])]);
+    let want_b = BTreeMap::from([(b.pid(), [0, 0, 20, 0, 0])]);
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&pa) == want_a && launch_counts(&pb) == want_b
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(launch_counts(&pa), want_a, "agent A sees only process A");
+    assert_eq!(launch_counts(&pb), want_b, "agent B sees only process B");
+    for p in [&pa, &pb] {
+        assert_eq!(
+            p.handle.status().kernel_drops,
+            [0, 0, 0, 0],
+            "the other process's calls are filtered, not lost"
+        );
+    }
+    a.finish();
+    b.finish();
+    pa.handle.stop();
+    pb.handle.stop();
+}
+
+/// A cgroup v2 directory made for a test, removed (with its children) on drop.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new(tag: &str) -> Option<Self> {
+        let root = scope::cgroup2_root()?;
+        let p = root.join(format!("ingero-it-{tag}-{}", std::process::id()));
+        std::fs::create_dir(&p).ok()?;
+        Some(TestCgroup(p))
+    }
+
+    fn child(&self, name: &str) -> PathBuf {
+        let c = self.0.join(name);
+        std::fs::create_dir(&c).unwrap();
+        c
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Children first; a cgroup is removable once its processes have exited.
+        if let Ok(rd) = std::fs::read_dir(&self.0) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn an_agent_scoped_to_a_cgroup_counts_its_child_cgroups_and_nothing_else() {
+    if skip_unless_root("an_agent_scoped_to_a_cgroup_counts_its_child_cgroups_and_nothing_else") {
+        return;
+    }
+    let Some(cg) = TestCgroup::new("scope") else {
+        eprintln!("SKIP: no writable cgroup v2 mount on this machine");
+        return;
+    };
+    let dir = TempDir::new("scope-cgroup");
+    let fakes = build_fakes(dir.path());
+    let mut inside = Workload::spawn(&fakes.workload, &["layers", "mixed"]);
+    let mut outside = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    // The watched process sits in a child of the watched cgroup (a pod's container).
+    let child = cg.child("container");
+    std::fs::write(child.join("cgroup.procs"), inside.pid().to_string()).unwrap();
+    let p = start_scoped(
+        &dir,
+        true,
+        false,
+        Scope {
+            pids: vec![],
+            cgroups: vec![scope::resolve_cgroup(&cg.0).unwrap()],
+        },
+    );
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    inside.go();
+    outside.go();
+    let want = BTreeMap::from([(inside.pid(), [20, 10, 30, 0, 30])]);
+    wait_until(Duration::from_secs(15), || launch_counts(&p) == want);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        launch_counts(&p),
+        want,
+        "only the process in the cgroup tree"
+    );
+    inside.finish();
+    outside.finish();
     p.handle.stop();
 }
 

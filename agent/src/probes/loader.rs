@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope};
 use aya::programs::{ProgramError, UProbe};
 use aya::{Ebpf, EbpfLoader};
@@ -210,13 +210,24 @@ fn uprobe<'a>(
 }
 
 impl BpfObject {
-    /// Load `bytes` and every program named in `specs` (each once).
+    /// Load `bytes` and every program named in `specs` (each once), watching every process.
     pub fn load(
         name: &'static str,
         bytes: &[u8],
         programs: &[&'static str],
     ) -> Result<Self, LoadError> {
+        Self::load_scoped(name, bytes, programs, 0)
+    }
+
+    /// [`Self::load`] with the kernel filter's mode (`filter_mode`, see `probes::scope`).
+    pub fn load_scoped(
+        name: &'static str,
+        bytes: &[u8],
+        programs: &[&'static str],
+        filter_mode: u32,
+    ) -> Result<Self, LoadError> {
         let mut ebpf = EbpfLoader::new()
+            .override_global("filter_mode", &filter_mode, false)
             .load(bytes)
             .map_err(|source| LoadError::Object {
                 object: name,
@@ -243,12 +254,13 @@ impl BpfObject {
         name: &'static str,
         bytes: &[u8],
         specs: &[&[ProbeSpec]],
+        filter_mode: u32,
     ) -> Result<Self, LoadError> {
         let programs: Vec<&'static str> = specs
             .iter()
             .flat_map(|s| s.iter().flat_map(|p| std::iter::once(p.entry).chain(p.ret)))
             .collect();
-        Self::load(name, bytes, &programs)
+        Self::load_scoped(name, bytes, &programs, filter_mode)
     }
 
     pub fn name(&self) -> &'static str {
@@ -374,6 +386,28 @@ impl BpfObject {
         PerCpuHashMap::try_from(m).map_err(|source| LoadError::Map { map, source })
     }
 
+    /// Take the object's scope filter maps (`filter_pids`, `filter_cgroups`).
+    pub fn filters(&mut self) -> Result<Filters, LoadError> {
+        let mut take = |map: &'static str| {
+            self.ebpf.take_map(map).ok_or(LoadError::MissingMap {
+                object: self.name,
+                map,
+            })
+        };
+        let pids = take("filter_pids")?;
+        let cgroups = take("filter_cgroups")?;
+        Ok(Filters {
+            pids: HashMap::try_from(pids).map_err(|source| LoadError::Map {
+                map: "filter_pids",
+                source,
+            })?,
+            cgroups: HashMap::try_from(cgroups).map_err(|source| LoadError::Map {
+                map: "filter_cgroups",
+                source,
+            })?,
+        })
+    }
+
     /// Take the object's drop counters.
     pub fn drops(&mut self, map: &'static str) -> Result<PerCpuArray<MapData, u64>, LoadError> {
         let m = self.ebpf.take_map(map).ok_or(LoadError::MissingMap {
@@ -382,6 +416,40 @@ impl BpfObject {
         })?;
         PerCpuArray::try_from(m).map_err(|source| LoadError::Map { map, source })
     }
+}
+
+/// One object's scope filter maps.
+#[derive(Debug)]
+pub struct Filters {
+    pub pids: HashMap<MapData, u32, u8>,
+    pub cgroups: HashMap<MapData, u64, u8>,
+}
+
+impl Filters {
+    /// Make the PID map hold exactly `pids` (at most its size); returns how many did not fit.
+    pub fn set_pids(&mut self, pids: &[u32]) -> usize {
+        set_keys(&mut self.pids, pids)
+    }
+
+    /// Make the cgroup map hold exactly `ids`; returns how many did not fit.
+    pub fn set_cgroups(&mut self, ids: &[u64]) -> usize {
+        set_keys(&mut self.cgroups, ids)
+    }
+}
+
+fn set_keys<K: aya::Pod + Ord + Copy>(map: &mut HashMap<MapData, K, u8>, want: &[K]) -> usize {
+    let have: std::collections::BTreeSet<K> = map.keys().filter_map(Result::ok).collect();
+    let want_set: std::collections::BTreeSet<K> = want.iter().copied().collect();
+    for k in have.difference(&want_set) {
+        let _ = map.remove(k);
+    }
+    let mut failed = 0;
+    for k in want_set.difference(&have) {
+        if map.insert(k, 1u8, 0).is_err() {
+            failed += 1;
+        }
+    }
+    failed
 }
 
 /// Sum each drop counter over CPUs: `[ringbuf_full, entry_missing, user_read, counts_full]`.

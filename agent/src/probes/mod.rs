@@ -10,6 +10,7 @@ pub mod clock;
 pub mod correlate;
 pub mod discovery;
 pub mod loader;
+pub mod scope;
 pub mod symbols;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -23,7 +24,8 @@ use parking_lot::Mutex;
 
 use self::correlate::BarrierCorrelator;
 use self::discovery::FileId;
-use self::loader::{BpfObject, Link, LoadError, ProbeSpec};
+use self::loader::{BpfObject, Filters, Link, LoadError, ProbeSpec};
+use self::scope::Scope;
 use self::symbols::SymbolTable;
 use crate::config::AgentConfig;
 use crate::events::{CudaEvent, LaunchCounts, NcclEvent, cuda_op, launch};
@@ -53,21 +55,34 @@ pub struct ProbeOptions {
     pub drain_interval: Duration,
     pub extra_roots: Vec<PathBuf>,
     pub proc_root: PathBuf,
+    /// Which processes are watched (all when empty).
+    pub scope: Scope,
     /// Receives every decoded event (bounded; events are dropped when it is full).
     pub tap: Option<std::sync::mpsc::SyncSender<ProbeEvent>>,
 }
 
 impl ProbeOptions {
-    pub fn from_config(cfg: &AgentConfig) -> Self {
-        ProbeOptions {
+    /// From the agent config; `--cgroup` paths are resolved (and checked) here.
+    pub fn from_config(cfg: &AgentConfig) -> Result<Self, ProbeError> {
+        let cgroups = cfg
+            .probes
+            .cgroups
+            .iter()
+            .map(|c| scope::resolve_cgroup(c).map_err(ProbeError::Scope))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ProbeOptions {
             cuda: cfg.probes.cuda,
             nccl: cfg.probes.nccl,
             discovery_interval: cfg.probes.discovery_interval,
             drain_interval: DEFAULT_DRAIN_INTERVAL,
             extra_roots: cfg.probes.extra_library_roots.clone(),
             proc_root: PathBuf::from("/proc"),
+            scope: Scope {
+                pids: cfg.probes.pids.clone(),
+                cgroups,
+            },
             tap: None,
-        }
+        })
     }
 }
 
@@ -81,6 +96,8 @@ pub enum ProbeError {
     Thread(std::io::Error),
     #[error("nothing to probe: both CUDA and NCCL probes are disabled")]
     NothingEnabled,
+    #[error("--cgroup {0}")]
+    Scope(String),
 }
 
 /// One library the probes are attached to.
@@ -182,6 +199,7 @@ pub fn start(
     _shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Started, ProbeError> {
     caps::check_self().map_err(ProbeError::Privileges)?;
+    let opts = ProbeOptions::from_config(cfg)?;
     let nvml = Nvml::load();
     let gpu = nvml.as_ref().and_then(Nvml::gpu_info);
     let gpus = if cfg.health.num_gpus > 0 {
@@ -197,13 +215,37 @@ pub fn start(
     } else {
         (None, None)
     };
-    let handle = spawn(ProbeOptions::from_config(cfg), shared.clone(), sender)?;
+    let handle = spawn(opts, shared.clone(), sender)?;
     Ok(Started {
         source: EbpfSource::new(shared, cfg.health.signal_window, gpus, nvml),
         nccl: outbox,
         gpu,
         handle,
     })
+}
+
+/// Make the kernel filters hold the scope now (cgroups created since the last scan
+/// included). Nothing to do when every process is watched.
+fn refresh_filters(scope: &Scope, filters: &mut [Filters]) {
+    if scope.mode() == 0 {
+        return;
+    }
+    let cgroups = if scope.cgroups.is_empty() {
+        Vec::new()
+    } else {
+        scope.cgroup_ids()
+    };
+    for f in filters.iter_mut() {
+        let lost = f.set_pids(&scope.pids) + f.set_cgroups(&cgroups);
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                max_pids = scope::MAX_FILTER_PIDS,
+                max_cgroups = scope::MAX_FILTER_CGROUPS,
+                "scope filter full: some watched processes or cgroups are not traced"
+            );
+        }
+    }
 }
 
 /// What a process launched since `prev` (its counters at the previous drain). A counter
@@ -255,6 +297,7 @@ struct Objects {
     nccl_ring: Option<RingBuf<MapData>>,
     launches: Option<PerCpuHashMap<MapData, u32, LaunchCounts>>,
     drops: Vec<PerCpuArray<MapData, u64>>,
+    filters: Vec<Filters>,
 }
 
 fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
@@ -264,10 +307,13 @@ fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
         nccl_ring: None,
         launches: None,
         drops: Vec::new(),
+        filters: Vec::new(),
     };
+    let mode = opts.scope.mode();
     if opts.cuda {
         let sets: Vec<&'static [ProbeSpec]> = vec![loader::CUDA_RUNTIME, loader::CUDA_DRIVER];
-        let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets)?;
+        let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets, mode)?;
+        o.filters.push(obj.filters()?);
         o.cuda_ring = Some(obj.ring("cuda_events")?);
         o.launches = Some(obj.launch_counts("launch_counts")?);
         o.drops.push(obj.drops("cuda_drops")?);
@@ -275,7 +321,8 @@ fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
     }
     if opts.nccl {
         let sets: Vec<&'static [ProbeSpec]> = vec![loader::NCCL];
-        let mut obj = BpfObject::for_specs("nccl", loader::NCCL_OBJECT, &sets)?;
+        let mut obj = BpfObject::for_specs("nccl", loader::NCCL_OBJECT, &sets, mode)?;
+        o.filters.push(obj.filters()?);
         o.nccl_ring = Some(obj.ring("nccl_events")?);
         o.drops.push(obj.drops("nccl_drops")?);
         o.list.push((obj, sets));
@@ -293,7 +340,9 @@ pub fn spawn(
         return Err(ProbeError::NothingEnabled);
     }
     raise_memlock();
-    let objects = load_objects(&opts)?;
+    let mut objects = load_objects(&opts)?;
+    // The filter holds the scope before any probe is attached.
+    refresh_filters(&opts.scope, &mut objects.filters);
     let stop = Arc::new(AtomicBool::new(false));
     let rescan = Arc::new(AtomicBool::new(true));
     let status = Arc::new(Mutex::new(ProbeStatus {
@@ -499,6 +548,7 @@ impl Worker {
     }
 
     fn discover(&mut self) {
+        refresh_filters(&self.opts.scope, &mut self.objects.filters);
         let scan = discovery::scan_proc(&self.opts.proc_root);
         // Detach libraries no process maps any more.
         let gone: Vec<FileId> = self
