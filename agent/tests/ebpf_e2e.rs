@@ -47,11 +47,21 @@ fn start_probes(dir: &TempDir, cuda: bool, nccl: bool) -> Probed {
 }
 
 fn start_scoped(dir: &TempDir, cuda: bool, nccl: bool, scope: Scope) -> Probed {
+    start_with(dir, cuda, nccl, scope, Duration::from_millis(200))
+}
+
+fn start_with(
+    dir: &TempDir,
+    cuda: bool,
+    nccl: bool,
+    scope: Scope,
+    discovery_interval: Duration,
+) -> Probed {
     let (tx, rx) = sync_channel(100_000);
     let opts = ProbeOptions {
         cuda,
         nccl,
-        discovery_interval: Duration::from_millis(200),
+        discovery_interval,
         drain_interval: Duration::from_millis(20),
         extra_roots: vec![dir.path().to_path_buf()],
         proc_root: PathBuf::from("/proc"),
@@ -214,18 +224,82 @@ fn cuda_probes_see_every_call_with_its_arguments() {
     assert!(sample.raw.compute > 0.0);
 
     w.finish();
+    let st = p.handle.status();
+    assert_eq!(st.kernel_drops, [0, 0, 0, 0]);
+    assert_eq!(st.decode_errors, 0);
+    p.handle.stop();
+}
+
+#[test]
+fn probes_stay_attached_while_the_library_exists_so_a_new_process_counts_from_its_first_call() {
+    if skip_unless_root(
+        "probes_stay_attached_while_the_library_exists_so_a_new_process_counts_from_its_first_call",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("stay");
+    let fakes = build_fakes(dir.path());
+    let mut first = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    // One scan at start, then only the ones this test asks for.
+    let p = start_with(
+        &dir,
+        true,
+        false,
+        Scope::default(),
+        Duration::from_secs(3600),
+    );
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    first.go();
+    let first_pid = first.pid();
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&p).get(&first_pid) == Some(&[40, 0, 0, 0, 40])
+    });
+    first.finish();
+    // A scan with no process mapping the libraries: they stay attached.
+    let scans = p.handle.status().scans;
+    p.handle.rescan();
+    assert!(wait_until(Duration::from_secs(10), || p
+        .handle
+        .status()
+        .scans
+        > scans));
+    let st = p.handle.status();
+    let paths: Vec<&str> = st.attached.iter().map(|a| a.path.as_str()).collect();
+    assert!(
+        paths.contains(&fakes.cudart.to_str().unwrap())
+            && paths.contains(&fakes.cuda.to_str().unwrap()),
+        "still attached with no process: {st:?}"
+    );
+    assert!(st.attached.iter().all(|a| a.pids.is_empty()));
+    // A new process, with no scan in between: every launch from its first is counted.
+    let scans = st.scans;
+    let mut second = Workload::spawn(&fakes.workload, &["layers", "mixed"]);
+    second.go();
+    let second_pid = second.pid();
+    let want = [20, 10, 30, 0, 30];
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&p).get(&second_pid) == Some(&want)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(launch_counts(&p).get(&second_pid), Some(&want));
+    assert_eq!(
+        p.handle.status().scans,
+        scans,
+        "no discovery scan helped the new process"
+    );
+    second.finish();
+    // Once the files are gone, the next scan detaches.
+    std::fs::remove_file(&fakes.cudart).unwrap();
+    std::fs::remove_file(&fakes.cuda).unwrap();
     p.handle.rescan();
     let detached = wait_until(Duration::from_secs(10), || {
         p.handle.status().attached.is_empty()
     });
     assert!(
         detached,
-        "probes detached once no process maps the libraries: {:?}",
+        "probes detached once the files are removed: {:?}",
         p.handle.status()
     );
-    let st = p.handle.status();
-    assert_eq!(st.kernel_drops, [0, 0, 0, 0]);
-    assert_eq!(st.decode_errors, 0);
     p.handle.stop();
 }
 

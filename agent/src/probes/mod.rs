@@ -224,6 +224,23 @@ pub fn start(
     })
 }
 
+/// Open a library and check it may be trusted (`discovery::file_trusted`): not group- or
+/// world-writable, owned by root or by the user running `pid`.
+fn trusted_file(proc_root: &Path, pid: u32, target: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::File::open(target).map_err(|e| format!("open: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("stat: {e}"))?;
+    let uid = discovery::process_uid(proc_root, pid);
+    if !discovery::file_trusted(m.mode(), m.uid(), uid) {
+        return Err(format!(
+            "mode {:o}, owner {}, process user {uid:?}: writable by others or owned by another user",
+            m.mode() & 0o7777,
+            m.uid()
+        ));
+    }
+    Ok(f)
+}
+
 /// Make the kernel filters hold the scope now (cgroups created since the last scan
 /// included). Nothing to do when every process is watched.
 fn refresh_filters(scope: &Scope, filters: &mut [Filters]) {
@@ -288,6 +305,10 @@ struct Attached {
     pids: BTreeSet<u32>,
     links: Vec<(usize, Link)>,
     symbols: Vec<&'static str>,
+    /// The library file, held open: while it still has a name on disk the probes stay
+    /// attached (uprobes are per file), so a process started later is traced from its
+    /// first call instead of from the next scan.
+    file: std::fs::File,
 }
 
 struct Objects {
@@ -550,16 +571,26 @@ impl Worker {
     fn discover(&mut self) {
         refresh_filters(&self.opts.scope, &mut self.objects.filters);
         let scan = discovery::scan_proc(&self.opts.proc_root);
-        // Detach libraries no process maps any more.
-        let gone: Vec<FileId> = self
-            .attached
-            .keys()
-            .filter(|id| !scan.libs.contains_key(id))
-            .copied()
-            .collect();
+        // Libraries no process maps any more stay attached while the file exists (a new
+        // process mapping it is then traced from its first call); deleted or replaced
+        // files (no name left on disk) are detached.
+        let mut gone = Vec::new();
+        for (id, lib) in self.attached.iter_mut() {
+            if scan.libs.contains_key(id) {
+                continue;
+            }
+            lib.pids.clear();
+            let on_disk = lib
+                .file
+                .metadata()
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0);
+            if !on_disk {
+                gone.push(*id);
+            }
+        }
         for id in gone {
             if let Some(lib) = self.attached.remove(&id) {
-                tracing::info!(path = %lib.path, "library no longer mapped; probes detached");
+                tracing::info!(path = %lib.path, "library file removed; probes detached");
                 self.detach(lib);
             }
         }
@@ -582,6 +613,14 @@ impl Worker {
                 continue;
             }
             let target = discovery::host_path(&self.opts.proc_root, *pid, path);
+            let file = match trusted_file(&self.opts.proc_root, *pid, &target) {
+                Ok(f) => f,
+                Err(why) => {
+                    tracing::warn!(path = %path, pid, why, "library not trusted; not probed");
+                    self.failed.insert(*id, Instant::now());
+                    continue;
+                }
+            };
             match self.attach(&target) {
                 Ok((links, symbols)) if !links.is_empty() => {
                     tracing::info!(path = %path, pid, probes = links.len(), "probes attached");
@@ -592,6 +631,7 @@ impl Worker {
                             pids: pids.clone(),
                             links,
                             symbols,
+                            file,
                         },
                     );
                 }
