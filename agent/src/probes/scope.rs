@@ -263,6 +263,42 @@ mod tests {
     }
 
     #[test]
+    fn identity_comes_from_the_watched_process_unless_configured() {
+        use crate::config::AgentConfig;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("RANK", "2")
+            .env("WORLD_SIZE", "4")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Until the child has exec'd, its environment is still this process's.
+        let environ = format!("/proc/{pid}/environ");
+        for _ in 0..500 {
+            if std::fs::read(&environ).is_ok_and(|e| rank_from_environ(&e).1 == Some(4)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut cfg = AgentConfig::default();
+        cfg.probes.pids = vec![pid];
+        assert_eq!(adopt_identity(&mut cfg), Some(pid));
+        assert_eq!((cfg.fleet.node_rank, cfg.fleet.world_size), (2, 4));
+        // A configured world size wins; no scope, no adoption.
+        let mut set = AgentConfig::default();
+        set.fleet.world_size = 8;
+        set.fleet.node_rank = 5;
+        set.probes.pids = vec![pid];
+        assert_eq!(adopt_identity(&mut set), None);
+        assert_eq!((set.fleet.node_rank, set.fleet.world_size), (5, 8));
+        let mut unscoped = AgentConfig::default();
+        assert_eq!(adopt_identity(&mut unscoped), None);
+        assert_eq!(unscoped.fleet.world_size, 0);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn cgroup_arguments_are_checked() {
         assert!(
             resolve_cgroup(Path::new("/sys/fs/cgroup/../../etc"))
