@@ -437,6 +437,40 @@ fn two_agents_scoped_by_pid_each_count_only_their_own_process() {
     pb.handle.stop();
 }
 
+#[test]
+fn the_binary_refuses_a_scope_it_cannot_filter_on() {
+    if skip_unless_root("the_binary_refuses_a_scope_it_cannot_filter_on") {
+        return;
+    }
+    let dir = TempDir::new("scope-args");
+    let bin = env!("CARGO_BIN_EXE_ingero-agent");
+    let persist = dir.path().join("baseline.json");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .arg("--fleet-persist-path")
+            .arg(&persist)
+            .output()
+            .unwrap()
+    };
+    let not_cgroup = dir.path().to_str().unwrap().to_string();
+    for (args, want) in [
+        (vec!["--cgroup", not_cgroup.as_str()], "cgroup v2"),
+        (
+            vec!["--cgroup", "/nonexistent-ingero-cgroup"],
+            "No such file",
+        ),
+        (vec!["--cgroup", "/sys/fs/cgroup/../../etc"], ".."),
+        (vec!["--pid", "0"], "probes.pids"),
+        (vec!["--pid", "x"], "invalid value"),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
 /// A cgroup v2 directory made for a test, removed (with its children) on drop.
 struct TestCgroup(PathBuf);
 
