@@ -1,7 +1,11 @@
-/* Overhead workload: calls cudaLaunchKernel (the fake libcudart of tests/c) in a loop.
+/* Overhead workload: launches kernels through the fake libraries of tests/c in a loop,
+ * through the runtime (cudaLaunchKernel, which calls the fake driver's cuLaunchKernel, as
+ * PyTorch's own kernels do) or straight through the driver (cuLaunchKernel, as cuBLAS's
+ * static runtime and Triton do).
  *
- *   loop max <calls>            tight loop; prints "ns_per_call <x>"
- *   loop rate <per_second> <s>  paced calls for <s> seconds; prints "calls <n> seconds <t>"
+ *   loop max <calls> [runtime|driver]            tight loop; prints "ns_per_call <x>"
+ *   loop rate <per_second> <s> [runtime|driver]  paced calls for <s> seconds;
+ *                                                prints "calls <n> seconds <t>"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +14,9 @@
 
 typedef struct { unsigned x, y, z; } dim3;
 int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+
+static int driver;
 
 static double now(void)
 {
@@ -18,21 +25,40 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-int main(int argc, char **argv)
+static void launch(void)
 {
 	dim3 g = { 1, 1, 1 }, b = { 32, 1, 1 };
-	if (argc == 3 && strcmp(argv[1], "max") == 0) {
+	if (driver)
+		cuLaunchKernel((void *)1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+	else
+		cudaLaunchKernel((void *)1, g, b, NULL, 0, NULL);
+}
+
+static int api(int argc, char **argv, int at)
+{
+	if (argc <= at || strcmp(argv[at], "runtime") == 0)
+		return 0;
+	if (strcmp(argv[at], "driver") == 0) {
+		driver = 1;
+		return 0;
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 3 && argc <= 4 && strcmp(argv[1], "max") == 0 && api(argc, argv, 3) == 0) {
 		long n = atol(argv[2]);
 		for (long i = 0; i < n / 10; i++) /* warm-up */
-			cudaLaunchKernel((void *)1, g, b, NULL, 0, NULL);
+			launch();
 		double t0 = now();
 		for (long i = 0; i < n; i++)
-			cudaLaunchKernel((void *)1, g, b, NULL, 0, NULL);
+			launch();
 		double t1 = now();
 		printf("ns_per_call %.1f\n", (t1 - t0) * 1e9 / n);
 		return 0;
 	}
-	if (argc == 4 && strcmp(argv[1], "rate") == 0) {
+	if (argc >= 4 && argc <= 5 && strcmp(argv[1], "rate") == 0 && api(argc, argv, 4) == 0) {
 		long rate = atol(argv[2]);
 		double secs = atof(argv[3]);
 		long per_ms = rate / 1000;
@@ -40,7 +66,7 @@ int main(int argc, char **argv)
 		double t0 = now(), next = t0;
 		while (now() - t0 < secs) {
 			for (long i = 0; i < per_ms; i++)
-				cudaLaunchKernel((void *)1, g, b, NULL, 0, NULL);
+				launch();
 			calls += per_ms;
 			next += 0.001;
 			double wait = next - now();
@@ -52,6 +78,6 @@ int main(int argc, char **argv)
 		printf("calls %ld seconds %.2f\n", calls, now() - t0);
 		return 0;
 	}
-	fprintf(stderr, "usage: loop max <calls> | loop rate <per_second> <seconds>\n");
+	fprintf(stderr, "usage: loop max <calls> [runtime|driver] | loop rate <per_second> <seconds> [runtime|driver]\n");
 	return 2;
 }

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Measures what the agent costs (needs root, clang, cc):
-#   1. per probed call: a tight loop of cudaLaunchKernel calls (fake libcudart) with no probe,
-#      with an empty uprobe+uretprobe pair (the floor any uprobe-based tracer pays), and with
-#      the agent's probes;
-#   2. the agent process's CPU and RSS at idle (a process maps the library, makes no calls);
-#   3. the same under 100,000 probed calls per second.
-# Prints a markdown table. Knobs: CALLS (default 2000000), RUNS (5), IDLE_SECONDS (30),
-# LOAD_SECONDS (30), RATE (100000), WORKERS (2: the rate is split over this many processes,
-# since one probed call costs several microseconds of the caller's time).
+# Measures what the agent costs (needs root, clang, cc), all in one run on this machine:
+#   1. per launch: a tight loop of kernel launches through the fake libraries of tests/c,
+#      straight through the driver (cuLaunchKernel: cuBLAS's static runtime, Triton) and
+#      through the runtime (cudaLaunchKernel, which calls cuLaunchKernel: PyTorch's own
+#      kernels), with no probe, with an empty entry-only uprobe (the floor of any
+#      uprobe-based counter), with an empty uprobe + uretprobe pair (what a per-call record
+#      with a duration costs), and with the agent's probes;
+#   2. the agent process's CPU and RSS at idle (a process maps the libraries, makes no calls),
+#      with the largest mappings of its RSS;
+#   3. the same under RATE launches per second through the runtime, with the launches the
+#      agent counted against the launches made, and every drop counter.
+# Prints a markdown table. Knobs: CALLS (default 200000), RUNS (5), IDLE_SECONDS (30),
+# LOAD_SECONDS (30), RATE (200000), WORKERS (2: the rate is split over this many processes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AGENT_DIR=$(pwd)
 ROOT=$(cd .. && pwd)
-CALLS=${CALLS:-2000000}
+CALLS=${CALLS:-200000}
 RUNS=${RUNS:-5}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
 LOAD_SECONDS=${LOAD_SECONDS:-30}
-RATE=${RATE:-100000}
+RATE=${RATE:-200000}
 WORKERS=${WORKERS:-2}
 
 if [ "$(id -u)" != 0 ]; then
@@ -35,8 +39,11 @@ cleanup() {
 trap cleanup EXIT
 
 echo "building (release)..." >&2
-cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c"
-cc -O2 -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" -Wl,-rpath,"$WORK"
+# The fake runtime launches through the fake driver, as the real one does.
+cc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o "$WORK/libcuda.so.1" "$AGENT_DIR/tests/c/fake_cuda.c"
+cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c" \
+  "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
+cc -O2 -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
 (cd "$ROOT" && cargo build --release -q -p ingero-agent --bin ingero-agent --example attach_empty --example bpf_stats)
 AGENT="$ROOT/target/release/ingero-agent"
 EMPTY="$ROOT/target/release/examples/attach_empty"
@@ -47,52 +54,80 @@ echo 1 > /proc/sys/kernel/bpf_stats_enabled
 TCK=$(getconf CLK_TCK)
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-per_call() {
-  for _ in $(seq "$RUNS"); do "$WORK/loop" max "$CALLS" | awk '{print $2}'; done | median
+per_call() { # api: runtime or driver
+  for _ in $(seq "$RUNS"); do "$WORK/loop" max "$CALLS" "$1" | awk '{print $2}'; done | median
 }
+# Run time of the loaded programs whose name starts with $1: "<runs> <ns per run>".
+prog_ns() { "$STATS" "$1" | awk '{ if ($4 > 0) printf "%d %.0f\n", $4, $6 / $4; else print "0 0" }'; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+# Empty probes on cuLaunchKernel ($1: "entry", or "pair" for uprobe + uretprobe), then a
+# driver loop; sets EMPTY_NS and EMPTY_PROG.
+with_empty() {
+  local mode=()
+  [ "$1" = entry ] && mode=(entry)
+  rm -f "$WORK/empty.in" "$WORK/empty.out"
+  mkfifo "$WORK/empty.in"
+  "$EMPTY" "$WORK/libcuda.so.1" cuLaunchKernel "${mode[@]}" < "$WORK/empty.in" > "$WORK/empty.out" &
+  local epid=$!
+  PIDS+=("$epid")
+  exec 7> "$WORK/empty.in"
+  for _ in $(seq 100); do grep -q attached "$WORK/empty.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q attached "$WORK/empty.out" || { echo "empty probe did not attach" >&2; exit 1; }
+  EMPTY_NS=$(per_call driver)
+  EMPTY_PROG=$(prog_ns empty_ | awk '{print $2}')
+  exec 7>&-
+  wait "$epid" || true
+}
 
 # 1a. No probe.
-BASE=$(per_call)
+BASE_DRV=$(per_call driver)
+BASE_RT=$(per_call runtime)
 
-# 1b. Empty uprobe + uretprobe.
-mkfifo "$WORK/empty.in"
-"$EMPTY" "$WORK/libcudart.so.12" cudaLaunchKernel < "$WORK/empty.in" > "$WORK/empty.out" &
-EPID=$!; PIDS+=("$EPID")
-exec 7> "$WORK/empty.in"
-for _ in $(seq 100); do grep -q attached "$WORK/empty.out" 2>/dev/null && break; sleep 0.1; done
-grep -q attached "$WORK/empty.out" || { echo "empty probe did not attach" >&2; exit 1; }
-EMPTY_NS=$(per_call)
-EMPTY_PROG=$("$STATS" empty_ | awk '{print $8}')
-exec 7>&-
-wait "$EPID" || true
+# 1b. An empty entry-only uprobe, then an empty uprobe + uretprobe pair.
+with_empty entry
+EMPTY_ENTRY_NS=$EMPTY_NS
+EMPTY_ENTRY_PROG=$EMPTY_PROG
+with_empty pair
+EMPTY_PAIR_NS=$EMPTY_NS
+EMPTY_PAIR_PROG=$EMPTY_PROG
 
-# 1c. The agent's probes. A holder process maps the library (no calls) so discovery finds it.
+# 1c. The agent's probes. A holder process maps the libraries (no calls) so discovery finds
+# them.
 "$WORK/loop" rate 0 100000 > /dev/null &
-HOLDER=$!; PIDS+=("$HOLDER")
+HOLDER=$!
+PIDS+=("$HOLDER")
 "$AGENT" --no-nccl --probe-library-root "$WORK" \
   --fleet-persist-path "$WORK/baseline.json" --log-json > /dev/null 2> "$WORK/agent.log" &
-APID=$!; PIDS+=("$APID")
-for _ in $(seq 200); do grep -q "probes attached" "$WORK/agent.log" 2>/dev/null && break; sleep 0.1; done
-grep -q "probes attached" "$WORK/agent.log" || { echo "agent did not attach:" >&2; cat "$WORK/agent.log" >&2; exit 1; }
-AGENT_NS=$(per_call)
-AGENT_PROG=$("$STATS" cudart_launch_k | awk '{print $8}')
+APID=$!
+PIDS+=("$APID")
+attached() { grep -c "probes attached" "$WORK/agent.log" 2>/dev/null || true; }
+for _ in $(seq 200); do [ "$(attached)" -ge 2 ] && break; sleep 0.1; done
+[ "$(attached)" -ge 2 ] || { echo "agent did not attach both libraries:" >&2; cat "$WORK/agent.log" >&2; exit 1; }
+AGENT_DRV=$(per_call driver)
+read -r _ AGENT_DRV_PROG < <(prog_ns cu_launch)
+AGENT_RT=$(per_call runtime)
+read -r _ AGENT_RT_PROG < <(prog_ns cudart_launch)
+TIGHT_CALLS=$((RUNS * (CALLS + CALLS / 10)))
 
-# 2. Idle: the library is mapped, nothing calls it.
+# 2. Idle: the libraries are mapped, nothing calls them.
 sleep 2
 C0=$(cpu_ticks "$APID"); T0=$(date +%s.%N)
 sleep "$IDLE_SECONDS"
 C1=$(cpu_ticks "$APID"); T1=$(date +%s.%N)
 IDLE_CPU=$(awk -v c="$((C1 - C0))" -v t0="$T0" -v t1="$T1" -v k="$TCK" 'BEGIN {printf "%.2f", 100 * c / k / (t1 - t0)}')
 IDLE_RSS=$(rss_kb "$APID")
+# The largest contributors to the idle RSS (kB per mapping name).
+TOP_MAPS=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {name = ($6 == "" ? "[anon]" : $6)} /^Rss:/ {rss[name] += $2} END {for (n in rss) print rss[n], n}' "/proc/$APID/smaps" \
+  | sort -rn | head -4 | awk '{printf "%s%s %d kB", sep, $2, $1; sep = ", "}')
 
-# 3. Under load.
+# 3. Under load, through the runtime (two probes per launch).
 C0=$(cpu_ticks "$APID"); T0=$(date +%s.%N)
 LOADERS=()
 for w in $(seq "$WORKERS"); do
-  "$WORK/loop" rate "$((RATE / WORKERS))" "$LOAD_SECONDS" > "$WORK/load.$w" &
+  "$WORK/loop" rate "$((RATE / WORKERS))" "$LOAD_SECONDS" runtime > "$WORK/load.$w" &
   LOADERS+=("$!")
 done
 for p in "${LOADERS[@]}"; do wait "$p"; done
@@ -101,24 +136,37 @@ LOAD_OUT=$(cat "$WORK"/load.* | awk '{c += $2; if ($4 > s) s = $4} END {print "c
 LOAD_CPU=$(awk -v c="$((C1 - C0))" -v t0="$T0" -v t1="$T1" -v k="$TCK" 'BEGIN {printf "%.2f", 100 * c / k / (t1 - t0)}')
 LOAD_RSS=$(rss_kb "$APID")
 PEAK_RSS=$(hwm_kb "$APID")
+LOAD_CALLS=$(echo "$LOAD_OUT" | awk '{print $2}')
 ACHIEVED=$(echo "$LOAD_OUT" | awk '{printf "%.0f", $2 / $4}')
 
-kill -TERM "$APID"; wait "$APID" || true
+kill -TERM "$APID"
+wait "$APID" || true
 TOTALS=$(grep '"probe totals"' "$WORK/agent.log" | tail -1 || true)
+field() { echo "$TOTALS" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+LAUNCHES=$(echo "$TOTALS" | grep -o '"launches":"\[[0-9, ]*\]"' | tr -dc '0-9,' | tr ',' ' ')
+read -r L_RT L_RTG L_DRV L_DRVG L_NESTED <<< "${LAUNCHES:-0 0 0 0 0}"
+COUNTED=$((L_RT + L_RTG + L_DRV + L_DRVG))
+MADE=$((2 * TIGHT_CALLS + LOAD_CALLS))
+NESTED_WANT=$((TIGHT_CALLS + LOAD_CALLS))
 
-cat <<EOF
+cat <<TABLE
 | measurement | value |
 |---|---|
-| cudaLaunchKernel, no probe | ${BASE} ns/call |
-| with an empty uprobe + uretprobe | ${EMPTY_NS} ns/call |
-| with the agent's probes | ${AGENT_NS} ns/call |
-| agent cost over the empty probe (whole call) | $(awk -v a="$AGENT_NS" -v e="$EMPTY_NS" 'BEGIN {printf "%.0f", a - e}') ns/call |
-| BPF program time per call: empty entry+return | ${EMPTY_PROG} ns |
-| BPF program time per call: agent entry+return | ${AGENT_PROG} ns |
+| \`cuLaunchKernel\` (driver), no probe | ${BASE_DRV} ns/launch |
+| \`cudaLaunchKernel\` -> \`cuLaunchKernel\` (runtime), no probe | ${BASE_RT} ns/launch |
+| driver launch, empty entry-only uprobe (the floor) | ${EMPTY_ENTRY_NS} ns/launch |
+| driver launch, empty uprobe + uretprobe | ${EMPTY_PAIR_NS} ns/launch |
+| driver launch, the agent (one entry-only probe) | ${AGENT_DRV} ns/launch ($(ratio "$AGENT_DRV" "$EMPTY_ENTRY_NS")x the floor) |
+| runtime launch, the agent (runtime probe + nested driver probe) | ${AGENT_RT} ns/launch ($(ratio "$AGENT_RT" "$EMPTY_ENTRY_NS")x the floor) |
+| BPF program time per run (kernel \`bpf_stats\`): empty entry / empty pair | ${EMPTY_ENTRY_PROG} ns / ${EMPTY_PAIR_PROG} ns |
+| BPF program time per run: agent \`cu_launch\` / \`cudart_launch\` | ${AGENT_DRV_PROG} ns / ${AGENT_RT_PROG} ns |
 | agent CPU at idle (${IDLE_SECONDS} s) | ${IDLE_CPU} % of one core |
-| agent RSS at idle | $((IDLE_RSS / 1024)) MiB (${IDLE_RSS} kB) |
-| agent CPU at ${ACHIEVED} probed calls/s (${LOAD_SECONDS} s) | ${LOAD_CPU} % of one core |
+| agent RSS at idle | $((IDLE_RSS / 1024)) MiB (${IDLE_RSS} kB; largest: ${TOP_MAPS}) |
+| agent CPU at ${ACHIEVED} runtime launches/s (asked ${RATE}/s, ${LOAD_SECONDS} s) | ${LOAD_CPU} % of one core |
 | agent RSS under load / peak | $((LOAD_RSS / 1024)) MiB / $((PEAK_RSS / 1024)) MiB |
-EOF
+| launches made / counted by the agent / nested (want ${NESTED_WANT}) | ${MADE} / ${COUNTED} / ${L_NESTED} |
+| ring-buffer full, entry missing, user read, launch map full | $(field ringbuf_full) / $(field entry_missing) / $(field user_read_failed) / $(field launch_counts_full) |
+TABLE
 echo
+echo "machine: $(nproc) CPUs, Linux $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "probe totals: ${TOTALS:-not logged}"

@@ -49,7 +49,20 @@
 #define DROP_RINGBUF_FULL 0
 #define DROP_ENTRY_MISSING 1
 #define DROP_USER_READ 2
+#define DROP_COUNTS_FULL 3 /* launch_counts had no room for a new process */
 #define DROP_COUNTERS 4
+
+/* Launch counters (struct launch_counts.n), one set per process. Every launch lands in
+ * exactly one of them: a launch at the runtime (the application's or PyTorch's libcudart),
+ * one at the driver that no runtime launch of the same thread is under (a static runtime
+ * such as cuBLAS's, Triton, a driver-API program), or a driver launch made by a runtime
+ * launch still on the thread's stack (the same launch: counted under NESTED, not as work). */
+#define LAUNCH_RUNTIME 0        /* cudaLaunchKernel, cudaLaunchKernelExC (and _ptsz) */
+#define LAUNCH_RUNTIME_GRAPH 1  /* cudaGraphLaunch (and _ptsz) */
+#define LAUNCH_DRIVER 2         /* cuLaunchKernel, cuLaunchKernelEx (and _ptsz) */
+#define LAUNCH_DRIVER_GRAPH 3   /* cuGraphLaunch (and _ptsz) */
+#define LAUNCH_NESTED 4         /* a runtime launch (or a driver launch) under a runtime launch */
+#define LAUNCH_COUNTERS 5
 
 /* One CUDA call, 96 bytes. */
 struct cuda_event {
@@ -94,6 +107,13 @@ struct nccl_event {
 	__u64 op_seq;       /* 1-based per communicator (per peer for send/recv); 0 unknown */
 };
 
+/* Per-process launch counters, 48 bytes, one copy per CPU (summed by the agent). */
+struct launch_counts {
+	__u64 n[LAUNCH_COUNTERS];
+	__u64 cgroup_id; /* of the process, set on each CPU's first launch */
+};
+
+_Static_assert(sizeof(struct launch_counts) == 48, "launch_counts must match src/events.rs");
 _Static_assert(sizeof(struct cuda_event) == 96, "cuda_event must match src/events.rs");
 _Static_assert(__builtin_offsetof(struct cuda_event, args) == 40, "cuda_event.args offset");
 _Static_assert(__builtin_offsetof(struct cuda_event, comm) == 80, "cuda_event.comm offset");
@@ -146,6 +166,43 @@ static __always_inline __u64 stack_arg(struct ingero_regs *r, int n)
 	__u64 v = 0;
 	bpf_probe_read_user(&v, sizeof(v), (void *)(SP(r) + STACK_ARG_OFFSET(n)));
 	return v;
+}
+
+/* Scoping (--pid, --cgroup), set by the agent when it loads the object: bit 0 keeps the
+ * processes in filter_pids, bit 1 those whose cgroup is in filter_cgroups (the agent puts a
+ * watched cgroup and every cgroup below it there); 0 keeps every process. Checked first in
+ * every entry program, so other processes' calls cost one lookup and no map or ring space. */
+#define FILTER_PIDS 1
+#define FILTER_CGROUPS 2
+volatile const __u32 filter_mode = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); /* tgid */
+	__type(value, __u8);
+} filter_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* cgroup v2 id (the directory's inode number) */
+	__type(value, __u8);
+} filter_cgroups SEC(".maps");
+
+static __always_inline int traced(__u32 tgid)
+{
+	__u32 mode = filter_mode;
+	if (!mode)
+		return 1;
+	if ((mode & FILTER_PIDS) && bpf_map_lookup_elem(&filter_pids, &tgid))
+		return 1;
+	if (mode & FILTER_CGROUPS) {
+		__u64 cg = bpf_get_current_cgroup_id();
+		if (bpf_map_lookup_elem(&filter_cgroups, &cg))
+			return 1;
+	}
+	return 0;
 }
 
 /* Per-CPU drop counters, one array per object. */

@@ -117,6 +117,8 @@ static __always_inline __u64 entry_key(__u8 op)
 
 static __always_inline void save(struct nccl_entry *e)
 {
+	if (!traced(bpf_get_current_pid_tgid() >> 32))
+		return;
 	__u64 k = entry_key(e->op);
 	e->timestamp_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&nccl_entries, &k, e, BPF_ANY);
@@ -156,7 +158,9 @@ static __always_inline int emit(struct ingero_regs *ctx, __u8 op)
 	__u64 k = entry_key(op);
 	struct nccl_entry *e = bpf_map_lookup_elem(&nccl_entries, &k);
 	if (!e) {
-		COUNT_DROP(nccl_drops, DROP_ENTRY_MISSING);
+		/* A process outside the scope stashed nothing: not a loss. */
+		if (traced(bpf_get_current_pid_tgid() >> 32))
+			COUNT_DROP(nccl_drops, DROP_ENTRY_MISSING);
 		return 0;
 	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();

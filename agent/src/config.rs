@@ -173,6 +173,11 @@ pub struct ProbesConfig {
     pub extra_library_roots: Vec<PathBuf>,
     /// Cap of NCCL points per export (one export per push); overflow is counted.
     pub nccl_max_points: usize,
+    /// Watch only these processes (and those of `cgroups`); empty: every process.
+    pub pids: Vec<u32>,
+    /// Watch only the processes of these cgroup v2 directories and their child cgroups
+    /// (absolute, or relative to the cgroup v2 mount).
+    pub cgroups: Vec<PathBuf>,
 }
 
 impl Default for ProbesConfig {
@@ -183,6 +188,8 @@ impl Default for ProbesConfig {
             discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
             extra_library_roots: Vec::new(),
             nccl_max_points: DEFAULT_NCCL_MAX_POINTS,
+            pids: Vec::new(),
+            cgroups: Vec::new(),
         }
     }
 }
@@ -377,6 +384,9 @@ impl ComponentConfig for AgentConfig {
         }
         if self.probes.discovery_interval < Duration::from_secs(1) {
             errs.push("probes.discovery_interval", "must be >= 1s");
+        }
+        if self.probes.pids.contains(&0) {
+            errs.push("probes.pids", "0 is not a process id");
         }
         if self.probes.nccl_max_points == 0 {
             errs.push("probes.nccl_max_points", "must be > 0");

@@ -27,7 +27,65 @@ pub mod drop_counter {
     pub const RINGBUF_FULL: u32 = 0;
     pub const ENTRY_MISSING: u32 = 1;
     pub const USER_READ: u32 = 2;
+    /// A process's first launch found no room in `launch_counts` (uncounted launches).
+    pub const COUNTS_FULL: u32 = 3;
     pub const COUNT: u32 = 4;
+}
+
+/// Launch counters (`LAUNCH_*`): each launch lands in exactly one.
+pub mod launch {
+    /// cudaLaunchKernel, cudaLaunchKernelExC, cudaLaunchCooperativeKernel (and `_ptsz`).
+    pub const RUNTIME: usize = 0;
+    /// cudaGraphLaunch (and `_ptsz`).
+    pub const RUNTIME_GRAPH: usize = 1;
+    /// A driver launch no runtime launch of the thread is under: cuLaunchKernel,
+    /// cuLaunchKernelEx, cuLaunchCooperativeKernel (and `_ptsz`).
+    pub const DRIVER: usize = 2;
+    /// cuGraphLaunch (and `_ptsz`) outside a runtime graph launch.
+    pub const DRIVER_GRAPH: usize = 3;
+    /// A launch made under a runtime launch still on the thread's stack: the same launch
+    /// one layer down, not counted as work.
+    pub const NESTED: usize = 4;
+    pub const COUNTERS: usize = 5;
+}
+
+/// `struct launch_counts`: one process's cumulative launch counters on one CPU.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchCounts {
+    pub n: [u64; launch::COUNTERS],
+    pub cgroup_id: u64,
+}
+
+// SAFETY: plain old data: `#[repr(C)]`, only u64 fields, no padding, every bit pattern valid.
+unsafe impl aya::Pod for LaunchCounts {}
+
+const _: () = {
+    assert!(size_of::<LaunchCounts>() == 48);
+    assert!(offset_of!(LaunchCounts, cgroup_id) == 40);
+};
+
+impl LaunchCounts {
+    /// Launches counted as work (every counter but `NESTED`).
+    pub fn work(&self) -> u64 {
+        self.n[..launch::NESTED]
+            .iter()
+            .fold(0u64, |a, v| a.saturating_add(*v))
+    }
+
+    /// Sum per-CPU copies: counters add, the cgroup is any CPU's non-zero one.
+    pub fn sum<'a>(per_cpu: impl IntoIterator<Item = &'a LaunchCounts>) -> LaunchCounts {
+        let mut out = LaunchCounts::default();
+        for c in per_cpu {
+            for (o, v) in out.n.iter_mut().zip(c.n) {
+                *o = o.saturating_add(v);
+            }
+            if out.cgroup_id == 0 {
+                out.cgroup_id = c.cgroup_id;
+            }
+        }
+        out
+    }
 }
 
 /// `struct cuda_event`.

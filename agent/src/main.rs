@@ -124,6 +124,13 @@ struct RunArgs {
     /// Extra directory libraries may be attached from (repeatable).
     #[arg(long)]
     probe_library_root: Vec<PathBuf>,
+    /// Watch only this process (repeatable; with --cgroup: either matches).
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Watch only the processes of this cgroup v2 directory and its children (repeatable;
+    /// absolute, or relative to the cgroup v2 mount, e.g. a pod's kubepods/... path).
+    #[arg(long = "cgroup")]
+    cgroups: Vec<PathBuf>,
     #[arg(long, value_parser = duration_arg)]
     libnccl_discovery_interval: Option<Duration>,
     /// Serve the agent's own Prometheus metrics on 127.0.0.1:9465.
@@ -247,6 +254,8 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     c.probes
         .extra_library_roots
         .extend(a.probe_library_root.iter().cloned());
+    c.probes.pids.extend(a.pids.iter().copied());
+    c.probes.cgroups.extend(a.cgroups.iter().cloned());
     set!(c.probes.discovery_interval, a.libnccl_discovery_interval);
     if a.metrics && c.metrics.listen.is_empty() {
         c.metrics.listen = ingero_agent::selfmetrics::DEFAULT_LISTEN.to_string();
@@ -274,7 +283,10 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
+async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String> {
+    if !cfg.synthetic.enabled {
+        probes::scope::adopt_identity(&mut cfg);
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut probe_handle = None;
@@ -374,6 +386,8 @@ async fn run_agent(cfg: AgentConfig, show_status: bool) -> Result<(), String> {
             ringbuf_full = st.kernel_drops[0],
             entry_missing = st.kernel_drops[1],
             user_read_failed = st.kernel_drops[2],
+            launch_counts_full = st.kernel_drops[3],
+            launches = ?st.launches,
             decode_errors = st.decode_errors,
             attach_errors = st.attach_errors,
             "probe totals"

@@ -17,6 +17,7 @@ use std::time::Duration;
 use component::Timestamp;
 use ingero_agent::events::{CudaEvent, NcclEvent, cuda_op, fold_unique_id, source};
 use ingero_agent::nccl::{NcclOutbox, op};
+use ingero_agent::probes::scope::{self, Scope};
 use ingero_agent::probes::{self, ProbeEvent, ProbeHandle, ProbeOptions};
 use ingero_agent::signals::SignalSource;
 use ingero_agent::signals::window::{EbpfSource, SharedWindow};
@@ -42,14 +43,29 @@ struct Probed {
 }
 
 fn start_probes(dir: &TempDir, cuda: bool, nccl: bool) -> Probed {
+    start_scoped(dir, cuda, nccl, Scope::default())
+}
+
+fn start_scoped(dir: &TempDir, cuda: bool, nccl: bool, scope: Scope) -> Probed {
+    start_with(dir, cuda, nccl, scope, Duration::from_millis(200))
+}
+
+fn start_with(
+    dir: &TempDir,
+    cuda: bool,
+    nccl: bool,
+    scope: Scope,
+    discovery_interval: Duration,
+) -> Probed {
     let (tx, rx) = sync_channel(100_000);
     let opts = ProbeOptions {
         cuda,
         nccl,
-        discovery_interval: Duration::from_millis(200),
+        discovery_interval,
         drain_interval: Duration::from_millis(20),
         extra_roots: vec![dir.path().to_path_buf()],
         proc_root: PathBuf::from("/proc"),
+        scope,
         tap: Some(tx),
     };
     let shared = Arc::new(SharedWindow::default());
@@ -127,8 +143,9 @@ fn cuda_probes_see_every_call_with_its_arguments() {
     wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
     w.go();
     let pid = w.pid();
-    // 50+3+3+5+4+6+2 runtime calls, 7+2+3 driver calls.
-    let events = collect(&p, |e| cuda_of(e, pid).len() >= 85);
+    // Records: 3+3+5+4+6+2 runtime calls, 2+3 driver calls (launches are counted in the
+    // kernel, not recorded).
+    let events = collect(&p, |e| cuda_of(e, pid).len() >= 28);
     let ev = cuda_of(&events, pid);
     let mut counts: BTreeMap<(u8, u8), usize> = BTreeMap::new();
     for e in &ev {
@@ -139,14 +156,12 @@ fn cuda_probes_see_every_call_with_its_arguments() {
     assert_eq!(
         counts,
         BTreeMap::from([
-            ((rt, cuda_op::LAUNCH_KERNEL), 50),
             ((rt, cuda_op::MALLOC), 3),
             ((rt, cuda_op::FREE), 3),
             ((rt, cuda_op::MEMCPY), 5),
             ((rt, cuda_op::MEMCPY_ASYNC), 4),
             ((rt, cuda_op::STREAM_SYNC), 6),
             ((rt, cuda_op::DEVICE_SYNC), 2),
-            ((drv, cuda_op::LAUNCH_KERNEL), 7),
             ((drv, cuda_op::MALLOC), 2),
             ((drv, cuda_op::MEMCPY), 3),
         ]),
@@ -156,16 +171,6 @@ fn cuda_probes_see_every_call_with_its_arguments() {
         assert_eq!(e.ret, 0);
         assert_eq!(e.comm_str(), "workload");
         match (e.source, e.op) {
-            (s, cuda_op::LAUNCH_KERNEL) if s == rt => {
-                assert_eq!(e.args[0], 0x1234);
-                assert_eq!(e.launch_dims(), ([4, 2, 1], [128, 1, 1]));
-                assert_eq!(e.stream, 0xabc0, "the 6th argument, from the stack");
-            }
-            (s, cuda_op::LAUNCH_KERNEL) if s == drv => {
-                assert_eq!(e.args[0], 0x5678);
-                assert_eq!(e.launch_dims(), ([8, 1, 1], [64, 2, 1]));
-                assert_eq!(e.stream, 0xd0, "the 9th argument, from the stack");
-            }
             (s, cuda_op::MALLOC) if s == rt => {
                 assert_eq!(e.args[0], 1 << 20);
                 assert_eq!(
@@ -197,12 +202,19 @@ fn cuda_probes_see_every_call_with_its_arguments() {
         }
     }
 
-    // The signal source counts runtime launches only for a process that uses the runtime.
+    // 50 runtime launches (each reaching the driver: the same launch) and 7 direct driver
+    // launches: 57 launches, each counted once.
+    assert!(
+        wait_until(Duration::from_secs(10), || p.handle.status().launches
+            == [50, 0, 7, 0, 50]),
+        "launch counters: {:?}",
+        p.handle.status().launches
+    );
     let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
     let sample = src.collect(Timestamp::now()).unwrap();
-    assert_eq!(sample.kernel_launches, 50);
+    assert_eq!(sample.kernel_launches, 57);
     let cg: u64 = sample.per_cgroup.iter().map(|c| c.kernel_launches).sum();
-    assert_eq!(cg, 50);
+    assert_eq!(cg, 57);
     let h2d: u64 = sample.per_cgroup.iter().map(|c| c.memcpy_bytes[1]).sum();
     assert_eq!(
         h2d,
@@ -212,18 +224,323 @@ fn cuda_probes_see_every_call_with_its_arguments() {
     assert!(sample.raw.compute > 0.0);
 
     w.finish();
+    let st = p.handle.status();
+    assert_eq!(st.kernel_drops, [0, 0, 0, 0]);
+    assert_eq!(st.decode_errors, 0);
+    p.handle.stop();
+}
+
+#[test]
+fn probes_stay_attached_while_the_library_exists_so_a_new_process_counts_from_its_first_call() {
+    if skip_unless_root(
+        "probes_stay_attached_while_the_library_exists_so_a_new_process_counts_from_its_first_call",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("stay");
+    let fakes = build_fakes(dir.path());
+    let mut first = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    // One scan at start, then only the ones this test asks for.
+    let p = start_with(
+        &dir,
+        true,
+        false,
+        Scope::default(),
+        Duration::from_secs(3600),
+    );
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    first.go();
+    let first_pid = first.pid();
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&p).get(&first_pid) == Some(&[40, 0, 0, 0, 40])
+    });
+    first.finish();
+    // A scan with no process mapping the libraries: they stay attached.
+    let scans = p.handle.status().scans;
+    p.handle.rescan();
+    assert!(wait_until(Duration::from_secs(10), || p
+        .handle
+        .status()
+        .scans
+        > scans));
+    let st = p.handle.status();
+    let paths: Vec<&str> = st.attached.iter().map(|a| a.path.as_str()).collect();
+    assert!(
+        paths.contains(&fakes.cudart.to_str().unwrap())
+            && paths.contains(&fakes.cuda.to_str().unwrap()),
+        "still attached with no process: {st:?}"
+    );
+    assert!(st.attached.iter().all(|a| a.pids.is_empty()));
+    // A new process, with no scan in between: every launch from its first is counted.
+    let scans = st.scans;
+    let mut second = Workload::spawn(&fakes.workload, &["layers", "mixed"]);
+    second.go();
+    let second_pid = second.pid();
+    let want = [20, 10, 30, 0, 30];
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&p).get(&second_pid) == Some(&want)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(launch_counts(&p).get(&second_pid), Some(&want));
+    assert_eq!(
+        p.handle.status().scans,
+        scans,
+        "no discovery scan helped the new process"
+    );
+    second.finish();
+    // Once the files are gone, the next scan detaches.
+    std::fs::remove_file(&fakes.cudart).unwrap();
+    std::fs::remove_file(&fakes.cuda).unwrap();
     p.handle.rescan();
     let detached = wait_until(Duration::from_secs(10), || {
         p.handle.status().attached.is_empty()
     });
     assert!(
         detached,
-        "probes detached once no process maps the libraries: {:?}",
+        "probes detached once the files are removed: {:?}",
         p.handle.status()
     );
+    p.handle.stop();
+}
+
+/// `workload layers <mix>` and the counters it must produce: runtime, runtime graph,
+/// driver, driver graph, nested (the driver launches made by runtime launches).
+const LAYER_MIXES: [(&str, [u64; 5]); 7] = [
+    // PyTorch's own kernels: cudaLaunchKernel -> cuLaunchKernel, one launch each.
+    ("runtime", [40, 0, 0, 0, 40]),
+    // cuBLAS / cuDNN: their static runtime calls cuLaunchKernel directly.
+    ("static", [0, 0, 20, 0, 0]),
+    // Triton: cuLaunchKernel from the application.
+    ("triton", [0, 0, 7, 0, 0]),
+    // cudaGraphLaunch -> cuGraphLaunch (a tail call), and cuGraphLaunch alone.
+    ("graph", [0, 5, 0, 4, 5]),
+    // cudaLaunchKernelExC -> cuLaunchKernelEx (a tail call), and a static runtime's
+    // cuLaunchKernelEx.
+    ("ex", [10, 0, 6, 0, 10]),
+    // A runtime launch that fails before reaching the driver, then a cuBLAS launch.
+    ("failed", [3, 0, 3, 0, 0]),
+    // All of them interleaved on one thread.
+    ("mixed", [20, 10, 30, 0, 30]),
+];
+
+#[test]
+fn launches_are_counted_once_whichever_layer_launched_them() {
+    if skip_unless_root("launches_are_counted_once_whichever_layer_launched_them") {
+        return;
+    }
+    let dir = TempDir::new("layers");
+    let fakes = build_fakes(dir.path());
+    let mut ws: Vec<(&str, [u64; 5], Workload)> = LAYER_MIXES
+        .iter()
+        .map(|(mix, want)| {
+            (
+                *mix,
+                *want,
+                Workload::spawn(&fakes.workload, &["layers", mix]),
+            )
+        })
+        .collect();
+    let p = start_probes(&dir, true, false);
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    for (_, _, w) in &mut ws {
+        w.go();
+    }
+    let got = |pid: u32| {
+        p.shared
+            .acc
+            .lock()
+            .per_pid
+            .get(&pid)
+            .map(|a| a.launch_counts)
+            .unwrap_or_default()
+    };
+    let all_in = wait_until(Duration::from_secs(15), || {
+        ws.iter().all(|(_, want, w)| got(w.pid()) == *want)
+    });
+    // A few more drains: a count that keeps growing (a double count arriving late) fails.
+    std::thread::sleep(Duration::from_millis(300));
+    for (mix, want, w) in &ws {
+        assert_eq!(
+            got(w.pid()),
+            *want,
+            "mix {mix}: [runtime, runtime graph, driver, driver graph, nested] (all in: {all_in})"
+        );
+    }
+    let work: u64 = LAYER_MIXES
+        .iter()
+        .map(|(_, n)| n[..4].iter().sum::<u64>())
+        .sum();
+    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
+    let sample = src.collect(Timestamp::now()).unwrap();
+    assert_eq!(
+        sample.kernel_launches,
+        i64::try_from(work).unwrap(),
+        "the window counts every launch once"
+    );
     let st = p.handle.status();
-    assert_eq!(st.kernel_drops, [0, 0, 0]);
-    assert_eq!(st.decode_errors, 0);
+    assert_eq!(st.kernel_drops, [0, 0, 0, 0]);
+    assert_eq!(st.cuda_events, 0, "launches take no ring-buffer space");
+    for (_, _, w) in ws {
+        w.finish();
+    }
+    p.handle.stop();
+}
+
+/// Each process's launch counters as the window holds them.
+fn launch_counts(p: &Probed) -> BTreeMap<u32, [u64; 5]> {
+    p.shared
+        .acc
+        .lock()
+        .per_pid
+        .iter()
+        .map(|(pid, a)| (*pid, a.launch_counts))
+        .collect()
+}
+
+#[test]
+fn two_agents_scoped_by_pid_each_count_only_their_own_process() {
+    if skip_unless_root("two_agents_scoped_by_pid_each_count_only_their_own_process") {
+        return;
+    }
+    let dir = TempDir::new("scope-pid");
+    let fakes = build_fakes(dir.path());
+    let mut a = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    let mut b = Workload::spawn(&fakes.workload, &["layers", "static"]);
+    let scoped = |pid: u32| Scope {
+        pids: vec![pid],
+        cgroups: vec![],
+    };
+    let pa = start_scoped(&dir, true, false, scoped(a.pid()));
+    let pb = start_scoped(&dir, true, false, scoped(b.pid()));
+    wait_attached(&pa, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    wait_attached(&pb, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    a.go();
+    b.go();
+    let want_a = BTreeMap::from([(a.pid(), [40, 0, 0, 0, 40])]);
+    let want_b = BTreeMap::from([(b.pid(), [0, 0, 20, 0, 0])]);
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&pa) == want_a && launch_counts(&pb) == want_b
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(launch_counts(&pa), want_a, "agent A sees only process A");
+    assert_eq!(launch_counts(&pb), want_b, "agent B sees only process B");
+    for p in [&pa, &pb] {
+        assert_eq!(
+            p.handle.status().kernel_drops,
+            [0, 0, 0, 0],
+            "the other process's calls are filtered, not lost"
+        );
+    }
+    a.finish();
+    b.finish();
+    pa.handle.stop();
+    pb.handle.stop();
+}
+
+#[test]
+fn the_binary_refuses_a_scope_it_cannot_filter_on() {
+    if skip_unless_root("the_binary_refuses_a_scope_it_cannot_filter_on") {
+        return;
+    }
+    let dir = TempDir::new("scope-args");
+    let bin = env!("CARGO_BIN_EXE_ingero-agent");
+    let persist = dir.path().join("baseline.json");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .args(args)
+            .arg("--fleet-persist-path")
+            .arg(&persist)
+            .output()
+            .unwrap()
+    };
+    let not_cgroup = dir.path().to_str().unwrap().to_string();
+    for (args, want) in [
+        (vec!["--cgroup", not_cgroup.as_str()], "cgroup v2"),
+        (
+            vec!["--cgroup", "/nonexistent-ingero-cgroup"],
+            "No such file",
+        ),
+        (vec!["--cgroup", "/sys/fs/cgroup/../../etc"], ".."),
+        (vec!["--pid", "0"], "probes.pids"),
+        (vec!["--pid", "x"], "invalid value"),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// A cgroup v2 directory made for a test, removed (with its children) on drop.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new(tag: &str) -> Option<Self> {
+        let root = scope::cgroup2_root()?;
+        let p = root.join(format!("ingero-it-{tag}-{}", std::process::id()));
+        std::fs::create_dir(&p).ok()?;
+        Some(TestCgroup(p))
+    }
+
+    fn child(&self, name: &str) -> PathBuf {
+        let c = self.0.join(name);
+        std::fs::create_dir(&c).unwrap();
+        c
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Children first; a cgroup is removable once its processes have exited.
+        if let Ok(rd) = std::fs::read_dir(&self.0) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn an_agent_scoped_to_a_cgroup_counts_its_child_cgroups_and_nothing_else() {
+    if skip_unless_root("an_agent_scoped_to_a_cgroup_counts_its_child_cgroups_and_nothing_else") {
+        return;
+    }
+    let Some(cg) = TestCgroup::new("scope") else {
+        eprintln!("SKIP: no writable cgroup v2 mount on this machine");
+        return;
+    };
+    let dir = TempDir::new("scope-cgroup");
+    let fakes = build_fakes(dir.path());
+    let mut inside = Workload::spawn(&fakes.workload, &["layers", "mixed"]);
+    let mut outside = Workload::spawn(&fakes.workload, &["layers", "runtime"]);
+    // The watched process sits in a child of the watched cgroup (a pod's container).
+    let child = cg.child("container");
+    std::fs::write(child.join("cgroup.procs"), inside.pid().to_string()).unwrap();
+    let p = start_scoped(
+        &dir,
+        true,
+        false,
+        Scope {
+            pids: vec![],
+            cgroups: vec![scope::resolve_cgroup(&cg.0).unwrap()],
+        },
+    );
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    inside.go();
+    outside.go();
+    let want = BTreeMap::from([(inside.pid(), [20, 10, 30, 0, 30])]);
+    wait_until(Duration::from_secs(15), || launch_counts(&p) == want);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        launch_counts(&p),
+        want,
+        "only the process in the cgroup tree"
+    );
+    inside.finish();
+    outside.finish();
     p.handle.stop();
 }
 

@@ -1,8 +1,32 @@
 //! Finding CUDA and NCCL libraries in running processes (spec 5.1): scan `/proc/*/maps`
 //! for `libcudart.so*`, `libcuda.so*`, `libnccl.so*` and libtorch's bundled copies
-//! (`libtorch_cuda.so*`, `libtorch_global_deps.so*`), keep those under the allow-listed
-//! roots, and identify each by device and inode so one file mapped by many processes (or
-//! seen through different mount namespaces) is probed once.
+//! (`libtorch_cuda.so*`, `libtorch_global_deps.so*`), keep those the path rules accept,
+//! and identify each by device and inode so one file mapped by many processes (or seen
+//! through different mount namespaces) is probed once.
+//!
+//! # Which paths are accepted, and why
+//!
+//! The agent runs as root and, for each accepted library, parses its ELF symbol tables and
+//! attaches uprobes whose records feed the node's health score. A file anyone can write
+//! to would let an unprivileged user make the agent parse a crafted (or enormous) ELF and
+//! feed it invented launches, syncs or collectives for any process they can make map it.
+//! So:
+//!
+//! 1. Never from the shared scratch places anyone can write to: `/tmp`, `/var/tmp`,
+//!    `/dev/shm`, `/run/user` ([`DENIED_ROOTS`]), nor through a path with `..`.
+//! 2. From the system locations ([`ALLOWED_ROOTS`], `/opt/python*`): only root (or a
+//!    package manager) writes there; `/usr/local/cuda` is one of them.
+//! 3. Anywhere else, including `/home` and any prefix a Python environment lives in, when
+//!    the path has the shape of a real install ([`install_shape`]): `.../site-packages/`
+//!    (or `dist-packages`) `torch/lib/` or `nvidia/<package>/lib/` (the PyPI CUDA, cuDNN
+//!    and NCCL wheels), or `<prefix>/lib/` of a conda environment (`.../envs/<name>/lib/`,
+//!    `.../{ana,mini}conda*/lib/`, `.../miniforge*/lib/`, `.../mambaforge*/lib/`).
+//!
+//! And whatever the rule, the file itself ([`file_trusted`]) must not be group- or
+//! world-writable and must belong to root or to the user running a process that maps it
+//! (whose own processes are the only ones a file of theirs can describe). `--probe-library-root`
+//! is the opt-out: a directory given there is accepted as is, before every other rule
+//! (the file check still applies).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -30,8 +54,8 @@ pub const ALLOWED_ROOTS: [&str; 9] = [
 ];
 /// `/opt/python*` is allowed too (any Python install prefix under /opt).
 pub const ALLOWED_PREFIX_GLOB: &str = "/opt/python";
-/// Never attached from, even when under an allowed root.
-pub const DENIED_ROOTS: [&str; 5] = ["/tmp/", "/home/", "/dev/shm/", "/var/tmp/", "/run/user/"];
+/// Never attached from (world-writable scratch space), whatever the shape of the path.
+pub const DENIED_ROOTS: [&str; 4] = ["/tmp/", "/dev/shm/", "/var/tmp/", "/run/user/"];
 
 /// A file identity: (device, inode) as `/proc/<pid>/maps` prints them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,8 +122,9 @@ pub fn parse_maps(text: &str) -> Vec<LibMapping> {
     out
 }
 
-/// Whether a library path may be probed: under an extra root, or under an allowed root and
-/// not under a denied one. Paths with `..` components are refused.
+/// Whether a library path may be probed (the module's rules 1-3): under an extra root;
+/// else not under a denied root and either under an allowed root or shaped like a Python
+/// or conda install. Paths with `..` components are refused.
 pub fn allowed(path: &str, extra_roots: &[PathBuf]) -> bool {
     if path.split('/').any(|c| c == "..") {
         return false;
@@ -111,7 +136,58 @@ pub fn allowed(path: &str, extra_roots: &[PathBuf]) -> bool {
     if DENIED_ROOTS.iter().any(|d| path.starts_with(d)) {
         return false;
     }
-    ALLOWED_ROOTS.iter().any(|r| path.starts_with(r)) || path.starts_with(ALLOWED_PREFIX_GLOB)
+    ALLOWED_ROOTS.iter().any(|r| path.starts_with(r))
+        || path.starts_with(ALLOWED_PREFIX_GLOB)
+        || install_shape(path)
+}
+
+/// Whether the directory of a library is that of a Python package or a conda environment:
+/// `.../{site,dist}-packages/torch/lib/`, `.../{site,dist}-packages/nvidia/<pkg>/lib/`,
+/// `.../envs/<name>/lib/`, `.../{anaconda,miniconda,miniforge,mambaforge}*/lib/`.
+pub fn install_shape(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    // [.., dir components .., file]
+    let Some((_, dirs)) = parts.split_last() else {
+        return false;
+    };
+    let n = dirs.len();
+    let at = |i: usize| dirs.get(i).copied().unwrap_or("");
+    let packages = |c: &str| c == "site-packages" || c == "dist-packages";
+    if n >= 3 && at(n - 1) == "lib" && at(n - 2) == "torch" && packages(at(n - 3)) {
+        return true;
+    }
+    if n >= 4
+        && at(n - 1) == "lib"
+        && at(n - 3) == "nvidia"
+        && packages(at(n - 4))
+        && !at(n - 2).is_empty()
+    {
+        return true;
+    }
+    if n >= 3 && at(n - 1) == "lib" && at(n - 3) == "envs" && !at(n - 2).is_empty() {
+        return true;
+    }
+    n >= 2
+        && at(n - 1) == "lib"
+        && ["anaconda", "miniconda", "miniforge", "mambaforge"]
+            .iter()
+            .any(|d| at(n - 2).starts_with(d))
+}
+
+/// Whether a library file may be trusted (see the module docs): not group- or
+/// world-writable, owned by root or by `process_uid` (the user running a process that maps
+/// it).
+pub fn file_trusted(mode: u32, owner: u32, process_uid: Option<u32>) -> bool {
+    mode & 0o022 == 0 && (owner == 0 || Some(owner) == process_uid)
+}
+
+/// The real user id of a process, from `/proc/<pid>/status`.
+pub fn process_uid(proc_root: &Path, pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
 }
 
 /// Every candidate library in every process: file id -> (a pid mapping it, path, pids).
@@ -204,7 +280,11 @@ garbage line
             &[]
         ));
         assert!(!allowed("/tmp/libcudart.so.12", &[]));
-        assert!(!allowed("/home/u/.venv/lib/libnccl.so.2", &[]));
+        assert!(
+            !allowed("/home/u/.venv/lib/libnccl.so.2", &[]),
+            "not an install shape"
+        );
+        assert!(!allowed("/home/u/libcuda.so.1", &[]));
         assert!(
             !allowed("/srv/libnccl.so.2", &[]),
             "not under an allowed root"
@@ -217,6 +297,68 @@ garbage line
         assert!(
             !allowed("/tmp/ingero-test-other/libnccl.so.2", &extra),
             "component-wise prefix"
+        );
+    }
+
+    #[test]
+    fn real_installs_are_found_wherever_they_live() {
+        for ok in [
+            // A virtualenv in a home directory: PyTorch's and the CUDA/NCCL wheels' copies.
+            "/home/u/.venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so",
+            "/home/u/.venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12",
+            "/home/u/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+            "/srv/train/venv/lib64/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13",
+            "/usr/lib/python3/dist-packages/torch/lib/libcudart.so.12",
+            // Conda environments.
+            "/home/u/miniconda3/envs/train/lib/libnccl.so.2",
+            "/home/u/miniconda3/lib/libcudart.so.12",
+            "/data/anaconda3/lib/libcudart.so.11.0",
+            "/home/u/miniforge3/envs/x/lib/libcudart.so.12",
+            "/opt/conda/envs/torch/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so",
+            // System installs.
+            "/usr/local/cuda/lib64/libcudart.so.12",
+            "/usr/local/cuda-12.4/targets/x86_64-linux/lib/libcudart.so.12",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
+        ] {
+            assert!(allowed(ok, &[]), "{ok}");
+        }
+        for no in [
+            // Scratch space stays refused, whatever the shape.
+            "/tmp/x/site-packages/nvidia/nccl/lib/libnccl.so.2",
+            "/dev/shm/envs/a/lib/libcudart.so.12",
+            "/var/tmp/site-packages/torch/lib/libtorch_cuda.so",
+            "/run/user/1000/miniconda3/lib/libcudart.so.12",
+            // Not an install shape.
+            "/home/u/site-packages/libnccl.so.2",
+            "/home/u/site-packages/nvidia/lib/libnccl.so.2",
+            "/home/u/torch/lib/libtorch_cuda.so",
+            "/home/u/envs/lib/libcudart.so.12",
+            "/home/u/site-packages/torch/lib/../../../../tmp/libcudart.so.12",
+        ] {
+            assert!(!allowed(no, &[]), "{no}");
+        }
+    }
+
+    #[test]
+    fn files_others_can_write_are_not_trusted() {
+        assert!(file_trusted(0o100755, 0, Some(1000)), "root's");
+        assert!(
+            file_trusted(0o100644, 1000, Some(1000)),
+            "the process user's own"
+        );
+        assert!(!file_trusted(0o100644, 1001, Some(1000)), "another user's");
+        assert!(!file_trusted(0o100644, 1001, None));
+        assert!(!file_trusted(0o100666, 0, Some(0)), "world-writable");
+        assert!(!file_trusted(0o100775, 1000, Some(1000)), "group-writable");
+        let me = process_uid(Path::new("/proc"), std::process::id());
+        let euid = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:").map(str::to_string))
+            .unwrap();
+        assert_eq!(
+            me.map(|u| u.to_string()),
+            euid.split_whitespace().next().map(str::to_string)
         );
     }
 

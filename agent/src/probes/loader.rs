@@ -2,38 +2,50 @@
 
 use std::path::Path;
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope};
 use aya::programs::{ProgramError, UProbe};
 use aya::{Ebpf, EbpfLoader};
 
 use super::symbols::SymbolTable;
-use crate::events::drop_counter;
+use crate::events::{LaunchCounts, drop_counter};
 
-/// One probe point: a function and the entry and return programs attached to it.
+/// One probe point: a function, the entry program attached to it and, where a duration or
+/// a return value is needed, the return program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeSpec {
     pub symbol: &'static str,
     pub entry: &'static str,
-    pub ret: &'static str,
+    pub ret: Option<&'static str>,
 }
 
 const fn p(symbol: &'static str, entry: &'static str, ret: &'static str) -> ProbeSpec {
-    ProbeSpec { symbol, entry, ret }
+    ProbeSpec {
+        symbol,
+        entry,
+        ret: Some(ret),
+    }
+}
+
+/// An entry-only probe (kernel launches: counted in the kernel, no record).
+const fn e(symbol: &'static str, entry: &'static str) -> ProbeSpec {
+    ProbeSpec {
+        symbol,
+        entry,
+        ret: None,
+    }
 }
 
 /// libcudart. `_ptsz` / `_ptds` are the per-thread default stream variants.
 pub const CUDA_RUNTIME: &[ProbeSpec] = &[
-    p(
-        "cudaLaunchKernel",
-        "cudart_launch_kernel",
-        "cudart_launch_kernel_ret",
-    ),
-    p(
-        "cudaLaunchKernel_ptsz",
-        "cudart_launch_kernel",
-        "cudart_launch_kernel_ret",
-    ),
+    e("cudaLaunchKernel", "cudart_launch"),
+    e("cudaLaunchKernel_ptsz", "cudart_launch"),
+    e("cudaLaunchKernelExC", "cudart_launch"),
+    e("cudaLaunchKernelExC_ptsz", "cudart_launch"),
+    e("cudaLaunchCooperativeKernel", "cudart_launch"),
+    e("cudaLaunchCooperativeKernel_ptsz", "cudart_launch"),
+    e("cudaGraphLaunch", "cudart_graph_launch"),
+    e("cudaGraphLaunch_ptsz", "cudart_graph_launch"),
     p("cudaMalloc", "cudart_malloc", "cudart_malloc_ret"),
     p("cudaFree", "cudart_free", "cudart_free_ret"),
     p("cudaMemcpy", "cudart_memcpy", "cudart_memcpy_ret"),
@@ -67,12 +79,14 @@ pub const CUDA_RUNTIME: &[ProbeSpec] = &[
 
 /// libcuda.
 pub const CUDA_DRIVER: &[ProbeSpec] = &[
-    p("cuLaunchKernel", "cu_launch_kernel", "cu_launch_kernel_ret"),
-    p(
-        "cuLaunchKernel_ptsz",
-        "cu_launch_kernel",
-        "cu_launch_kernel_ret",
-    ),
+    e("cuLaunchKernel", "cu_launch"),
+    e("cuLaunchKernel_ptsz", "cu_launch"),
+    e("cuLaunchKernelEx", "cu_launch"),
+    e("cuLaunchKernelEx_ptsz", "cu_launch"),
+    e("cuLaunchCooperativeKernel", "cu_launch"),
+    e("cuLaunchCooperativeKernel_ptsz", "cu_launch"),
+    e("cuGraphLaunch", "cu_graph_launch"),
+    e("cuGraphLaunch_ptsz", "cu_graph_launch"),
     p("cuMemAlloc_v2", "cu_mem_alloc", "cu_mem_alloc_ret"),
     p("cuMemFree_v2", "cu_mem_free", "cu_mem_free_ret"),
     p("cuMemcpyHtoD_v2", "cu_memcpy_htod", "cu_memcpy_ret"),
@@ -196,13 +210,24 @@ fn uprobe<'a>(
 }
 
 impl BpfObject {
-    /// Load `bytes` and every program named in `specs` (each once).
+    /// Load `bytes` and every program named in `specs` (each once), watching every process.
     pub fn load(
         name: &'static str,
         bytes: &[u8],
         programs: &[&'static str],
     ) -> Result<Self, LoadError> {
+        Self::load_scoped(name, bytes, programs, 0)
+    }
+
+    /// [`Self::load`] with the kernel filter's mode (`filter_mode`, see `probes::scope`).
+    pub fn load_scoped(
+        name: &'static str,
+        bytes: &[u8],
+        programs: &[&'static str],
+        filter_mode: u32,
+    ) -> Result<Self, LoadError> {
         let mut ebpf = EbpfLoader::new()
+            .override_global("filter_mode", &filter_mode, false)
             .load(bytes)
             .map_err(|source| LoadError::Object {
                 object: name,
@@ -229,12 +254,13 @@ impl BpfObject {
         name: &'static str,
         bytes: &[u8],
         specs: &[&[ProbeSpec]],
+        filter_mode: u32,
     ) -> Result<Self, LoadError> {
         let programs: Vec<&'static str> = specs
             .iter()
-            .flat_map(|s| s.iter().flat_map(|p| [p.entry, p.ret]))
+            .flat_map(|s| s.iter().flat_map(|p| std::iter::once(p.entry).chain(p.ret)))
             .collect();
-        Self::load(name, bytes, &programs)
+        Self::load_scoped(name, bytes, &programs, filter_mode)
     }
 
     pub fn name(&self) -> &'static str {
@@ -263,8 +289,9 @@ impl BpfObject {
         Ok(Link { program, id })
     }
 
-    /// Attach every spec whose symbol resolves: entry then return probe. Returns the links
-    /// and the symbols attached; a failure detaches what this call attached.
+    /// Attach every spec whose symbol resolves: entry then (if any) return probe. Returns the
+    /// links and the symbols attached; a failure detaches what this call attached. Two
+    /// symbols at one address (aliases) are attached once, so a call is never seen twice.
     pub fn attach_specs(
         &mut self,
         specs: &[ProbeSpec],
@@ -273,11 +300,15 @@ impl BpfObject {
     ) -> Result<(Vec<Link>, Vec<&'static str>), LoadError> {
         let mut links = Vec::new();
         let mut attached = Vec::new();
+        let mut offsets = std::collections::BTreeSet::new();
         for spec in specs {
             let Some(offset) = symbols.resolve(spec.symbol) else {
                 continue;
             };
-            for program in [spec.entry, spec.ret] {
+            if !offsets.insert(offset) {
+                continue;
+            }
+            for program in std::iter::once(spec.entry).chain(spec.ret) {
                 match self.attach_at(program, target, offset) {
                     Ok(l) => links.push(l),
                     Err(e) => {
@@ -343,6 +374,40 @@ impl BpfObject {
         RingBuf::try_from(m).map_err(|source| LoadError::Map { map, source })
     }
 
+    /// Take the object's per-process launch counters.
+    pub fn launch_counts(
+        &mut self,
+        map: &'static str,
+    ) -> Result<PerCpuHashMap<MapData, u32, LaunchCounts>, LoadError> {
+        let m = self.ebpf.take_map(map).ok_or(LoadError::MissingMap {
+            object: self.name,
+            map,
+        })?;
+        PerCpuHashMap::try_from(m).map_err(|source| LoadError::Map { map, source })
+    }
+
+    /// Take the object's scope filter maps (`filter_pids`, `filter_cgroups`).
+    pub fn filters(&mut self) -> Result<Filters, LoadError> {
+        let mut take = |map: &'static str| {
+            self.ebpf.take_map(map).ok_or(LoadError::MissingMap {
+                object: self.name,
+                map,
+            })
+        };
+        let pids = take("filter_pids")?;
+        let cgroups = take("filter_cgroups")?;
+        Ok(Filters {
+            pids: HashMap::try_from(pids).map_err(|source| LoadError::Map {
+                map: "filter_pids",
+                source,
+            })?,
+            cgroups: HashMap::try_from(cgroups).map_err(|source| LoadError::Map {
+                map: "filter_cgroups",
+                source,
+            })?,
+        })
+    }
+
     /// Take the object's drop counters.
     pub fn drops(&mut self, map: &'static str) -> Result<PerCpuArray<MapData, u64>, LoadError> {
         let m = self.ebpf.take_map(map).ok_or(LoadError::MissingMap {
@@ -353,9 +418,43 @@ impl BpfObject {
     }
 }
 
-/// Sum each drop counter over CPUs: `[ringbuf_full, entry_missing, user_read]`.
-pub fn read_drops(map: &PerCpuArray<MapData, u64>) -> [u64; 3] {
-    let mut out = [0u64; 3];
+/// One object's scope filter maps.
+#[derive(Debug)]
+pub struct Filters {
+    pub pids: HashMap<MapData, u32, u8>,
+    pub cgroups: HashMap<MapData, u64, u8>,
+}
+
+impl Filters {
+    /// Make the PID map hold exactly `pids` (at most its size); returns how many did not fit.
+    pub fn set_pids(&mut self, pids: &[u32]) -> usize {
+        set_keys(&mut self.pids, pids)
+    }
+
+    /// Make the cgroup map hold exactly `ids`; returns how many did not fit.
+    pub fn set_cgroups(&mut self, ids: &[u64]) -> usize {
+        set_keys(&mut self.cgroups, ids)
+    }
+}
+
+fn set_keys<K: aya::Pod + Ord + Copy>(map: &mut HashMap<MapData, K, u8>, want: &[K]) -> usize {
+    let have: std::collections::BTreeSet<K> = map.keys().filter_map(Result::ok).collect();
+    let want_set: std::collections::BTreeSet<K> = want.iter().copied().collect();
+    for k in have.difference(&want_set) {
+        let _ = map.remove(k);
+    }
+    let mut failed = 0;
+    for k in want_set.difference(&have) {
+        if map.insert(k, 1u8, 0).is_err() {
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Sum each drop counter over CPUs: `[ringbuf_full, entry_missing, user_read, counts_full]`.
+pub fn read_drops(map: &PerCpuArray<MapData, u64>) -> [u64; 4] {
+    let mut out = [0u64; 4];
     for (i, slot) in out.iter_mut().enumerate() {
         let idx = i as u32;
         if idx >= drop_counter::COUNT {

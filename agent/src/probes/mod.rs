@@ -10,6 +10,7 @@ pub mod clock;
 pub mod correlate;
 pub mod discovery;
 pub mod loader;
+pub mod scope;
 pub mod symbols;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -18,15 +19,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use parking_lot::Mutex;
 
 use self::correlate::BarrierCorrelator;
 use self::discovery::FileId;
-use self::loader::{BpfObject, Link, LoadError, ProbeSpec};
+use self::loader::{BpfObject, Filters, Link, LoadError, ProbeSpec};
+use self::scope::Scope;
 use self::symbols::SymbolTable;
 use crate::config::AgentConfig;
-use crate::events::{CudaEvent, NcclEvent, cuda_op};
+use crate::events::{CudaEvent, LaunchCounts, NcclEvent, cuda_op, launch};
 use crate::fleet::payload::GpuInfo;
 use crate::nccl::{NcclOutbox, NcclPoint, NcclSender};
 use crate::signals::nvml::Nvml;
@@ -53,21 +55,34 @@ pub struct ProbeOptions {
     pub drain_interval: Duration,
     pub extra_roots: Vec<PathBuf>,
     pub proc_root: PathBuf,
+    /// Which processes are watched (all when empty).
+    pub scope: Scope,
     /// Receives every decoded event (bounded; events are dropped when it is full).
     pub tap: Option<std::sync::mpsc::SyncSender<ProbeEvent>>,
 }
 
 impl ProbeOptions {
-    pub fn from_config(cfg: &AgentConfig) -> Self {
-        ProbeOptions {
+    /// From the agent config; `--cgroup` paths are resolved (and checked) here.
+    pub fn from_config(cfg: &AgentConfig) -> Result<Self, ProbeError> {
+        let cgroups = cfg
+            .probes
+            .cgroups
+            .iter()
+            .map(|c| scope::resolve_cgroup(c).map_err(ProbeError::Scope))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ProbeOptions {
             cuda: cfg.probes.cuda,
             nccl: cfg.probes.nccl,
             discovery_interval: cfg.probes.discovery_interval,
             drain_interval: DEFAULT_DRAIN_INTERVAL,
             extra_roots: cfg.probes.extra_library_roots.clone(),
             proc_root: PathBuf::from("/proc"),
+            scope: Scope {
+                pids: cfg.probes.pids.clone(),
+                cgroups,
+            },
             tap: None,
-        }
+        })
     }
 }
 
@@ -81,6 +96,8 @@ pub enum ProbeError {
     Thread(std::io::Error),
     #[error("nothing to probe: both CUDA and NCCL probes are disabled")]
     NothingEnabled,
+    #[error("--cgroup {0}")]
+    Scope(String),
 }
 
 /// One library the probes are attached to.
@@ -98,8 +115,12 @@ pub struct ProbeStatus {
     pub cuda_events: u64,
     pub nccl_events: u64,
     pub decode_errors: u64,
-    /// `[ringbuf_full, entry_missing, user_read]` summed over CUDA and NCCL objects.
-    pub kernel_drops: [u64; 3],
+    /// `[ringbuf_full, entry_missing, user_read, counts_full]` summed over CUDA and NCCL
+    /// objects.
+    pub kernel_drops: [u64; 4],
+    /// Launches counted in the kernel since the start, per counter (`events::launch`):
+    /// runtime, runtime graph, driver, driver graph, nested (the same launch one layer down).
+    pub launches: [u64; launch::COUNTERS],
     pub tap_drops: u64,
     pub attach_errors: u64,
     pub scans: u64,
@@ -110,8 +131,9 @@ impl ProbeStatus {
     /// One line for the status view.
     pub fn summary(&self) -> String {
         format!(
-            "{} libraries, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
+            "{} libraries, launches {}, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
             self.attached.len(),
+            self.launches[..launch::NESTED].iter().sum::<u64>(),
             self.cuda_events,
             self.nccl_events,
             self.kernel_drops.iter().sum::<u64>(),
@@ -177,6 +199,7 @@ pub fn start(
     _shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Started, ProbeError> {
     caps::check_self().map_err(ProbeError::Privileges)?;
+    let opts = ProbeOptions::from_config(cfg)?;
     let nvml = Nvml::load();
     let gpu = nvml.as_ref().and_then(Nvml::gpu_info);
     let gpus = if cfg.health.num_gpus > 0 {
@@ -192,13 +215,73 @@ pub fn start(
     } else {
         (None, None)
     };
-    let handle = spawn(ProbeOptions::from_config(cfg), shared.clone(), sender)?;
+    let handle = spawn(opts, shared.clone(), sender)?;
     Ok(Started {
         source: EbpfSource::new(shared, cfg.health.signal_window, gpus, nvml),
         nccl: outbox,
         gpu,
         handle,
     })
+}
+
+/// Open a library and check it may be trusted (`discovery::file_trusted`): not group- or
+/// world-writable, owned by root or by the user running `pid`.
+fn trusted_file(proc_root: &Path, pid: u32, target: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::File::open(target).map_err(|e| format!("open: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("stat: {e}"))?;
+    let uid = discovery::process_uid(proc_root, pid);
+    if !discovery::file_trusted(m.mode(), m.uid(), uid) {
+        return Err(format!(
+            "mode {:o}, owner {}, process user {uid:?}: writable by others or owned by another user",
+            m.mode() & 0o7777,
+            m.uid()
+        ));
+    }
+    Ok(f)
+}
+
+/// Make the kernel filters hold the scope now (cgroups created since the last scan
+/// included). Nothing to do when every process is watched.
+fn refresh_filters(scope: &Scope, filters: &mut [Filters]) {
+    if scope.mode() == 0 {
+        return;
+    }
+    let cgroups = if scope.cgroups.is_empty() {
+        Vec::new()
+    } else {
+        scope.cgroup_ids()
+    };
+    for f in filters.iter_mut() {
+        let lost = f.set_pids(&scope.pids) + f.set_cgroups(&cgroups);
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                max_pids = scope::MAX_FILTER_PIDS,
+                max_cgroups = scope::MAX_FILTER_CGROUPS,
+                "scope filter full: some watched processes or cgroups are not traced"
+            );
+        }
+    }
+}
+
+/// What a process launched since `prev` (its counters at the previous drain). A counter
+/// below its previous value means the entry was evicted and created again: the new value is
+/// all new.
+pub fn launch_delta(prev: Option<&LaunchCounts>, now: &LaunchCounts) -> LaunchCounts {
+    let mut d = LaunchCounts {
+        cgroup_id: now.cgroup_id,
+        ..Default::default()
+    };
+    for (i, o) in d.n.iter_mut().enumerate() {
+        let p = prev.map_or(0, |p| p.n[i]);
+        *o = if now.n[i] >= p {
+            now.n[i] - p
+        } else {
+            now.n[i]
+        };
+    }
+    d
 }
 
 /// Raise RLIMIT_MEMLOCK: kernels before 5.11 charge BPF maps against it.
@@ -222,6 +305,10 @@ struct Attached {
     pids: BTreeSet<u32>,
     links: Vec<(usize, Link)>,
     symbols: Vec<&'static str>,
+    /// The library file, held open: while it still has a name on disk the probes stay
+    /// attached (uprobes are per file), so a process started later is traced from its
+    /// first call instead of from the next scan.
+    file: std::fs::File,
 }
 
 struct Objects {
@@ -229,7 +316,9 @@ struct Objects {
     list: Vec<(BpfObject, Vec<&'static [ProbeSpec]>)>,
     cuda_ring: Option<RingBuf<MapData>>,
     nccl_ring: Option<RingBuf<MapData>>,
+    launches: Option<PerCpuHashMap<MapData, u32, LaunchCounts>>,
     drops: Vec<PerCpuArray<MapData, u64>>,
+    filters: Vec<Filters>,
 }
 
 fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
@@ -237,18 +326,24 @@ fn load_objects(opts: &ProbeOptions) -> Result<Objects, ProbeError> {
         list: Vec::new(),
         cuda_ring: None,
         nccl_ring: None,
+        launches: None,
         drops: Vec::new(),
+        filters: Vec::new(),
     };
+    let mode = opts.scope.mode();
     if opts.cuda {
         let sets: Vec<&'static [ProbeSpec]> = vec![loader::CUDA_RUNTIME, loader::CUDA_DRIVER];
-        let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets)?;
+        let mut obj = BpfObject::for_specs("cuda", loader::CUDA_OBJECT, &sets, mode)?;
+        o.filters.push(obj.filters()?);
         o.cuda_ring = Some(obj.ring("cuda_events")?);
+        o.launches = Some(obj.launch_counts("launch_counts")?);
         o.drops.push(obj.drops("cuda_drops")?);
         o.list.push((obj, sets));
     }
     if opts.nccl {
         let sets: Vec<&'static [ProbeSpec]> = vec![loader::NCCL];
-        let mut obj = BpfObject::for_specs("nccl", loader::NCCL_OBJECT, &sets)?;
+        let mut obj = BpfObject::for_specs("nccl", loader::NCCL_OBJECT, &sets, mode)?;
+        o.filters.push(obj.filters()?);
         o.nccl_ring = Some(obj.ring("nccl_events")?);
         o.drops.push(obj.drops("nccl_drops")?);
         o.list.push((obj, sets));
@@ -266,7 +361,9 @@ pub fn spawn(
         return Err(ProbeError::NothingEnabled);
     }
     raise_memlock();
-    let objects = load_objects(&opts)?;
+    let mut objects = load_objects(&opts)?;
+    // The filter holds the scope before any probe is attached.
+    refresh_filters(&opts.scope, &mut objects.filters);
     let stop = Arc::new(AtomicBool::new(false));
     let rescan = Arc::new(AtomicBool::new(true));
     let status = Arc::new(Mutex::new(ProbeStatus {
@@ -286,6 +383,7 @@ pub fn spawn(
         failed: HashMap::new(),
         correlator: BarrierCorrelator::default(),
         offset: clock::sample_offset(),
+        launch_prev: HashMap::new(),
     };
     let thread = std::thread::Builder::new()
         .name("ingero-probes".into())
@@ -311,6 +409,8 @@ struct Worker {
     failed: HashMap<FileId, Instant>,
     correlator: BarrierCorrelator,
     offset: i128,
+    /// Each process's cumulative launch counters at the previous drain.
+    launch_prev: HashMap<u32, LaunchCounts>,
 }
 
 impl Worker {
@@ -418,13 +518,17 @@ impl Worker {
                 });
             }
         }
-        let mut drops = [0u64; 3];
+        let mut drops = [0u64; 4];
         for d in &self.objects.drops {
             for (i, v) in loader::read_drops(d).iter().enumerate() {
                 drops[i] += v;
             }
         }
+        let launched = self.drain_launches();
         let mut s = self.status.lock();
+        for (t, d) in s.launches.iter_mut().zip(launched) {
+            *t += d;
+        }
         s.cuda_events += n_cuda;
         s.nccl_events += n_nccl;
         s.decode_errors += bad;
@@ -432,18 +536,61 @@ impl Worker {
         s.kernel_drops = drops;
     }
 
+    /// Read the kernel's per-process launch counters, fold what is new since the previous
+    /// drain into the window, and return the new launches per counter.
+    fn drain_launches(&mut self) -> [u64; launch::COUNTERS] {
+        let mut total = [0u64; launch::COUNTERS];
+        let Some(map) = self.objects.launches.as_ref() else {
+            return total;
+        };
+        let mut now_all = HashMap::with_capacity(self.launch_prev.len());
+        let mut deltas = Vec::new();
+        for item in map.iter() {
+            let Ok((pid, per_cpu)) = item else { continue };
+            let now = LaunchCounts::sum(per_cpu.iter());
+            let d = launch_delta(self.launch_prev.get(&pid), &now);
+            now_all.insert(pid, now);
+            if d.n.iter().any(|v| *v > 0) {
+                for (t, v) in total.iter_mut().zip(d.n) {
+                    *t += v;
+                }
+                deltas.push((pid, d));
+            }
+        }
+        // Processes whose entry left the map (evicted) are forgotten.
+        self.launch_prev = now_all;
+        if !deltas.is_empty() {
+            let mut acc = self.shared.acc.lock();
+            for (pid, d) in &deltas {
+                acc.on_launches(*pid, d);
+            }
+        }
+        total
+    }
+
     fn discover(&mut self) {
+        refresh_filters(&self.opts.scope, &mut self.objects.filters);
         let scan = discovery::scan_proc(&self.opts.proc_root);
-        // Detach libraries no process maps any more.
-        let gone: Vec<FileId> = self
-            .attached
-            .keys()
-            .filter(|id| !scan.libs.contains_key(id))
-            .copied()
-            .collect();
+        // Libraries no process maps any more stay attached while the file exists (a new
+        // process mapping it is then traced from its first call); deleted or replaced
+        // files (no name left on disk) are detached.
+        let mut gone = Vec::new();
+        for (id, lib) in self.attached.iter_mut() {
+            if scan.libs.contains_key(id) {
+                continue;
+            }
+            lib.pids.clear();
+            let on_disk = lib
+                .file
+                .metadata()
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 0);
+            if !on_disk {
+                gone.push(*id);
+            }
+        }
         for id in gone {
             if let Some(lib) = self.attached.remove(&id) {
-                tracing::info!(path = %lib.path, "library no longer mapped; probes detached");
+                tracing::info!(path = %lib.path, "library file removed; probes detached");
                 self.detach(lib);
             }
         }
@@ -466,6 +613,14 @@ impl Worker {
                 continue;
             }
             let target = discovery::host_path(&self.opts.proc_root, *pid, path);
+            let file = match trusted_file(&self.opts.proc_root, *pid, &target) {
+                Ok(f) => f,
+                Err(why) => {
+                    tracing::warn!(path = %path, pid, why, "library not trusted; not probed");
+                    self.failed.insert(*id, Instant::now());
+                    continue;
+                }
+            };
             match self.attach(&target) {
                 Ok((links, symbols)) if !links.is_empty() => {
                     tracing::info!(path = %path, pid, probes = links.len(), "probes attached");
@@ -476,6 +631,7 @@ impl Worker {
                             pids: pids.clone(),
                             links,
                             symbols,
+                            file,
                         },
                     );
                 }
@@ -546,5 +702,38 @@ impl Worker {
 
     fn detach(&mut self, lib: Attached) {
         self.detach_links(lib.links, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_deltas_follow_cumulative_counters_and_survive_a_reset() {
+        let c = |n: [u64; 5]| LaunchCounts { n, cgroup_id: 3 };
+        assert_eq!(launch_delta(None, &c([5, 0, 2, 0, 5])).n, [5, 0, 2, 0, 5]);
+        assert_eq!(
+            launch_delta(Some(&c([5, 0, 2, 0, 5])), &c([9, 1, 2, 0, 9])).n,
+            [4, 1, 0, 0, 4]
+        );
+        // The entry was evicted and created again: what it holds now is new.
+        let d = launch_delta(Some(&c([500, 0, 2, 0, 500])), &c([3, 0, 2, 0, 3]));
+        assert_eq!(d.n, [3, 0, 0, 0, 3]);
+        assert_eq!(d.cgroup_id, 3);
+    }
+
+    #[test]
+    fn per_cpu_copies_add_up() {
+        let a = LaunchCounts {
+            n: [1, 2, 3, 4, 5],
+            cgroup_id: 0,
+        };
+        let b = LaunchCounts {
+            n: [10, 0, 0, 0, 1],
+            cgroup_id: 77,
+        };
+        let s = LaunchCounts::sum([&a, &b]);
+        assert_eq!((s.n, s.cgroup_id, s.work()), ([11, 2, 3, 4, 6], 77, 20));
     }
 }

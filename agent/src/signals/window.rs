@@ -9,9 +9,15 @@
 //! - memory = free fraction of GPU memory (NVML), else of host memory;
 //! - cpu = idle fraction of host CPU since the previous tick.
 //!
-//! A process whose runtime API (libcudart) is traced is counted from runtime events only,
-//! because the runtime calls into the driver and would be counted twice; a process that
-//! only uses the driver API is counted from driver events.
+//! Launches are counted in the kernel (`bpf/cuda.bpf.c`), each once whichever layer made
+//! it: a runtime launch and the driver launch it makes are one launch, a driver launch
+//! from a static runtime (cuBLAS, cuDNN), Triton or a graph is its own. The probe thread
+//! folds each process's new counts in with [`TickAccumulator::on_launches`].
+//!
+//! Busy time: a process whose runtime API (libcudart) is traced is timed from runtime
+//! calls only, because the runtime's synchronizes and copies call into the driver and
+//! would be timed twice; a process that only uses the driver API is timed from driver
+//! calls.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -25,7 +31,7 @@ use super::cgroup::{CgroupDelta, Direction};
 use super::nvml::Nvml;
 use super::procfs::{CgroupHashCache, CpuReader, StallTracker, host_memory_headroom};
 use super::{CollectError, Sample, SignalSource};
-use crate::events::{CudaEvent, cuda_op, source};
+use crate::events::{CudaEvent, LaunchCounts, cuda_op, launch, source};
 use crate::health::SignalSet;
 
 /// Most processes tracked per tick; events of others are dropped and counted.
@@ -35,8 +41,8 @@ pub const MAX_PIDS_PER_TICK: usize = 4096;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PidActivity {
     pub cgroup_id: u64,
-    pub runtime_launches: u64,
-    pub driver_launches: u64,
+    /// New launches per counter (`events::launch`), `NESTED` included.
+    pub launch_counts: [u64; launch::COUNTERS],
     pub runtime_busy_ns: u64,
     pub driver_busy_ns: u64,
     pub runtime_events: u64,
@@ -44,12 +50,11 @@ pub struct PidActivity {
 }
 
 impl PidActivity {
-    fn launches(&self) -> u64 {
-        if self.runtime_events > 0 {
-            self.runtime_launches
-        } else {
-            self.driver_launches
-        }
+    /// Launches counted as work: every counter but `NESTED`.
+    pub fn launches(&self) -> u64 {
+        self.launch_counts[..launch::NESTED]
+            .iter()
+            .fold(0u64, |a, v| a.saturating_add(*v))
     }
 
     fn busy_ns(&self) -> u64 {
@@ -69,12 +74,28 @@ pub struct TickAccumulator {
 }
 
 impl TickAccumulator {
-    pub fn on_cuda(&mut self, e: &CudaEvent) {
-        if !self.per_pid.contains_key(&e.pid) && self.per_pid.len() >= MAX_PIDS_PER_TICK {
+    fn slot(&mut self, pid: u32) -> Option<&mut PidActivity> {
+        if !self.per_pid.contains_key(&pid) && self.per_pid.len() >= MAX_PIDS_PER_TICK {
             self.dropped += 1;
-            return;
+            return None;
         }
-        let a = self.per_pid.entry(e.pid).or_default();
+        Some(self.per_pid.entry(pid).or_default())
+    }
+
+    /// New launches of one process (the difference of its kernel counters since the
+    /// previous drain).
+    pub fn on_launches(&mut self, pid: u32, d: &LaunchCounts) {
+        let Some(a) = self.slot(pid) else { return };
+        if d.cgroup_id != 0 {
+            a.cgroup_id = d.cgroup_id;
+        }
+        for (t, v) in a.launch_counts.iter_mut().zip(d.n) {
+            *t = t.saturating_add(v);
+        }
+    }
+
+    pub fn on_cuda(&mut self, e: &CudaEvent) {
+        let Some(a) = self.slot(e.pid) else { return };
         a.cgroup_id = e.cgroup_id;
         let runtime = e.source == source::CUDA_RUNTIME;
         if runtime {
@@ -84,8 +105,6 @@ impl TickAccumulator {
             a.driver_busy_ns = a.driver_busy_ns.saturating_add(e.duration_ns);
         }
         match e.op {
-            cuda_op::LAUNCH_KERNEL if runtime => a.runtime_launches += 1,
-            cuda_op::LAUNCH_KERNEL => a.driver_launches += 1,
             // The driver's own copies are seen through the runtime already.
             cuda_op::MEMCPY | cuda_op::MEMCPY_ASYNC if runtime || a.runtime_events == 0 => {
                 let d = Direction::from_cuda_kind(e.args[1]) as usize;
@@ -257,20 +276,34 @@ mod tests {
         }
     }
 
+    fn counts(n: [u64; launch::COUNTERS], cgroup_id: u64) -> LaunchCounts {
+        LaunchCounts { n, cgroup_id }
+    }
+
     #[test]
-    fn runtime_events_win_over_driver_events_per_process() {
+    fn runtime_time_wins_over_driver_time_per_process() {
         let mut acc = TickAccumulator::default();
-        // pid 1 uses the runtime (which calls the driver underneath): counted once.
-        acc.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::LAUNCH_KERNEL, 10));
-        acc.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 8));
+        // pid 1 uses the runtime (whose synchronize calls the driver's): timed once.
         acc.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::STREAM_SYNC, 1000));
+        acc.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 990));
         // pid 2 is driver-only.
-        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 5));
-        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::LAUNCH_KERNEL, 5));
-        let a1 = acc.per_pid[&1];
-        let a2 = acc.per_pid[&2];
-        assert_eq!((a1.launches(), a1.busy_ns()), (1, 1010));
-        assert_eq!((a2.launches(), a2.busy_ns()), (2, 10));
+        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 5));
+        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::MALLOC, 5));
+        assert_eq!(acc.per_pid[&1].busy_ns(), 1000);
+        assert_eq!(acc.per_pid[&2].busy_ns(), 10);
+    }
+
+    #[test]
+    fn launches_are_every_counter_but_nested() {
+        let mut acc = TickAccumulator::default();
+        // 40 runtime launches that reached the driver (40 nested), 20 static-runtime
+        // driver launches, 3 graph launches (runtime) and 2 (driver).
+        acc.on_launches(7, &counts([40, 3, 20, 2, 40], 99));
+        acc.on_launches(7, &counts([1, 0, 0, 0, 1], 0));
+        let a = acc.per_pid[&7];
+        assert_eq!(a.launches(), 66);
+        assert_eq!(a.launch_counts, [41, 3, 20, 2, 41]);
+        assert_eq!(a.cgroup_id, 99, "a zero cgroup does not erase a known one");
     }
 
     #[test]
@@ -311,9 +344,10 @@ mod tests {
     fn per_tick_process_cap_counts_drops() {
         let mut acc = TickAccumulator::default();
         for pid in 0..(MAX_PIDS_PER_TICK as u32 + 3) {
-            acc.on_cuda(&ev(pid, source::CUDA_RUNTIME, cuda_op::LAUNCH_KERNEL, 1));
+            acc.on_launches(pid, &counts([1, 0, 0, 0, 0], 0));
         }
+        acc.on_cuda(&ev(u32::MAX, source::CUDA_RUNTIME, cuda_op::STREAM_SYNC, 1));
         assert_eq!(acc.per_pid.len(), MAX_PIDS_PER_TICK);
-        assert_eq!(acc.dropped, 3);
+        assert_eq!(acc.dropped, 4);
     }
 }

@@ -1,10 +1,25 @@
 /* A stand-in for libcudart exporting the probed runtime API with the real signatures.
- * Synchronizing calls sleep a known time so probe durations can be checked. */
+ * Synchronizing calls sleep a known time so probe durations can be checked.
+ *
+ * Layered like the real runtime: each launch goes through the fake driver (libcuda.so.1,
+ * linked in), cudaLaunchKernel with work after the driver call, cudaLaunchKernelExC and
+ * cudaGraphLaunch as tail calls (the driver then runs in the runtime's frame, with the
+ * runtime's return address). A launch of a null function fails before the driver
+ * (cudaErrorInvalidDeviceFunction), as the real runtime's argument checks do. */
 #include <stddef.h>
 #include <time.h>
 
 typedef struct { unsigned x, y, z; } dim3;
 typedef void *cudaStream_t;
+typedef void *cudaGraphExec_t;
+typedef struct { dim3 gridDim, blockDim; size_t dynamicSmemBytes; cudaStream_t stream; void *attrs; unsigned numAttrs; } cudaLaunchConfig_t;
+typedef struct { unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes; void *hStream; void *attrs; unsigned numAttrs; } CUlaunchConfig;
+
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+int cuLaunchKernelEx(const CUlaunchConfig *, void *, void **, void **);
+int cuGraphLaunch(void *, void *);
+
+#define TAIL __attribute__((optimize("optimize-sibling-calls")))
 
 #define API __attribute__((visibility("default"), noinline))
 
@@ -19,8 +34,32 @@ static volatile unsigned long sink;
 
 API int cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t stream)
 {
-	sink += (unsigned long)func + grid.x + block.x + (unsigned long)args + shmem + (unsigned long)stream;
-	return 0;
+	if (!func)
+		return 98;
+	int rc = cuLaunchKernel((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream,
+				args, NULL);
+	sink += (unsigned long)rc;
+	return rc;
+}
+
+static CUlaunchConfig driver_config(const cudaLaunchConfig_t *c)
+{
+	CUlaunchConfig d = { c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
+			     (unsigned)c->dynamicSmemBytes, c->stream, c->attrs, c->numAttrs };
+	return d;
+}
+
+static CUlaunchConfig last_config;
+
+API TAIL int cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+	last_config = driver_config(config);
+	return cuLaunchKernelEx(&last_config, (void *)func, args, NULL);
+}
+
+API TAIL int cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t stream)
+{
+	return cuGraphLaunch(g, stream);
 }
 
 API int cudaMalloc(void **p, size_t size)

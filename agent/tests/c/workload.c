@@ -3,6 +3,7 @@
  * prints "done", then waits for EOF on stdin before exiting.
  *
  *   workload cuda
+ *   workload layers <mix>     kernel launches through the layers (see run_layers)
  *   workload nccl <rank> <nranks> <id-seed>
  */
 #include <stdio.h>
@@ -21,6 +22,12 @@ int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
 int cudaStreamSynchronize(void *);
 int cudaDeviceSynchronize(void);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+typedef struct { dim3 gridDim, blockDim; size_t dynamicSmemBytes; void *stream; void *attrs; unsigned numAttrs; } cudaLaunchConfig_t;
+int cudaLaunchKernelExC(const cudaLaunchConfig_t *, const void *, void **);
+int cudaGraphLaunch(void *, void *);
+int cuGraphLaunch(void *, void *);
+int cublasFakeGemm(int);
+int cublasFakeGemmEx(int);
 int cuMemAlloc_v2(unsigned long long *, size_t);
 int cuMemcpyHtoD_v2(unsigned long long, const void *, size_t);
 int cuStreamSynchronize(void *);
@@ -83,6 +90,50 @@ static void run_cuda(void)
 		cuMemcpyHtoD_v2(dp, host, 256);
 }
 
+/* Launch mixes; the counts the agent must find are in tests/ebpf_e2e.rs (LAYER_MIXES). */
+static int run_layers(const char *mix)
+{
+	dim3 grid = { 4, 2, 1 }, block = { 128, 1, 1 };
+	cudaLaunchConfig_t cfg = { grid, block, 0, STREAM, NULL, 0 };
+	void *triton = (void *)0x7717;
+	if (strcmp(mix, "runtime") == 0) { /* PyTorch's own kernels */
+		for (int i = 0; i < 40; i++)
+			cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
+	} else if (strcmp(mix, "static") == 0) { /* cuBLAS: static runtime -> driver */
+		for (int i = 0; i < 4; i++)
+			cublasFakeGemm(5);
+	} else if (strcmp(mix, "triton") == 0) { /* driver API from the application */
+		for (int i = 0; i < 7; i++)
+			cuLaunchKernel(triton, 8, 1, 1, 64, 2, 1, 0, STREAM, NULL, NULL);
+	} else if (strcmp(mix, "graph") == 0) {
+		for (int i = 0; i < 5; i++)
+			cudaGraphLaunch((void *)0x6a, STREAM);
+		for (int i = 0; i < 4; i++)
+			cuGraphLaunch((void *)0x6b, STREAM);
+	} else if (strcmp(mix, "ex") == 0) {
+		for (int i = 0; i < 10; i++)
+			cudaLaunchKernelExC(&cfg, (void *)0x1235, NULL);
+		cublasFakeGemmEx(6);
+	} else if (strcmp(mix, "failed") == 0) {
+		/* A runtime launch that fails before the driver, then a cuBLAS launch: two. */
+		for (int i = 0; i < 3; i++) {
+			cudaLaunchKernel(NULL, grid, block, NULL, 0, STREAM);
+			cublasFakeGemm(1);
+		}
+	} else if (strcmp(mix, "mixed") == 0) {
+		for (int i = 0; i < 10; i++) {
+			cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
+			cublasFakeGemm(2);
+			cuLaunchKernel(triton, 8, 1, 1, 64, 2, 1, 0, STREAM, NULL, NULL);
+			cudaGraphLaunch((void *)0x6a, STREAM);
+			cudaLaunchKernelExC(&cfg, (void *)0x1235, NULL);
+		}
+	} else {
+		return 2;
+	}
+	return 0;
+}
+
 static void run_nccl(int rank, int nranks, int seed)
 {
 	static char buf[4096];
@@ -119,7 +170,10 @@ int main(int argc, char **argv)
 	handshake();
 	if (strcmp(argv[1], "cuda") == 0)
 		run_cuda();
-	else if (strcmp(argv[1], "nccl") == 0 && argc == 5)
+	else if (strcmp(argv[1], "layers") == 0 && argc == 3) {
+		if (run_layers(argv[2]) != 0)
+			return 2;
+	} else if (strcmp(argv[1], "nccl") == 0 && argc == 5)
 		run_nccl(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	else
 		return 2;

@@ -65,6 +65,8 @@ fn cc(args: &[&str]) {
 pub struct Fakes {
     pub cudart: PathBuf,
     pub cuda: PathBuf,
+    /// A static-runtime library (like cuBLAS) that launches through the driver directly.
+    pub cublas: PathBuf,
     pub nccl: PathBuf,
     pub workload: PathBuf,
 }
@@ -72,24 +74,32 @@ pub struct Fakes {
 /// Compile the fake libraries (real SONAMEs) and the workload into `dir`.
 pub fn build_fakes(dir: &Path) -> Fakes {
     let c = c_dir();
-    let lib = |src: &str, name: &str| {
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let lib = |src: &str, name: &str, deps: &[&Path]| {
         let out = dir.join(name);
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            &format!("-Wl,-soname,{name}"),
-            "-o",
-            out.to_str().unwrap(),
-            c.join(src).to_str().unwrap(),
-        ]);
+        let mut args = vec![
+            "-shared".to_string(),
+            "-fPIC".to_string(),
+            "-O1".to_string(),
+            "-Wall".to_string(),
+            "-Werror".to_string(),
+            format!("-Wl,-soname,{name}"),
+            "-o".to_string(),
+            out.to_str().unwrap().to_string(),
+            c.join(src).to_str().unwrap().to_string(),
+        ];
+        args.extend(deps.iter().map(|d| d.to_str().unwrap().to_string()));
+        args.push(rpath.clone());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cc(&args);
         out
     };
-    let cudart = lib("fake_cudart.c", "libcudart.so.12");
-    let cuda = lib("fake_cuda.c", "libcuda.so.1");
-    let nccl = lib("fake_nccl.c", "libnccl.so.2");
+    let cuda = lib("fake_cuda.c", "libcuda.so.1", &[]);
+    // The runtime launches through the driver; the "static runtime" library (cuBLAS)
+    // calls the driver directly.
+    let cudart = lib("fake_cudart.c", "libcudart.so.12", &[&cuda]);
+    let cublas = lib("fake_cublas.c", "libcublasLt.so.12", &[&cuda]);
+    let nccl = lib("fake_nccl.c", "libnccl.so.2", &[]);
     let workload = dir.join("workload");
     cc(&[
         "-O1",
@@ -100,12 +110,14 @@ pub fn build_fakes(dir: &Path) -> Fakes {
         c.join("workload.c").to_str().unwrap(),
         cudart.to_str().unwrap(),
         cuda.to_str().unwrap(),
+        cublas.to_str().unwrap(),
         nccl.to_str().unwrap(),
-        &format!("-Wl,-rpath,{}", dir.display()),
+        &rpath,
     ]);
     Fakes {
         cudart,
         cuda,
+        cublas,
         nccl,
         workload,
     }
