@@ -4,7 +4,9 @@
 //! integration tests and the load generator can use it:
 //! - [`config`]: loading (YAML/TOML, merge, `--set`, `${env:VAR}`), typed host configs,
 //!   and the validated [`config::Plan`];
-//! - [`receiver`]: OTLP/HTTP and OTLP/gRPC with the threshold middleware;
+//! - [`ingest`]: the transport-neutral path of an OTLP export (middlewares, pipelines,
+//!   partial success);
+//! - [`receiver`]: OTLP/HTTP and OTLP/gRPC, adapters over [`ingest`];
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
 //! - [`telemetry`]: otelcol self-metrics; [`server`]: the shared HTTP server loop;
@@ -15,6 +17,7 @@
 pub mod auth;
 pub mod config;
 pub mod exporter;
+pub mod ingest;
 pub mod pipeline;
 pub mod receiver;
 pub mod registry;
