@@ -1,7 +1,9 @@
 //! `ingero-fleet`: a Rust-native OpenTelemetry collector running the Ingero components.
 //!
-//! The binary (`src/main.rs`) parses the CLI; this library holds everything else so
-//! integration tests and the load generator can use it:
+//! A library of collector building blocks; the `ingero-fleet` binary (`src/main.rs`) is
+//! the allocator plus [`cli::main`] with Fleet's [`cli::Distribution`]:
+//! - [`cli`]: `validate`, `components`, `print-config` and run, for any component set;
+//! - [`registry`]: the host's built-in components plus the factories a binary picks;
 //! - [`config`]: loading (YAML/TOML, merge, `--set`, `${env:VAR}`), typed host configs,
 //!   and the validated [`config::Plan`];
 //! - [`ingest`]: the transport-neutral path of an OTLP export (middlewares, pipelines,
@@ -15,6 +17,7 @@
 //! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod exporter;
 pub mod ingest;

@@ -38,12 +38,15 @@ use crate::tls::ListenerTls;
 pub struct RunOptions {
     /// Time in-flight requests get to finish after a shutdown signal.
     pub drain: Duration,
+    /// The binary's name in the `<name> is ready` log line.
+    pub name: &'static str,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             drain: Duration::from_secs(10),
+            name: "ingero-fleet",
         }
     }
 }
@@ -617,7 +620,8 @@ pub async fn run(
         pipelines = plan.pipelines.len(),
         processors = used.len(),
         startup_ms = started.elapsed().as_millis() as u64,
-        "ingero-fleet is ready"
+        "{} is ready",
+        opts.name
     );
 
     stop.await;
