@@ -101,7 +101,7 @@ fn go_shim_factories_match_the_registry() {
         assert!(!found.is_empty(), "{}: no stability level", dir.display());
         assert_eq!(
             found,
-            [level.clone()],
+            [level],
             "{}: the Go factory of {} says {found:?}, the registry says {want}",
             dir.display(),
             m.type_name
