@@ -93,6 +93,7 @@ service:
             .unwrap();
         let opts = collector_host::service::RunOptions {
             drain: Duration::from_millis(200),
+            ..Default::default()
         };
         rt.block_on(collector_host::service::run(plan, opts, async move {
             let _ = rx.await;

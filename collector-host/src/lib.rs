@@ -1,10 +1,14 @@
 //! `ingero-fleet`: a Rust-native OpenTelemetry collector running the Ingero components.
 //!
-//! The binary (`src/main.rs`) parses the CLI; this library holds everything else so
-//! integration tests and the load generator can use it:
+//! A library of collector building blocks; the `ingero-fleet` binary (`src/main.rs`) is
+//! the allocator plus [`cli::main`] with Fleet's [`cli::Distribution`]:
+//! - [`cli`]: `validate`, `components`, `print-config` and run, for any component set;
+//! - [`registry`]: the host's built-in components plus the factories a binary picks;
 //! - [`config`]: loading (YAML/TOML, merge, `--set`, `${env:VAR}`), typed host configs,
 //!   and the validated [`config::Plan`];
-//! - [`receiver`]: OTLP/HTTP and OTLP/gRPC with the threshold middleware;
+//! - [`ingest`]: the transport-neutral path of an OTLP export (middlewares, pipelines,
+//!   partial success);
+//! - [`receiver`]: OTLP/HTTP and OTLP/gRPC, adapters over [`ingest`];
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
 //! - [`telemetry`]: otelcol self-metrics; [`metric_placement`]: which endpoint serves
@@ -14,9 +18,11 @@
 //! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod exporter;
 pub mod metric_placement;
+pub mod ingest;
 pub mod pipeline;
 pub mod receiver;
 pub mod registry;

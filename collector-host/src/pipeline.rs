@@ -110,7 +110,7 @@ impl MetricsPipeline {
         }
         // The batch's strings and vectors go to this thread's pool for the next JSON
         // decode here, instead of being freed now and allocated again then.
-        crate::receiver::otlp_json::recycle(data);
+        component::recycle::recycle_on_this_thread(data);
         Ok(outcome)
     }
 

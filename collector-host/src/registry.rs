@@ -1,221 +1,216 @@
-//! The components built into `ingero-fleet`, with their stability, and the processor
-//! factories.
+//! The component set of a binary: the host's built-ins (the `otlp` receiver, the
+//! exporters, `ingero_auth`, `health_check`) plus the factories of the component crates it
+//! picks. Config validation, the `components` subcommand and the run path all read it.
 
-use std::sync::Arc;
-use std::time::Duration;
+use component::Stability::{self, *};
+pub use component::factory::{ExtensionFactory, Kind, Metadata, ProcessorFactory};
 
-use component::{ConfigErrors, ConfigValue, Stability};
-
-use crate::config::ProcessorPlan;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Receiver,
-    Processor,
-    Exporter,
-    Extension,
-}
-
-impl Kind {
-    pub fn singular(self) -> &'static str {
-        match self {
-            Kind::Receiver => "receiver",
-            Kind::Processor => "processor",
-            Kind::Exporter => "exporter",
-            Kind::Extension => "extension",
-        }
+const fn host(
+    kind: Kind,
+    type_name: &'static str,
+    aliases: &'static [&'static str],
+    stability: [Option<Stability>; 3],
+    module: &'static str,
+    host_tls: bool,
+) -> Metadata {
+    Metadata {
+        kind,
+        type_name,
+        aliases,
+        stability,
+        module,
+        singleton: false,
+        host_tls,
     }
 }
 
-/// One built-in component type.
-#[derive(Debug, Clone, Copy)]
-pub struct ComponentInfo {
-    pub kind: Kind,
-    /// Canonical type name.
-    pub name: &'static str,
-    /// Other names accepted in configs (otelcol's renamed types).
-    pub aliases: &'static [&'static str],
-    /// Stability per signal: (metrics, traces, logs); `None` = signal not supported.
-    pub stability: [Option<Stability>; 3],
-    pub module: &'static str,
+/// The `otlp` receiver (OTLP/HTTP and OTLP/gRPC).
+pub static OTLP_RECEIVER: Metadata = host(
+    Kind::Receiver,
+    "otlp",
+    &[],
+    [Some(Beta), Some(Beta), Some(Beta)],
+    "collector-host/src/receiver",
+    false,
+);
+pub static PROMETHEUS_EXPORTER: Metadata = host(
+    Kind::Exporter,
+    "prometheus",
+    &[],
+    [Some(Beta), None, None],
+    "collector-host/prometheus",
+    true,
+);
+pub static DEBUG_EXPORTER: Metadata = host(
+    Kind::Exporter,
+    "debug",
+    &[],
+    [Some(Development), Some(Development), Some(Development)],
+    "collector-host/src/exporter/debug.rs",
+    false,
+);
+pub static OTLP_EXPORTER: Metadata = host(
+    Kind::Exporter,
+    "otlp",
+    &["otlp_grpc"],
+    [Some(Beta), Some(Beta), Some(Beta)],
+    "collector-host/src/exporter/otlp.rs",
+    false,
+);
+pub static OTLPHTTP_EXPORTER: Metadata = host(
+    Kind::Exporter,
+    "otlphttp",
+    &["otlp_http"],
+    [Some(Beta), Some(Beta), Some(Beta)],
+    "collector-host/src/exporter/otlp.rs",
+    false,
+);
+pub static AUTH_EXTENSION: Metadata = host(
+    Kind::Extension,
+    crate::auth::TYPE,
+    &[],
+    [Some(Alpha), None, None],
+    "collector-host/src/auth",
+    false,
+);
+pub static HEALTH_CHECK_EXTENSION: Metadata = host(
+    Kind::Extension,
+    "health_check",
+    &[],
+    [Some(Beta), None, None],
+    "collector-host/src/service.rs",
+    false,
+);
+
+/// What a binary is built with: the host's built-ins plus the picked factories.
+#[derive(Debug, Clone)]
+pub struct Components {
+    processors: Vec<&'static dyn ProcessorFactory>,
+    extensions: Vec<&'static dyn ExtensionFactory>,
 }
 
-use Stability::*;
-
-pub const COMPONENTS: &[ComponentInfo] = &[
-    ComponentInfo {
-        kind: Kind::Receiver,
-        name: "otlp",
-        aliases: &[],
-        stability: [Some(Beta), Some(Beta), Some(Beta)],
-        module: "collector-host/src/receiver",
-    },
-    ComponentInfo {
-        kind: Kind::Processor,
-        name: ingero_processor::TYPE,
-        aliases: &[],
-        stability: [Some(Beta), None, None],
-        module: "ingero-processor",
-    },
-    ComponentInfo {
-        kind: Kind::Processor,
-        name: nccl_processor::TYPE,
-        aliases: &[],
-        stability: [Some(Alpha), None, None],
-        module: "nccl-processor",
-    },
-    ComponentInfo {
-        kind: Kind::Processor,
-        name: provider_processor::TYPE,
-        aliases: &[],
-        stability: [Some(Alpha), None, None],
-        module: "provider-processor",
-    },
-    ComponentInfo {
-        kind: Kind::Exporter,
-        name: "prometheus",
-        aliases: &[],
-        stability: [Some(Beta), None, None],
-        module: "collector-host/prometheus",
-    },
-    ComponentInfo {
-        kind: Kind::Exporter,
-        name: "debug",
-        aliases: &[],
-        stability: [Some(Development), Some(Development), Some(Development)],
-        module: "collector-host/src/exporter/debug.rs",
-    },
-    ComponentInfo {
-        kind: Kind::Exporter,
-        name: "otlp",
-        aliases: &["otlp_grpc"],
-        stability: [Some(Beta), Some(Beta), Some(Beta)],
-        module: "collector-host/src/exporter/otlp.rs",
-    },
-    ComponentInfo {
-        kind: Kind::Exporter,
-        name: "otlphttp",
-        aliases: &["otlp_http"],
-        stability: [Some(Beta), Some(Beta), Some(Beta)],
-        module: "collector-host/src/exporter/otlp.rs",
-    },
-    ComponentInfo {
-        kind: Kind::Extension,
-        name: ingero_extension::TYPE,
-        aliases: &[],
-        stability: [Some(Beta), None, None],
-        module: "ingero-extension",
-    },
-    ComponentInfo {
-        kind: Kind::Extension,
-        name: crate::auth::TYPE,
-        aliases: &[],
-        stability: [Some(Alpha), None, None],
-        module: "collector-host/src/auth",
-    },
-    ComponentInfo {
-        kind: Kind::Extension,
-        name: "health_check",
-        aliases: &[],
-        stability: [Some(Beta), None, None],
-        module: "collector-host/src/service.rs",
-    },
-];
-
-/// Find a component type (or alias) of a kind.
-pub fn lookup(kind: Kind, name: &str) -> Option<&'static ComponentInfo> {
-    COMPONENTS
-        .iter()
-        .find(|c| c.kind == kind && (c.name == name || c.aliases.contains(&name)))
+impl Default for Components {
+    fn default() -> Self {
+        Components::host()
+    }
 }
 
-/// Canonical type names of a kind.
-pub fn names(kind: Kind) -> Vec<&'static str> {
-    COMPONENTS
-        .iter()
-        .filter(|c| c.kind == kind)
-        .map(|c| c.name)
-        .collect()
-}
+impl Components {
+    /// The host's built-ins only: an OTLP collector with no processors.
+    pub fn host() -> Self {
+        Components {
+            processors: Vec::new(),
+            extensions: Vec::new(),
+        }
+    }
 
-/// Instantiate a processor of a registered type.
-pub fn create_processor(ty: &str, cfg: &ConfigValue) -> Result<ProcessorPlan, ConfigErrors> {
-    Ok(match ty {
-        ingero_processor::TYPE => {
-            let p = ingero_processor::create(cfg)?;
-            let tick = p.push_interval();
-            ProcessorPlan {
-                kind: ingero_processor::TYPE,
-                processor: Arc::new(p),
-                tick_interval: tick,
-            }
-        }
-        nccl_processor::TYPE => {
-            let p = nccl_processor::create(cfg)?;
-            let tick = p.tick_interval();
-            ProcessorPlan {
-                kind: nccl_processor::TYPE,
-                processor: Arc::new(p),
-                tick_interval: tick,
-            }
-        }
-        provider_processor::TYPE => {
-            let p = provider_processor::create(cfg)?;
-            let tick = p.tick_interval();
-            ProcessorPlan {
-                kind: provider_processor::TYPE,
-                processor: Arc::new(p),
-                tick_interval: tick,
-            }
-        }
-        other => {
-            return Err(ConfigErrors::from(component::ConfigError::new(
-                "",
-                format!("unknown processor type {other:?}"),
-            )));
-        }
-    })
-    .map(|mut p| {
-        if p.tick_interval.is_zero() {
-            p.tick_interval = Duration::from_secs(1);
-        }
-        p
-    })
-}
+    /// Ingero Fleet's set: the host's built-ins, the `ingero`, `nccl_peer_lag` and
+    /// `provider_lookup` processors and the `ingero_threshold` extension.
+    pub fn fleet() -> Self {
+        Components::host()
+            .with_processor(&ingero_processor::FACTORY)
+            .with_processor(&nccl_processor::FACTORY)
+            .with_processor(&provider_processor::FACTORY)
+            .with_extension(&ingero_extension::FACTORY)
+    }
 
-/// The `components` subcommand's YAML.
-pub fn components_yaml() -> String {
-    let mut out = format!(
-        "buildinfo:\n  command: ingero-fleet\n  description: Ingero Fleet, a Rust-native OpenTelemetry collector for GPU straggler detection\n  version: {}\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    for (kind, section) in [
-        (Kind::Receiver, "receivers"),
-        (Kind::Processor, "processors"),
-        (Kind::Exporter, "exporters"),
-        (Kind::Extension, "extensions"),
-    ] {
-        out.push_str(&format!("{section}:\n"));
-        for c in COMPONENTS.iter().filter(|c| c.kind == kind) {
-            out.push_str(&format!("  - name: {}\n    module: {}\n", c.name, c.module));
-            if !c.aliases.is_empty() {
-                out.push_str(&format!("    aliases: [{}]\n", c.aliases.join(", ")));
-            }
-            out.push_str("    stability:\n");
-            if kind == Kind::Extension {
-                if let Some(s) = c.stability[0] {
-                    out.push_str(&format!("      extension: {s}\n"));
+    pub fn with_processor(mut self, f: &'static dyn ProcessorFactory) -> Self {
+        self.processors.push(f);
+        self
+    }
+
+    pub fn with_extension(mut self, f: &'static dyn ExtensionFactory) -> Self {
+        self.extensions.push(f);
+        self
+    }
+
+    /// Every component type, by kind (receivers, processors, exporters, extensions); within
+    /// a kind, picked factories before host built-ins.
+    pub fn all(&self) -> Vec<&'static Metadata> {
+        let mut out: Vec<&'static Metadata> = vec![&OTLP_RECEIVER];
+        out.extend(self.processors.iter().map(|f| f.metadata()));
+        out.extend([
+            &PROMETHEUS_EXPORTER,
+            &DEBUG_EXPORTER,
+            &OTLP_EXPORTER,
+            &OTLPHTTP_EXPORTER,
+        ]);
+        out.extend(self.extensions.iter().map(|f| f.metadata()));
+        out.extend([&AUTH_EXTENSION, &HEALTH_CHECK_EXTENSION]);
+        out
+    }
+
+    /// Find a component type (or alias) of a kind.
+    pub fn lookup(&self, kind: Kind, name: &str) -> Option<&'static Metadata> {
+        self.all()
+            .into_iter()
+            .find(|m| m.kind == kind && m.is_named(name))
+    }
+
+    /// Canonical type names of a kind.
+    pub fn names(&self, kind: Kind) -> Vec<&'static str> {
+        self.all()
+            .into_iter()
+            .filter(|m| m.kind == kind)
+            .map(|m| m.type_name)
+            .collect()
+    }
+
+    pub fn processor(&self, type_name: &str) -> Option<&'static dyn ProcessorFactory> {
+        self.processors
+            .iter()
+            .copied()
+            .find(|f| f.metadata().is_named(type_name))
+    }
+
+    pub fn extension(&self, type_name: &str) -> Option<&'static dyn ExtensionFactory> {
+        self.extensions
+            .iter()
+            .copied()
+            .find(|f| f.metadata().is_named(type_name))
+    }
+
+    /// The `components` subcommand's YAML (otelcol's shape).
+    pub fn components_yaml(&self, command: &str, description: &str, version: &str) -> String {
+        let mut out = format!(
+            "buildinfo:\n  command: {command}\n  description: {description}\n  version: {version}\n"
+        );
+        let all = self.all();
+        for kind in Kind::ALL {
+            out.push_str(&format!("{}:\n", kind.section()));
+            for c in all.iter().filter(|c| c.kind == kind) {
+                out.push_str(&format!(
+                    "  - name: {}\n    module: {}\n",
+                    c.type_name, c.module
+                ));
+                if !c.aliases.is_empty() {
+                    out.push_str(&format!("    aliases: [{}]\n", c.aliases.join(", ")));
                 }
-            } else {
-                for (i, sig) in ["metrics", "traces", "logs"].iter().enumerate() {
-                    if let Some(Some(s)) = c.stability.get(i) {
-                        out.push_str(&format!("      {sig}: {s}\n"));
+                out.push_str("    stability:\n");
+                if kind == Kind::Extension {
+                    if let Some(s) = c.first_stability() {
+                        out.push_str(&format!("      extension: {s}\n"));
+                    }
+                } else {
+                    for (i, sig) in ["metrics", "traces", "logs"].iter().enumerate() {
+                        if let Some(Some(s)) = c.stability.get(i) {
+                            out.push_str(&format!("      {sig}: {s}\n"));
+                        }
                     }
                 }
             }
         }
+        out
     }
-    out
+}
+
+/// Ingero Fleet's `components` YAML.
+pub fn components_yaml() -> String {
+    Components::fleet().components_yaml(
+        "ingero-fleet",
+        "Ingero Fleet, a Rust-native OpenTelemetry collector for GPU straggler detection",
+        env!("CARGO_PKG_VERSION"),
+    )
 }
 
 #[cfg(test)]
@@ -224,15 +219,16 @@ mod tests {
 
     #[test]
     fn aliases_resolve_to_the_canonical_type() {
+        let c = Components::fleet();
         assert_eq!(
-            lookup(Kind::Exporter, "otlp_http").map(|c| c.name),
+            c.lookup(Kind::Exporter, "otlp_http").map(|c| c.type_name),
             Some("otlphttp")
         );
         assert_eq!(
-            lookup(Kind::Exporter, "otlp_grpc").map(|c| c.name),
+            c.lookup(Kind::Exporter, "otlp_grpc").map(|c| c.type_name),
             Some("otlp")
         );
-        assert!(lookup(Kind::Processor, "otlp").is_none());
+        assert!(c.lookup(Kind::Processor, "otlp").is_none());
     }
 
     #[test]
@@ -242,5 +238,17 @@ mod tests {
         assert_eq!(v["processors"].as_array().unwrap().len(), 3);
         assert_eq!(v["extensions"][0]["stability"]["extension"], "Beta");
         assert_eq!(v["receivers"][0]["stability"]["traces"], "Beta");
+    }
+
+    #[test]
+    fn the_host_set_has_no_processors_and_no_ingero_extension() {
+        let c = Components::host();
+        assert!(c.names(Kind::Processor).is_empty());
+        assert_eq!(
+            c.names(Kind::Extension),
+            [crate::auth::TYPE, "health_check"]
+        );
+        assert!(c.lookup(Kind::Extension, "ingero_threshold").is_none());
+        assert!(Components::fleet().processor("ingero").is_some());
     }
 }

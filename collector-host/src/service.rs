@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use component::api::Visibility;
+use component::middleware::{RequestMiddleware, ResponseMiddleware, Transport};
 use component::{BatchContext, ComponentId, Extension, MetricFamily, StaticHost, Timestamp};
 use fleet_prometheus::PrometheusExporter;
 use tokio::net::TcpListener;
@@ -23,6 +25,7 @@ use crate::config::{
 use crate::exporter::debug::DebugExporter;
 use crate::exporter::otlp::OtlpExporter;
 use crate::exporter::prometheus::PromExporter;
+use crate::ingest::Ingest;
 use crate::pipeline::{Exporter, Fanout, MetricsPipeline, PassPipeline, Stage};
 use crate::receiver::grpc::{self, GrpcReceiver};
 use crate::receiver::http::HttpReceiver;
@@ -35,12 +38,15 @@ use crate::tls::ListenerTls;
 pub struct RunOptions {
     /// Time in-flight requests get to finish after a shutdown signal.
     pub drain: Duration,
+    /// The binary's name in the `<name> is ready` log line.
+    pub name: &'static str,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             drain: Duration::from_secs(10),
+            name: "ingero-fleet",
         }
     }
 }
@@ -252,40 +258,26 @@ pub async fn run(
     for (id, e) in &plan.extensions {
         match e {
             ExtensionPlan::Auth(_) => {}
-            ExtensionPlan::Threshold(t) => {
-                t.start(&StaticHost::default())
+            ExtensionPlan::Component(e) => {
+                e.start(&StaticHost::default())
                     .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
-                host_exts.push((id.clone(), t.clone() as Arc<dyn Extension>));
-                let c = t.config().clone();
-                let ext = t.clone();
-                let name = format!("{id}/agent");
-                let handler = match gate(c.auth.as_ref(), &name) {
-                    Some(g) => crate::auth::gate::threshold_api(t.clone(), false, g),
-                    None => server::api_handler(move |r| ext.route_agent(r)),
-                };
-                listeners
-                    .http(
-                        &name,
-                        &format!("extensions.{id}.agent_endpoint"),
-                        &c.agent_endpoint,
-                        handler,
-                        capped(&name, c.max_connections),
-                    )
-                    .await?;
-                if !c.admin_endpoint.is_empty() {
-                    let ext = t.clone();
-                    let name = format!("{id}/admin");
-                    let handler = match gate(c.auth.as_ref(), &name) {
-                        Some(g) => crate::auth::gate::threshold_api(t.clone(), true, g),
-                        None => server::api_handler(move |r| ext.route_admin(r)),
+                host_exts.push((id.clone(), e.clone()));
+                for l in e.api_listeners() {
+                    let name = format!("{id}/{}", l.name);
+                    let handler = match gate(e.auth(), &name) {
+                        Some(g) => crate::auth::gate::api_listener(l.route.clone(), l.admin, g),
+                        None => {
+                            let route = l.route.clone();
+                            server::api_handler(move |r| route(r, Visibility::All))
+                        }
                     };
                     listeners
                         .http(
                             &name,
-                            &format!("extensions.{id}.admin_endpoint"),
-                            &c.admin_endpoint,
+                            &format!("extensions.{id}.{}", l.endpoint_key),
+                            &l.endpoint,
                             handler,
-                            capped(&name, c.max_connections),
+                            capped(&name, l.max_connections),
                         )
                         .await?;
                 }
@@ -474,39 +466,36 @@ pub async fn run(
         if fanout.metrics.is_empty() && fanout.traces.is_empty() && fanout.logs.is_empty() {
             continue;
         }
-        let store_for = |proto: &'static str| match plan
-            .middlewares
-            .get(&(id.clone(), proto))
-            .cloned()
-            .flatten()
-        {
-            None => plan.threshold_extension().map(|(_, t)| t.store()),
-            Some(ids) => ids.iter().find_map(|mid| {
-                plan.extensions.iter().find_map(|(eid, e)| match e {
-                    ExtensionPlan::Threshold(t) if eid == mid => Some(t.store()),
-                    _ => None,
-                })
-            }),
+        let request_mw = |r: Option<&component::config::AuthRef>, listener: &str| {
+            gate(r, listener)
+                .map(|g| Arc::new(g) as Arc<dyn RequestMiddleware>)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        let ingest = |transport, proto: &'static str, auth, listener: &str| Ingest {
+            transport,
+            fanout: fanout.clone(),
+            counters: telemetry.receiver(&id.to_string(), proto),
+            request: request_mw(auth, listener),
+            response: response_middlewares(&plan, &host, id, proto),
         };
         if let Some(h) = &cfg.protocols.http {
+            let name = format!("{id}/http");
             let rx = Arc::new(HttpReceiver {
                 cfg: h.clone(),
-                fanout: fanout.clone(),
-                thresholds: store_for("http"),
-                counters: telemetry.receiver(&id.to_string(), "http"),
+                ingest: ingest(Transport::Http, "http", h.auth.as_ref(), &name),
                 in_flight: (h.max_concurrent_requests > 0)
                     .then(|| Arc::new(tokio::sync::Semaphore::new(h.max_concurrent_requests))),
-                auth: gate(h.auth.as_ref(), &format!("{id}/http")),
             });
             let opts = ServerOptions {
-                name: format!("{id}/http"),
+                name: name.clone(),
                 header_read_timeout: h.read_header_timeout.min(h.idle_timeout),
                 max_connections: h.max_connections,
                 tls: None,
             };
             listeners
                 .http(
-                    &format!("{id}/http"),
+                    &name,
                     &format!("receivers.{id}.protocols.http.endpoint"),
                     &h.endpoint,
                     rx.handler(),
@@ -521,10 +510,7 @@ pub async fn run(
             let (l, addr) = bind_at(&path, &g.endpoint).await?;
             tracing::info!(listener = %name, addr = %addr, tls = tls.is_some(), "listening");
             let rx = GrpcReceiver {
-                fanout: fanout.clone(),
-                thresholds: store_for("grpc"),
-                counters: telemetry.receiver(&id.to_string(), "grpc"),
-                auth: gate(g.auth.as_ref(), &format!("{id}/grpc")),
+                ingest: Arc::new(ingest(Transport::Grpc, "grpc", g.auth.as_ref(), &name)),
             };
             let srx = shutdown_rx.clone();
             let g = g.clone();
@@ -638,7 +624,8 @@ pub async fn run(
         pipelines = plan.pipelines.len(),
         processors = used.len(),
         startup_ms = started.elapsed().as_millis() as u64,
-        "ingero-fleet is ready"
+        "{} is ready",
+        opts.name
     );
 
     stop.await;
@@ -671,6 +658,37 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The response middlewares of one receiver protocol: those its `middlewares` list names,
+/// or, with no list, the first started extension that offers one.
+fn response_middlewares(
+    plan: &Plan,
+    host: &StaticHost,
+    receiver: &ComponentId,
+    proto: &'static str,
+) -> Vec<Arc<dyn ResponseMiddleware>> {
+    let offered = host
+        .extensions
+        .iter()
+        .filter_map(|(id, e)| e.response_middleware().map(|m| (id, m)));
+    match plan
+        .middlewares
+        .get(&(receiver.clone(), proto))
+        .cloned()
+        .flatten()
+    {
+        None => offered.map(|(_, m)| m).take(1).collect(),
+        Some(ids) => ids
+            .iter()
+            .filter_map(|mid| {
+                host.extensions
+                    .iter()
+                    .find(|(id, _)| id == mid)
+                    .and_then(|(_, e)| e.response_middleware())
+            })
+            .collect(),
+    }
 }
 
 async fn futures_join(tasks: Vec<JoinHandle<()>>) {

@@ -51,6 +51,64 @@ impl ApiResponse {
     }
 }
 
+/// Routes one request of an [`ApiListener`] for a caller that sees `Visibility`.
+pub type ApiRoute =
+    std::sync::Arc<dyn Fn(&ApiRequest<'_>, Visibility<'_>) -> ApiResponse + Send + Sync>;
+
+/// An HTTP listener an extension asks its host to serve: the host binds `endpoint` (with
+/// the extension's `tls` block), checks bearer tokens when the extension names an `auth`
+/// authenticator, and hands each request to `route`.
+#[derive(Clone)]
+pub struct ApiListener {
+    /// The listener is called `<extension id>/<name>` in logs and telemetry.
+    pub name: &'static str,
+    /// Config key of the endpoint under the extension (`agent_endpoint`).
+    pub endpoint_key: &'static str,
+    pub endpoint: String,
+    pub max_connections: usize,
+    /// Behind `auth`: an admin listener's requests are diagnostics reads and need a token
+    /// scoped to every cluster unless they name one; otherwise threshold reads.
+    pub admin: bool,
+    pub route: ApiRoute,
+}
+
+impl std::fmt::Debug for ApiListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiListener")
+            .field("name", &self.name)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which clusters a caller may see.
+#[derive(Clone, Copy)]
+pub enum Visibility<'a> {
+    /// Every cluster (no authentication, or a token scoped to `"*"`).
+    All,
+    /// Only the clusters this predicate accepts.
+    Only(&'a (dyn Fn(&str) -> bool + Sync)),
+}
+
+impl std::fmt::Debug for Visibility<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Visibility::All => "All",
+            Visibility::Only(_) => "Only(..)",
+        })
+    }
+}
+
+impl Visibility<'_> {
+    /// Whether the caller may see `cluster`.
+    pub fn allows(&self, cluster: &str) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Only(f) => f(cluster),
+        }
+    }
+}
+
 /// Iterate `key=value` pairs of a query string, percent-decoded (`+` is a space) by
 /// [`form_decode_lossy`]: malformed escapes are kept literally, bytes that are not UTF-8
 /// replaced; a pair without `=` has an empty value.

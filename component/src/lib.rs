@@ -14,7 +14,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cluster_id;
 pub mod config;
+pub mod factory;
+pub mod listen_addr;
+pub mod middleware;
 pub mod otlp;
 pub mod recycle;
 pub mod telemetry;
@@ -202,6 +206,22 @@ pub trait Extension: Send + Sync {
 
     /// The sink a threshold-computing processor publishes into, if this extension has one.
     fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
+        None
+    }
+
+    /// The response middleware this extension offers receivers, if any (see
+    /// [`middleware`]); receivers name it in `protocols.*.middlewares`.
+    fn response_middleware(&self) -> Option<Arc<dyn middleware::ResponseMiddleware>> {
+        None
+    }
+
+    /// HTTP listeners the host serves for this extension (e.g. the threshold API).
+    fn api_listeners(&self) -> Vec<api::ApiListener> {
+        Vec::new()
+    }
+
+    /// The authenticator that guards [`Extension::api_listeners`] (`auth:` in its config).
+    fn auth(&self) -> Option<&config::AuthRef> {
         None
     }
 

@@ -17,6 +17,30 @@ use crate::otlp::{
     NumberDataPoint, ResourceMetrics, ScopeMetrics,
 };
 
+thread_local! {
+    /// This thread's strings and vectors of finished batches, for the next decode here.
+    static POOL: std::cell::Cell<Recycler> = std::cell::Cell::new(Recycler::default());
+}
+
+/// Take this thread's pool for a decode; give it back with [`put_thread_pool`].
+pub fn take_thread_pool() -> Recycler {
+    POOL.take()
+}
+
+/// Give this thread's pool back after a decode.
+pub fn put_thread_pool(pool: Recycler) {
+    POOL.set(pool);
+}
+
+/// Hand a finished batch's strings and vectors to this thread's pool, for the next decode
+/// on this thread (instead of freeing them now and allocating them again then). Hosts call
+/// this where a batch's pipeline ends.
+pub fn recycle_on_this_thread(data: Vec<ResourceMetrics>) {
+    let mut pool = POOL.take();
+    pool.recycle_resources(data);
+    POOL.set(pool);
+}
+
 /// Counts of what a [`Recycler`] holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kept {

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use component::api::{ApiRequest, ApiResponse};
+use component::api::{ApiListener, ApiRequest, ApiResponse};
+use component::config::AuthRef;
+use component::middleware::ResponseMiddleware;
 use component::{
     ConfigErrors, ConfigValue, Extension, Host, MetricFamily, StartError, ThresholdSink,
 };
@@ -22,7 +24,7 @@ const STOPPED: u8 = 2;
 pub struct ThresholdExtension {
     config: ThresholdExtensionConfig,
     store: Arc<ThresholdStore>,
-    routes: Routes,
+    routes: Arc<Routes>,
     state: AtomicU8,
 }
 
@@ -36,7 +38,7 @@ impl ThresholdExtension {
     pub fn new(config: ThresholdExtensionConfig) -> Self {
         let store = Arc::new(ThresholdStore::with_max_clusters(config.max_clusters));
         ThresholdExtension {
-            routes: Routes::new(Arc::clone(&store)),
+            routes: Arc::new(Routes::new(Arc::clone(&store))),
             store,
             config,
             state: AtomicU8::new(CREATED),
@@ -95,6 +97,41 @@ impl Extension for ThresholdExtension {
     fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
         let sink: Arc<dyn ThresholdSink> = self.store();
         Some(sink)
+    }
+
+    /// The agent listener (threshold reads) and, when `admin_endpoint` is set, the admin
+    /// listener (diagnostics).
+    fn api_listeners(&self) -> Vec<ApiListener> {
+        let routes = self.routes.clone();
+        let mut out = vec![ApiListener {
+            name: "agent",
+            endpoint_key: "agent_endpoint",
+            endpoint: self.config.agent_endpoint.clone(),
+            max_connections: self.config.max_connections,
+            admin: false,
+            route: Arc::new(move |req, vis| routes.agent_scoped(req, vis)),
+        }];
+        if !self.config.admin_endpoint.is_empty() {
+            let routes = self.routes.clone();
+            out.push(ApiListener {
+                name: "admin",
+                endpoint_key: "admin_endpoint",
+                endpoint: self.config.admin_endpoint.clone(),
+                max_connections: self.config.max_connections,
+                admin: true,
+                route: Arc::new(move |req, vis| routes.admin_scoped(req, vis)),
+            });
+        }
+        out
+    }
+
+    fn auth(&self) -> Option<&AuthRef> {
+        self.config.auth.as_ref()
+    }
+
+    fn response_middleware(&self) -> Option<Arc<dyn ResponseMiddleware>> {
+        let mw: Arc<dyn ResponseMiddleware> = self.store();
+        Some(mw)
     }
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {

@@ -32,6 +32,7 @@
 pub mod cluster_id;
 pub mod config;
 pub mod extension;
+pub mod factory;
 pub mod listen_addr;
 pub mod metrics;
 pub mod routes;
@@ -44,6 +45,7 @@ pub use cluster_id::{
 };
 pub use config::ThresholdExtensionConfig;
 pub use extension::{ThresholdExtension, create};
+pub use factory::FACTORY;
 pub use listen_addr::{ListenAddr, ListenHost};
 pub use routes::{
     DEFAULT_PAGE_LIMIT, DIAGNOSTICS_PATH, LISTING_FORBIDDEN, MAX_PAGE_LIMIT, Visibility,

@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 
+pub use component::api::Visibility;
 use component::api::{ApiRequest, ApiResponse};
 use component::text::form_decode;
 use component::threshold::{ClusterDiagnostics, ClusterReport};
@@ -43,33 +44,6 @@ pub const DEFAULT_PAGE_LIMIT: usize = 100;
 pub const MAX_PAGE_LIMIT: usize = 1000;
 
 const ALLOW: &str = "GET";
-
-/// Which clusters a caller may see.
-#[derive(Clone, Copy)]
-pub enum Visibility<'a> {
-    /// Every cluster (no authentication, or a token scoped to `"*"`).
-    All,
-    /// Only the clusters this predicate accepts.
-    Only(&'a (dyn Fn(&str) -> bool + Sync)),
-}
-
-impl std::fmt::Debug for Visibility<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Visibility::All => "All",
-            Visibility::Only(_) => "Only(..)",
-        })
-    }
-}
-
-impl Visibility<'_> {
-    fn allows(&self, cluster: &str) -> bool {
-        match self {
-            Visibility::All => true,
-            Visibility::Only(f) => f(cluster),
-        }
-    }
-}
 
 /// Body of the 403 a scoped caller gets for the diagnostics listing.
 pub const LISTING_FORBIDDEN: &str =

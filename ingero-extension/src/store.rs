@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use component::middleware::{ResponseMiddleware, Transport};
 use component::threshold::{ClusterReport, ThresholdSink, ThresholdValue};
 use component::wire::http::{
     GRPC_META_QUORUM_MET, GRPC_META_THRESHOLD, HEADER_QUORUM_MET, HEADER_THRESHOLD,
@@ -483,6 +484,36 @@ impl ThresholdStore {
                 c.dropped_over_cap.load(Ordering::Relaxed) as f64,
             ),
         );
+    }
+}
+
+/// The threshold headers as a response middleware: what [`ThresholdStore::push_headers`]
+/// returns, written into the response without a copy of the header pair.
+impl ResponseMiddleware for ThresholdStore {
+    fn response_metadata(
+        &self,
+        transport: Transport,
+        cluster: &str,
+        out: &mut dyn FnMut(&'static str, &HeaderValue),
+    ) {
+        let snapshot = self.current.load();
+        match snapshot
+            .clusters
+            .get(cluster)
+            .and_then(|e| e.headers.as_ref())
+        {
+            Some(h) => {
+                self.counters.headers_set.inc();
+                let pairs = match transport {
+                    Transport::Http => h.pairs(),
+                    Transport::Grpc => h.grpc_pairs(),
+                };
+                for (name, value) in pairs {
+                    out(name, value);
+                }
+            }
+            None => self.counters.headers_absent.inc(),
+        }
     }
 }
 

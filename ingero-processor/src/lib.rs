@@ -41,6 +41,7 @@ pub mod classifier;
 pub mod cluster;
 pub mod config;
 pub mod ingest;
+pub mod factory;
 pub mod metrics;
 pub mod processor;
 pub mod stats;
@@ -54,6 +55,8 @@ pub use processor::IngeroProcessor;
 
 /// The component type name (`processors: ingero:` in a collector config).
 pub const TYPE: &str = "ingero";
+
+pub use factory::FACTORY;
 
 /// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
 /// holding just these (the C ABI decodes only them). Of these metrics it reads the name,

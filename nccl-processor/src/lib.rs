@@ -33,6 +33,7 @@ pub mod align;
 pub mod clock;
 pub mod config;
 pub mod emit;
+pub mod factory;
 pub mod ingest;
 pub mod lag;
 pub mod metrics;
@@ -45,6 +46,8 @@ pub mod tracker;
 
 /// The component type name in configs (`processors: { nccl_peer_lag: ... }`).
 pub const TYPE: &str = "nccl_peer_lag";
+
+pub use factory::FACTORY;
 
 /// The only metrics `process` reads; it never changes the batch. Hosts may hand it a batch
 /// holding just these (the C ABI decodes only them). Of these metrics it reads the name,

@@ -36,6 +36,7 @@ pub mod config;
 pub mod cost;
 mod exposition;
 pub mod extract;
+pub mod factory;
 pub mod metrics;
 pub mod pattern;
 pub mod processor;
@@ -51,6 +52,8 @@ pub use resolve::{ProviderSource, Resolution};
 
 /// The component type name in collector configs.
 pub const TYPE: &str = "provider_lookup";
+
+pub use factory::FACTORY;
 
 /// Decode and validate a config subtree, read its files and build the processor. Every
 /// problem is reported, with its key path (problems inside the files under `rules_file`

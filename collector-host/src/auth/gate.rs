@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use component::api::ApiRequest;
+use component::api::{ApiRequest, ApiRoute, Visibility};
+use component::cluster_id::{ClusterIdParam, cluster_id_from_query};
 use http::{HeaderMap, HeaderValue, Request};
 use hyper::body::Incoming;
-use ingero_extension::{ClusterIdParam, ThresholdExtension, Visibility, cluster_id_from_query};
 
 use super::{Action, Denial, ListenerAuth};
 use crate::server::{Body, Handler, response};
@@ -26,8 +26,7 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// More than one `Authorization` header (or metadata entry): refused as unauthenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepeatedHeader;
+pub use component::middleware::RepeatedHeader;
 
 /// The single `Authorization` header's value; `Err` when it is repeated.
 pub fn authorization(h: &HeaderMap) -> Result<Option<&[u8]>, RepeatedHeader> {
@@ -63,6 +62,15 @@ pub fn status(d: Denial) -> u16 {
     }
 }
 
+/// The `WWW-Authenticate` value of a 401.
+pub fn challenge(token_presented: bool) -> &'static str {
+    if token_presented {
+        CHALLENGE_INVALID
+    } else {
+        CHALLENGE
+    }
+}
+
 /// Add `WWW-Authenticate` / `Retry-After` to a refusal.
 pub fn decorate(r: &mut http::Response<Body>, d: Denial) {
     let h = r.headers_mut();
@@ -70,11 +78,7 @@ pub fn decorate(r: &mut http::Response<Body>, d: Denial) {
         Denial::Unauthenticated { token_presented } => {
             h.insert(
                 http::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(if token_presented {
-                    CHALLENGE_INVALID
-                } else {
-                    CHALLENGE
-                }),
+                HeaderValue::from_static(challenge(token_presented)),
             );
         }
         Denial::RateLimited { retry_after_secs } => {
@@ -97,22 +101,6 @@ pub fn json_denial(d: Denial) -> http::Response<Body> {
     );
     decorate(&mut r, d);
     r
-}
-
-/// The gRPC status of a refusal (RESOURCE_EXHAUSTED carries `retry-after` metadata).
-pub fn grpc_status(d: Denial) -> tonic::Status {
-    match d {
-        Denial::Unauthenticated { .. } => tonic::Status::unauthenticated(message(d)),
-        Denial::Forbidden => tonic::Status::permission_denied(message(d)),
-        Denial::RateLimited { retry_after_secs } => {
-            let mut s = tonic::Status::resource_exhausted(message(d));
-            s.metadata_mut().insert(
-                "retry-after",
-                tonic::metadata::MetadataValue::from(retry_after_secs),
-            );
-            s
-        }
-    }
 }
 
 /// Gate a whole listener: any valid token (`need_all: false`, health check) or a token
@@ -138,11 +126,12 @@ pub fn guard(inner: Handler, auth: ListenerAuth, action: Action, need_all: bool)
     })
 }
 
-/// The threshold extension's agent (`admin: false`) or admin listener behind the gate.
-/// Out-of-scope clusters answer exactly as unknown ones (and are audited as `forbidden`).
-pub fn threshold_api(ext: Arc<ThresholdExtension>, admin: bool, auth: ListenerAuth) -> Handler {
+/// An extension's API listener behind the gate: threshold reads (`admin: false`) or
+/// diagnostics (`admin: true`). The route gets the caller's [`Visibility`]: out-of-scope
+/// clusters answer exactly as unknown ones (and are audited as `forbidden`).
+pub fn api_listener(route: ApiRoute, admin: bool, auth: ListenerAuth) -> Handler {
     Arc::new(move |req: Request<Incoming>, peer| {
-        let ext = ext.clone();
+        let route = route.clone();
         let auth = auth.clone();
         Box::pin(async move {
             let action = if admin {
@@ -179,11 +168,7 @@ pub fn threshold_api(ext: Arc<ThresholdExtension>, admin: bool, auth: ListenerAu
                 path: req.uri().path(),
                 query,
             };
-            let out = if admin {
-                ext.route_admin_scoped(&api, vis)
-            } else {
-                ext.route_agent_scoped(&api, vis)
-            };
+            let out = route(&api, vis);
             let mut r = response(out.status, out.content_type, out.body);
             for (k, v) in out.headers {
                 if let Ok(v) = HeaderValue::from_str(&v) {

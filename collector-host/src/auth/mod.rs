@@ -29,6 +29,7 @@ pub mod audit;
 pub mod bucket;
 pub mod config;
 pub mod gate;
+pub mod middleware;
 pub mod reload;
 pub mod tokens;
 

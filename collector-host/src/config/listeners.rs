@@ -11,7 +11,7 @@ use super::{ExporterPlan, ExtensionPlan, ListenerTlsPlan, ReceiverPlan};
 
 /// Take the `tls` block out of a component's config tree, for components whose own
 /// config type does not know it (the host serves their listener): the Prometheus exporter
-/// and the `ingero_threshold` extension.
+/// and extensions whose metadata says `host_tls` (`ingero_threshold`).
 pub(super) fn take_tls(
     v: &ConfigValue,
 ) -> Result<(ConfigValue, Option<ServerTlsConfig>), ConfigErrors> {
@@ -46,7 +46,7 @@ pub(super) struct ListenerDecl {
 
 /// Only this machine can connect: 127.0.0.0/8, `::1`, `localhost`.
 fn is_loopback_endpoint(endpoint: &str) -> bool {
-    ingero_extension::listen_addr::ListenAddr::parse(endpoint).is_ok_and(|a| a.is_loopback())
+    component::listen_addr::ListenAddr::parse(endpoint).is_ok_and(|a| a.is_loopback())
 }
 
 /// Every listener the config asks for, with its key paths and `tls` block.
@@ -88,12 +88,10 @@ pub(super) fn listener_decls(
     for (id, e) in extensions {
         let base = format!("extensions.{id}");
         match e {
-            ExtensionPlan::Threshold(t) => {
-                let c = t.config();
+            ExtensionPlan::Component(e) => {
                 let tls = component_tls.get(&base);
-                add(base.clone(), "agent_endpoint", &c.agent_endpoint, tls);
-                if !c.admin_endpoint.is_empty() {
-                    add(base, "admin_endpoint", &c.admin_endpoint, tls);
+                for l in e.api_listeners() {
+                    add(base.clone(), l.endpoint_key, &l.endpoint, tls);
                 }
             }
             ExtensionPlan::HealthCheck(c) => add(base, "endpoint", &c.endpoint, c.tls.as_ref()),

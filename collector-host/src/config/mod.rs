@@ -13,11 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use component::config::{ComponentConfig, ConfigErrors, decode};
-use component::{ComponentId, ConfigValue, Processor};
+use component::{ComponentId, ConfigValue, Extension, Processor};
 use fleet_prometheus::PrometheusExporterConfig;
-use ingero_extension::ThresholdExtension;
 
-use crate::registry::{self, Kind};
+use crate::registry::{Components, Kind};
 use listeners::{check_listener_conflicts, check_plaintext, listener_decls, load_tls, take_tls};
 use model::{
     DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig, RawConfig,
@@ -35,6 +34,8 @@ pub struct ProcessorPlan {
     pub kind: &'static str,
     pub processor: Arc<dyn Processor>,
     pub tick_interval: Duration,
+    /// At most one instance may run in a process (from the factory's metadata).
+    pub singleton: bool,
 }
 
 impl std::fmt::Debug for ProcessorPlan {
@@ -55,10 +56,10 @@ pub enum ExporterPlan {
     OtlpHttp(OtlpExporterConfig),
 }
 
-/// A configured extension.
+/// A configured extension: one built by a component crate's factory, or a host built-in.
 #[derive(Clone)]
 pub enum ExtensionPlan {
-    Threshold(Arc<ThresholdExtension>),
+    Component(Arc<dyn Extension>),
     HealthCheck(HealthCheckConfig),
     Auth(Arc<crate::auth::AuthExtension>),
 }
@@ -66,7 +67,7 @@ pub enum ExtensionPlan {
 impl std::fmt::Debug for ExtensionPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExtensionPlan::Threshold(_) => f.write_str("Threshold"),
+            ExtensionPlan::Component(_) => f.write_str("Component"),
             ExtensionPlan::HealthCheck(c) => write!(f, "HealthCheck({c:?})"),
             ExtensionPlan::Auth(a) => write!(f, "Auth({:?})", a.config),
         }
@@ -121,11 +122,12 @@ pub struct Plan {
 /// Decode a section entry: id, registry type, component config.
 fn section<T>(
     errs: &mut ConfigErrors,
-    section: &str,
+    components: &Components,
     kind: Kind,
     entries: &BTreeMap<String, ConfigValue>,
-    mut build: impl FnMut(&str, &ConfigValue, &str) -> Result<T, ConfigErrors>,
+    mut build: impl FnMut(&'static str, &ComponentId, &ConfigValue) -> Result<T, ConfigErrors>,
 ) -> BTreeMap<ComponentId, T> {
+    let section = kind.section();
     let mut out = BTreeMap::new();
     for (key, value) in entries {
         let path = format!("{section}.{key}");
@@ -136,19 +138,19 @@ fn section<T>(
                 continue;
             }
         };
-        let Some(info) = registry::lookup(kind, id.kind()) else {
+        let Some(info) = components.lookup(kind, id.kind()) else {
             errs.push(
                 path,
                 format!(
                     "unknown {} type {:?}; known: {}",
                     kind.singular(),
                     id.kind(),
-                    registry::names(kind).join(", ")
+                    components.names(kind).join(", ")
                 ),
             );
             continue;
         };
-        match build(info.name, value, &path) {
+        match build(info.type_name, &id, value) {
             Ok(v) => {
                 out.insert(id, v);
             }
@@ -162,277 +164,402 @@ fn decode_host<T: ComponentConfig>(v: &ConfigValue) -> Result<T, ConfigErrors> {
     decode::<T>(v)
 }
 
-impl Plan {
-    /// Validate `root` completely and instantiate its components (pure: no sockets).
-    pub fn build(root: &ConfigValue) -> Result<Plan, ConfigErrors> {
-        let raw: RawConfig = if root.is_null() {
-            RawConfig::default()
-        } else {
-            serde_path_to_error::deserialize(root).map_err(|e| {
-                let path = e.path().to_string();
+/// The component sections, decoded and instantiated.
+struct Sections {
+    receivers: BTreeMap<ComponentId, ReceiverPlan>,
+    processors: BTreeMap<ComponentId, ProcessorPlan>,
+    exporters: BTreeMap<ComponentId, ExporterPlan>,
+    /// Every defined extension (enabled or not).
+    extensions: BTreeMap<ComponentId, ExtensionPlan>,
+    /// `tls` blocks the host took out of component configs, by `section.id`.
+    component_tls: BTreeMap<String, ServerTlsConfig>,
+}
+
+/// Parse the document into the host's raw shape (the first error stops here).
+fn decode_raw(root: &ConfigValue) -> Result<RawConfig, ConfigErrors> {
+    if root.is_null() {
+        return Ok(RawConfig::default());
+    }
+    serde_path_to_error::deserialize(root).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigErrors::from(component::ConfigError::new(
+            if path == "." { String::new() } else { path },
+            e.into_inner().to_string(),
+        ))
+    })
+}
+
+/// Decode every receiver, processor, exporter and extension entry with its factory.
+fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Components) -> Sections {
+    let receivers = section(
+        errs,
+        components,
+        Kind::Receiver,
+        &raw.receivers,
+        |_, _, v| decode_host::<OtlpReceiverConfig>(v).map(ReceiverPlan::Otlp),
+    );
+    let processors = section(
+        errs,
+        components,
+        Kind::Processor,
+        &raw.processors,
+        |ty, _, v| {
+            let f = components.processor(ty).ok_or_else(|| {
                 ConfigErrors::from(component::ConfigError::new(
-                    if path == "." { String::new() } else { path },
-                    e.into_inner().to_string(),
+                    "",
+                    format!("unknown processor type {ty:?}"),
                 ))
-            })?
+            })?;
+            let created = f.create(v)?;
+            Ok(ProcessorPlan {
+                kind: f.metadata().type_name,
+                processor: created.processor,
+                tick_interval: if created.tick_interval.is_zero() {
+                    Duration::from_secs(1)
+                } else {
+                    created.tick_interval
+                },
+                singleton: f.metadata().singleton,
+            })
+        },
+    );
+    let mut component_tls: BTreeMap<String, ServerTlsConfig> = BTreeMap::new();
+    let exporters = section(
+        errs,
+        components,
+        Kind::Exporter,
+        &raw.exporters,
+        |ty, _, v| match ty {
+            "prometheus" => {
+                let (v, tls) = take_tls(v)?;
+                decode_host::<PrometheusExporterConfig>(&v)
+                    .map(|c| (ExporterPlan::Prometheus(c), tls))
+            }
+            "debug" => {
+                decode_host::<DebugExporterConfig>(v).map(|c| (ExporterPlan::Debug(c), None))
+            }
+            "otlp" => {
+                decode_host::<OtlpExporterConfig>(v).map(|c| (ExporterPlan::OtlpGrpc(c), None))
+            }
+            _ => decode_host::<OtlpExporterConfig>(v).map(|c| (ExporterPlan::OtlpHttp(c), None)),
+        },
+    );
+    let exporters = exporters
+        .into_iter()
+        .map(|(id, (plan, tls))| {
+            if let Some(t) = tls {
+                component_tls.insert(format!("exporters.{id}"), t);
+            }
+            (id, plan)
+        })
+        .collect();
+    let extensions = section(
+        errs,
+        components,
+        Kind::Extension,
+        &raw.extensions,
+        |ty, id, v| {
+            if ty == crate::auth::TYPE {
+                return decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
+                    let ext = crate::auth::AuthExtension::new(&id.to_string(), c);
+                    (ExtensionPlan::Auth(Arc::new(ext)), None)
+                });
+            }
+            match components.extension(ty) {
+                Some(f) => {
+                    let (v, tls) = if f.metadata().host_tls {
+                        take_tls(v)?
+                    } else {
+                        (v.clone(), None)
+                    };
+                    f.create(id, &v).map(|e| (ExtensionPlan::Component(e), tls))
+                }
+                None => decode_host::<HealthCheckConfig>(v)
+                    .map(|c| (ExtensionPlan::HealthCheck(c), None)),
+            }
+        },
+    );
+    let extensions = extensions
+        .into_iter()
+        .map(|(id, (plan, tls))| {
+            if let Some(t) = tls {
+                component_tls.insert(format!("extensions.{id}"), t);
+            }
+            (id, plan)
+        })
+        .collect();
+    Sections {
+        receivers,
+        processors,
+        exporters,
+        extensions,
+        component_tls,
+    }
+}
+
+/// The extensions `service.extensions` enables, in its order.
+fn enabled_extensions(
+    errs: &mut ConfigErrors,
+    raw: &RawConfig,
+    defined: &BTreeMap<ComponentId, ExtensionPlan>,
+) -> Vec<(ComponentId, ExtensionPlan)> {
+    let mut extensions = Vec::new();
+    for (i, key) in raw.service.extensions.iter().enumerate() {
+        let path = format!("service.extensions.{i}");
+        match ComponentId::parse(key) {
+            Ok(id) => match defined.get(&id) {
+                Some(p) if !extensions.iter().any(|(e, _)| e == &id) => {
+                    extensions.push((id, p.clone()))
+                }
+                Some(_) => errs.push(path, format!("extension {key:?} listed twice")),
+                None if raw.extensions.contains_key(key) => {} // already reported
+                None => errs.push(
+                    path,
+                    format!("extension {key:?} is not defined under extensions"),
+                ),
+            },
+            Err(e) => errs.push(path, e),
+        }
+    }
+    extensions
+}
+
+/// Every `service.pipelines` entry with its components resolved.
+fn build_pipelines(errs: &mut ConfigErrors, raw: &RawConfig, s: &Sections) -> Vec<PipelinePlan> {
+    let mut pipelines = Vec::new();
+    if raw.service.pipelines.is_empty() {
+        errs.push(
+            "service.pipelines",
+            "at least one metrics pipeline is required",
+        );
+    }
+    for (name, p) in &raw.service.pipelines {
+        let path = format!("service.pipelines.{name}");
+        let signal = match name.split('/').next() {
+            Some("metrics") => PipelineSignal::Metrics,
+            Some("traces") => PipelineSignal::Traces,
+            Some("logs") => PipelineSignal::Logs,
+            _ => {
+                errs.push(
+                    path,
+                    "pipeline id must be metrics[/name], traces[/name] or logs[/name]",
+                );
+                continue;
+            }
         };
+        let mut resolve = |list: &[String],
+                           what: &str,
+                           defined: &dyn Fn(&ComponentId) -> bool,
+                           raw_has: &dyn Fn(&str) -> bool| {
+            let mut ids = Vec::new();
+            for (i, key) in list.iter().enumerate() {
+                let p = format!("{path}.{what}.{i}");
+                match ComponentId::parse(key) {
+                    Ok(id) if defined(&id) => {
+                        if ids.contains(&id) {
+                            errs.push(p, format!("{key:?} listed twice"));
+                        } else {
+                            ids.push(id);
+                        }
+                    }
+                    Ok(_) if raw_has(key) => {} // its own error was reported
+                    Ok(_) => errs.push(p, format!("{key:?} is not defined under {what}")),
+                    Err(e) => errs.push(p, e),
+                }
+            }
+            ids
+        };
+        let r = resolve(
+            &p.receivers,
+            "receivers",
+            &|id| s.receivers.contains_key(id),
+            &|k| raw.receivers.contains_key(k),
+        );
+        let pr = resolve(
+            &p.processors,
+            "processors",
+            &|id| s.processors.contains_key(id),
+            &|k| raw.processors.contains_key(k),
+        );
+        let ex = resolve(
+            &p.exporters,
+            "exporters",
+            &|id| s.exporters.contains_key(id),
+            &|k| raw.exporters.contains_key(k),
+        );
+        if p.receivers.is_empty() {
+            errs.push(
+                format!("{path}.receivers"),
+                "must list at least one receiver",
+            );
+        }
+        if p.exporters.is_empty() {
+            errs.push(
+                format!("{path}.exporters"),
+                "must list at least one exporter",
+            );
+        }
+        if signal != PipelineSignal::Metrics && !p.processors.is_empty() {
+            errs.push(
+                format!("{path}.processors"),
+                "the Ingero processors handle metrics only; traces and logs pipelines pass data through",
+            );
+        }
+        pipelines.push(PipelinePlan {
+            name: name.clone(),
+            signal,
+            receivers: r,
+            processors: pr,
+            exporters: ex,
+        });
+    }
+    if !raw.service.pipelines.is_empty()
+        && !pipelines
+            .iter()
+            .any(|p| p.signal == PipelineSignal::Metrics)
+    {
+        errs.push(
+            "service.pipelines",
+            "at least one metrics pipeline is required",
+        );
+    }
+    pipelines
+}
+
+/// A singleton processor type (e.g. `ingero`: two would overwrite each other's
+/// thresholds in the store) may run once per process.
+fn check_singletons(
+    errs: &mut ConfigErrors,
+    processors: &BTreeMap<ComponentId, ProcessorPlan>,
+    pipelines: &[PipelinePlan],
+) {
+    let mut by_type: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (id, p) in processors {
+        if p.singleton && pipelines.iter().any(|pl| pl.processors.contains(id)) {
+            by_type.entry(p.kind).or_default().push(id.to_string());
+        }
+    }
+    for (ty, used) in by_type {
+        if used.len() > 1 {
+            errs.push(
+                "processors",
+                format!(
+                    "at most one {ty} processor may run (found {})",
+                    used.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// Explicit `middlewares` lists per receiver protocol; each must name an enabled
+/// extension that offers a response middleware.
+fn middleware_lists(
+    errs: &mut ConfigErrors,
+    receivers: &BTreeMap<ComponentId, ReceiverPlan>,
+    extensions: &[(ComponentId, ExtensionPlan)],
+) -> HashMap<(ComponentId, &'static str), Option<Vec<ComponentId>>> {
+    let mut middlewares = HashMap::new();
+    for (id, ReceiverPlan::Otlp(cfg)) in receivers {
+        let protos: [(&'static str, Option<&Vec<model::MiddlewareRef>>); 2] = [
+            (
+                "http",
+                cfg.protocols
+                    .http
+                    .as_ref()
+                    .and_then(|h| h.middlewares.as_ref()),
+            ),
+            (
+                "grpc",
+                cfg.protocols
+                    .grpc
+                    .as_ref()
+                    .and_then(|g| g.middlewares.as_ref()),
+            ),
+        ];
+        for (proto, list) in protos {
+            let Some(list) = list else {
+                middlewares.insert((id.clone(), proto), None);
+                continue;
+            };
+            let mut ids = Vec::new();
+            for (i, m) in list.iter().enumerate() {
+                let path = format!("receivers.{id}.protocols.{proto}.middlewares.{i}.id");
+                match ComponentId::parse(&m.id) {
+                    Ok(mid) => match extensions.iter().find(|(e, _)| e == &mid) {
+                        Some((_, ExtensionPlan::Component(e)))
+                            if e.response_middleware().is_some() =>
+                        {
+                            ids.push(mid)
+                        }
+                        Some(_) => errs.push(
+                            path,
+                            format!("extension {:?} is not an HTTP/gRPC server middleware", m.id),
+                        ),
+                        None => errs.push(
+                            path,
+                            format!(
+                                "middleware {:?} must be an extension listed in service.extensions",
+                                m.id
+                            ),
+                        ),
+                    },
+                    Err(e) => errs.push(path, e),
+                }
+            }
+            middlewares.insert((id.clone(), proto), Some(ids));
+        }
+    }
+    middlewares
+}
+
+/// Every listener's `auth` must name an enabled `ingero_auth` extension.
+fn check_auth_refs(
+    errs: &mut ConfigErrors,
+    s: &Sections,
+    extensions: &[(ComponentId, ExtensionPlan)],
+) {
+    for (path, r) in auth_refs(&s.receivers, &s.exporters, extensions) {
+        let path = format!("{path}.auth.authenticator");
+        match ComponentId::parse(&r.authenticator) {
+            Ok(aid) => match extensions.iter().find(|(e, _)| e == &aid) {
+                Some((_, ExtensionPlan::Auth(_))) => {}
+                Some(_) => errs.push(
+                    path,
+                    format!("extension {:?} is not an ingero_auth authenticator", r.authenticator),
+                ),
+                None => errs.push(
+                    path,
+                    format!(
+                        "authenticator {:?} must be an ingero_auth extension listed in service.extensions",
+                        r.authenticator
+                    ),
+                ),
+            },
+            Err(e) => errs.push(path, e),
+        }
+    }
+}
+
+impl Plan {
+    /// [`Plan::build_with`] Ingero Fleet's component set.
+    pub fn build(root: &ConfigValue) -> Result<Plan, ConfigErrors> {
+        Plan::build_with(root, &Components::fleet())
+    }
+
+    /// Validate `root` completely against `components` and instantiate its components
+    /// (pure: no sockets).
+    pub fn build_with(root: &ConfigValue, components: &Components) -> Result<Plan, ConfigErrors> {
+        let raw = decode_raw(root)?;
         let mut errs = ConfigErrors::new();
         if !raw.connectors.is_empty() {
             errs.push("connectors", "connectors are not supported by ingero-fleet");
         }
-
-        let receivers = section(
-            &mut errs,
-            "receivers",
-            Kind::Receiver,
-            &raw.receivers,
-            |_, v, _| decode_host::<OtlpReceiverConfig>(v).map(ReceiverPlan::Otlp),
-        );
-        let processors = section(
-            &mut errs,
-            "processors",
-            Kind::Processor,
-            &raw.processors,
-            |ty, v, _| registry::create_processor(ty, v),
-        );
-        let exporters =
-            section(
-                &mut errs,
-                "exporters",
-                Kind::Exporter,
-                &raw.exporters,
-                |ty, v, _| match ty {
-                    "prometheus" => {
-                        let (v, tls) = take_tls(v)?;
-                        decode_host::<PrometheusExporterConfig>(&v)
-                            .map(|c| (ExporterPlan::Prometheus(c), tls))
-                    }
-                    "debug" => decode_host::<DebugExporterConfig>(v)
-                        .map(|c| (ExporterPlan::Debug(c), None)),
-                    "otlp" => decode_host::<OtlpExporterConfig>(v)
-                        .map(|c| (ExporterPlan::OtlpGrpc(c), None)),
-                    _ => decode_host::<OtlpExporterConfig>(v)
-                        .map(|c| (ExporterPlan::OtlpHttp(c), None)),
-                },
-            );
-        let mut component_tls: BTreeMap<String, ServerTlsConfig> = BTreeMap::new();
-        let exporters: BTreeMap<ComponentId, ExporterPlan> = exporters
-            .into_iter()
-            .map(|(id, (plan, tls))| {
-                if let Some(t) = tls {
-                    component_tls.insert(format!("exporters.{id}"), t);
-                }
-                (id, plan)
-            })
-            .collect();
-        let defined_ext = section(
-            &mut errs,
-            "extensions",
-            Kind::Extension,
-            &raw.extensions,
-            |ty, v, path| match ty {
-                ingero_extension::TYPE => {
-                    let (v, tls) = take_tls(v)?;
-                    ingero_extension::create(&v)
-                        .map(|e| (ExtensionPlan::Threshold(Arc::new(e)), tls))
-                }
-                crate::auth::TYPE => decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
-                    let id = path.strip_prefix("extensions.").unwrap_or(path);
-                    (
-                        ExtensionPlan::Auth(Arc::new(crate::auth::AuthExtension::new(id, c))),
-                        None,
-                    )
-                }),
-                _ => decode_host::<HealthCheckConfig>(v)
-                    .map(|c| (ExtensionPlan::HealthCheck(c), None)),
-            },
-        );
-        let defined_ext: BTreeMap<ComponentId, ExtensionPlan> = defined_ext
-            .into_iter()
-            .map(|(id, (plan, tls))| {
-                if let Some(t) = tls {
-                    component_tls.insert(format!("extensions.{id}"), t);
-                }
-                (id, plan)
-            })
-            .collect();
-
-        let mut extensions = Vec::new();
-        for (i, key) in raw.service.extensions.iter().enumerate() {
-            let path = format!("service.extensions.{i}");
-            match ComponentId::parse(key) {
-                Ok(id) => match defined_ext.get(&id) {
-                    Some(p) if !extensions.iter().any(|(e, _)| e == &id) => {
-                        extensions.push((id, p.clone()))
-                    }
-                    Some(_) => errs.push(path, format!("extension {key:?} listed twice")),
-                    None if raw.extensions.contains_key(key) => {} // already reported
-                    None => errs.push(
-                        path,
-                        format!("extension {key:?} is not defined under extensions"),
-                    ),
-                },
-                Err(e) => errs.push(path, e),
-            }
-        }
-
-        let mut pipelines = Vec::new();
-        if raw.service.pipelines.is_empty() {
-            errs.push(
-                "service.pipelines",
-                "at least one metrics pipeline is required",
-            );
-        }
-        for (name, p) in &raw.service.pipelines {
-            let path = format!("service.pipelines.{name}");
-            let signal = match name.split('/').next() {
-                Some("metrics") => PipelineSignal::Metrics,
-                Some("traces") => PipelineSignal::Traces,
-                Some("logs") => PipelineSignal::Logs,
-                _ => {
-                    errs.push(
-                        path,
-                        "pipeline id must be metrics[/name], traces[/name] or logs[/name]",
-                    );
-                    continue;
-                }
-            };
-            let mut resolve = |list: &[String],
-                               what: &str,
-                               defined: &dyn Fn(&ComponentId) -> bool,
-                               raw_has: &dyn Fn(&str) -> bool| {
-                let mut ids = Vec::new();
-                for (i, key) in list.iter().enumerate() {
-                    let p = format!("{path}.{what}.{i}");
-                    match ComponentId::parse(key) {
-                        Ok(id) if defined(&id) => {
-                            if ids.contains(&id) {
-                                errs.push(p, format!("{key:?} listed twice"));
-                            } else {
-                                ids.push(id);
-                            }
-                        }
-                        Ok(_) if raw_has(key) => {} // its own error was reported
-                        Ok(_) => errs.push(p, format!("{key:?} is not defined under {what}")),
-                        Err(e) => errs.push(p, e),
-                    }
-                }
-                ids
-            };
-            let r = resolve(
-                &p.receivers,
-                "receivers",
-                &|id| receivers.contains_key(id),
-                &|k| raw.receivers.contains_key(k),
-            );
-            let pr = resolve(
-                &p.processors,
-                "processors",
-                &|id| processors.contains_key(id),
-                &|k| raw.processors.contains_key(k),
-            );
-            let ex = resolve(
-                &p.exporters,
-                "exporters",
-                &|id| exporters.contains_key(id),
-                &|k| raw.exporters.contains_key(k),
-            );
-            if p.receivers.is_empty() {
-                errs.push(
-                    format!("{path}.receivers"),
-                    "must list at least one receiver",
-                );
-            }
-            if p.exporters.is_empty() {
-                errs.push(
-                    format!("{path}.exporters"),
-                    "must list at least one exporter",
-                );
-            }
-            if signal != PipelineSignal::Metrics && !p.processors.is_empty() {
-                errs.push(
-                    format!("{path}.processors"),
-                    "the Ingero processors handle metrics only; traces and logs pipelines pass data through",
-                );
-            }
-            pipelines.push(PipelinePlan {
-                name: name.clone(),
-                signal,
-                receivers: r,
-                processors: pr,
-                exporters: ex,
-            });
-        }
-        if !raw.service.pipelines.is_empty()
-            && !pipelines
-                .iter()
-                .any(|p| p.signal == PipelineSignal::Metrics)
-        {
-            errs.push(
-                "service.pipelines",
-                "at least one metrics pipeline is required",
-            );
-        }
-        // One threshold-publishing processor per process: two would overwrite each other's
-        // thresholds in the store.
-        let ingero_used: Vec<String> = processors
-            .iter()
-            .filter(|(id, p)| {
-                p.kind == ingero_processor::TYPE
-                    && pipelines.iter().any(|pl| pl.processors.contains(id))
-            })
-            .map(|(id, _)| id.to_string())
-            .collect();
-        if ingero_used.len() > 1 {
-            errs.push(
-                "processors",
-                format!(
-                    "at most one ingero processor may run (found {})",
-                    ingero_used.join(", ")
-                ),
-            );
-        }
-
-        // Middlewares must name an enabled ingero_threshold extension.
-        let mut middlewares = HashMap::new();
-        for (id, ReceiverPlan::Otlp(cfg)) in &receivers {
-            let protos: [(&'static str, Option<&Vec<model::MiddlewareRef>>); 2] = [
-                (
-                    "http",
-                    cfg.protocols
-                        .http
-                        .as_ref()
-                        .and_then(|h| h.middlewares.as_ref()),
-                ),
-                (
-                    "grpc",
-                    cfg.protocols
-                        .grpc
-                        .as_ref()
-                        .and_then(|g| g.middlewares.as_ref()),
-                ),
-            ];
-            for (proto, list) in protos {
-                let Some(list) = list else {
-                    middlewares.insert((id.clone(), proto), None);
-                    continue;
-                };
-                let mut ids = Vec::new();
-                for (i, m) in list.iter().enumerate() {
-                    let path = format!("receivers.{id}.protocols.{proto}.middlewares.{i}.id");
-                    match ComponentId::parse(&m.id) {
-                        Ok(mid) => match extensions.iter().find(|(e, _)| e == &mid) {
-                            Some((_, ExtensionPlan::Threshold(_))) => ids.push(mid),
-                            Some(_) => errs.push(path, format!("extension {:?} is not an HTTP/gRPC server middleware", m.id)),
-                            None => errs.push(path, format!("middleware {:?} must be an extension listed in service.extensions", m.id)),
-                        },
-                        Err(e) => errs.push(path, e),
-                    }
-                }
-                middlewares.insert((id.clone(), proto), Some(ids));
-            }
-        }
-
+        let sections = build_sections(&mut errs, &raw, components);
+        let extensions = enabled_extensions(&mut errs, &raw, &sections.extensions);
+        let pipelines = build_pipelines(&mut errs, &raw, &sections);
+        check_singletons(&mut errs, &sections.processors, &pipelines);
+        let middlewares = middleware_lists(&mut errs, &sections.receivers, &extensions);
         let telemetry = raw.service.telemetry.clone();
         if telemetry.metrics.readers.len() > 1 {
             errs.push(
@@ -440,34 +567,22 @@ impl Plan {
                 "at most one pull reader is supported",
             );
         }
-
-        for (path, r) in auth_refs(&receivers, &exporters, &extensions) {
-            let path = format!("{path}.auth.authenticator");
-            match ComponentId::parse(&r.authenticator) {
-                Ok(aid) => match extensions.iter().find(|(e, _)| e == &aid) {
-                    Some((_, ExtensionPlan::Auth(_))) => {}
-                    Some(_) => errs.push(path, format!("extension {:?} is not an ingero_auth authenticator", r.authenticator)),
-                    None => errs.push(path, format!("authenticator {:?} must be an ingero_auth extension listed in service.extensions", r.authenticator)),
-                },
-                Err(e) => errs.push(path, e),
-            }
-        }
-
+        check_auth_refs(&mut errs, &sections, &extensions);
         let decls = listener_decls(
-            &receivers,
-            &exporters,
+            &sections.receivers,
+            &sections.exporters,
             &extensions,
             &telemetry,
-            &component_tls,
+            &sections.component_tls,
         );
         check_listener_conflicts(&mut errs, &decls);
         check_plaintext(&mut errs, &decls, raw.service.allow_plaintext_listeners);
         let (listener_tls, warnings) = load_tls(&mut errs, &decls);
         errs.into_result()?;
         Ok(Plan {
-            receivers,
-            processors,
-            exporters,
+            receivers: sections.receivers,
+            processors: sections.processors,
+            exporters: sections.exporters,
             extensions,
             pipelines,
             telemetry,
@@ -485,14 +600,6 @@ impl Plan {
         let r = r?;
         self.extensions.iter().find_map(|(id, e)| match e {
             ExtensionPlan::Auth(a) if id.to_string() == r.authenticator => Some(a.clone()),
-            _ => None,
-        })
-    }
-
-    /// The first enabled threshold extension.
-    pub fn threshold_extension(&self) -> Option<(&ComponentId, &Arc<ThresholdExtension>)> {
-        self.extensions.iter().find_map(|(id, e)| match e {
-            ExtensionPlan::Threshold(t) => Some((id, t)),
             _ => None,
         })
     }
@@ -522,7 +629,7 @@ fn auth_refs<'a>(
     }
     for (id, e) in extensions {
         let r = match e {
-            ExtensionPlan::Threshold(t) => t.config().auth.as_ref(),
+            ExtensionPlan::Component(e) => e.auth(),
             ExtensionPlan::HealthCheck(c) => c.auth.as_ref(),
             ExtensionPlan::Auth(_) => None,
         };

@@ -1,22 +1,20 @@
 //! OTLP/gRPC receiver: the `MetricsService`, `TraceService` and `LogsService` of
-//! opentelemetry-proto, with the threshold in response metadata
-//! (`ingero-threshold`, `ingero-quorum-met`).
+//! opentelemetry-proto. An adapter over [`crate::ingest`]: request metadata in, status or
+//! response (with the response middlewares' metadata, e.g. `ingero-threshold`,
+//! `ingero-quorum-met`) out.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
-use component::wire::{http as wire_http, resource};
-use component::{BatchContext, Timestamp};
-use ingero_extension::ThresholdStore;
+use component::middleware::{Refusal, RefusalCode, RepeatedHeader, Signal};
+use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use component::wire::http as wire_http;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
     LogsService, LogsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
 };
@@ -32,20 +30,13 @@ use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 
-use crate::auth::tokens::TokenEntry;
-use crate::auth::{Action, ListenerAuth, gate};
 use crate::config::model::GrpcServerConfig;
-use crate::pipeline::Fanout;
-use crate::telemetry::ReceiverCounters;
+use crate::ingest::{Admitted, Ingest, Refused};
 
 /// The gRPC side of the `otlp` receiver.
 #[derive(Clone)]
 pub struct GrpcReceiver {
-    pub fanout: Fanout,
-    pub thresholds: Option<Arc<ThresholdStore>>,
-    pub counters: Arc<ReceiverCounters>,
-    /// Bearer-token gate (`auth:`); `None` = no authentication.
-    pub auth: Option<ListenerAuth>,
+    pub ingest: Arc<Ingest>,
 }
 
 impl std::fmt::Debug for GrpcReceiver {
@@ -55,78 +46,59 @@ impl std::fmt::Debug for GrpcReceiver {
 }
 
 /// The cluster named in request metadata: `cluster_id`, else `ingero.cluster.id`.
-fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, Status> {
+fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, String> {
     for key in [
         wire_http::PARAM_CLUSTER_ID,
         wire_http::REQUEST_HEADER_CLUSTER_ID,
     ] {
         if let Some(v) = md.get(key) {
-            let v = ingero_extension::header_cluster_id(v.as_bytes())
-                .map_err(|e| Status::invalid_argument(format!("{key} metadata: {e}")))?;
+            let v = component::cluster_id::header_cluster_id(v.as_bytes())
+                .map_err(|e| format!("{key} metadata: {e}"))?;
             return Ok(Some(Arc::from(v)));
         }
     }
     Ok(None)
 }
 
-impl GrpcReceiver {
-    /// The metadata cluster of a traces/logs export, read only when authentication is on
-    /// (it is then checked against the token's scope).
-    fn metadata_cluster_checked(&self, md: &MetadataMap) -> Result<Option<Arc<str>>, Status> {
-        if self.auth.is_none() {
-            return Ok(None);
-        }
-        metadata_cluster(md).inspect_err(|_| self.counters.reject("bad_cluster_id"))
+/// The status of a middleware's refusal (`RESOURCE_EXHAUSTED` carries `retry-after`).
+fn refusal_status(r: &Refusal) -> Status {
+    let msg = r.message.to_string();
+    let mut s = match r.code {
+        RefusalCode::Unauthenticated => Status::unauthenticated(msg),
+        RefusalCode::PermissionDenied => Status::permission_denied(msg),
+        RefusalCode::ResourceExhausted => Status::resource_exhausted(msg),
+        RefusalCode::InvalidArgument => Status::invalid_argument(msg),
+    };
+    if let Some(secs) = r.retry_after_secs {
+        s.metadata_mut()
+            .insert("retry-after", MetadataValue::from(secs));
     }
+    s
+}
 
-    /// Token, rate limit and metadata cluster; `Ok(None)` when authentication is off.
-    fn authenticate<T>(
-        &self,
-        request: &Request<T>,
-        action: Action,
-        cluster: Option<&str>,
-    ) -> Result<Option<Arc<TokenEntry>>, Status> {
-        let Some(auth) = &self.auth else {
-            return Ok(None);
+impl GrpcReceiver {
+    /// The seam's pipeline check and admission, from the request's metadata.
+    #[allow(clippy::result_large_err)]
+    fn admit<T>(&self, request: &Request<T>, signal: Signal) -> Result<Admitted, Status> {
+        let refused = |r| match r {
+            Refused::NoPipeline(s) => Status::unimplemented(Refused::no_pipeline_message(s)),
+            Refused::BadCluster(msg) => Status::invalid_argument(msg),
+            Refused::Middleware(r) => refusal_status(&r),
         };
+        self.ingest.route(signal).map_err(refused)?;
         let md = request.metadata();
         let mut values = md.get_all("authorization").iter();
         let first = values.next().map(|v| v.as_bytes());
-        let header = if values.next().is_some() {
-            Err(gate::RepeatedHeader)
+        let authorization = if values.next().is_some() {
+            Err(RepeatedHeader)
         } else {
             Ok(first)
         };
-        auth.check(header, request.remote_addr(), action, cluster)
-            .map(Some)
-            .map_err(|d| {
-                self.counters.reject(d.outcome().as_str());
-                gate::grpc_status(d)
+        self.ingest
+            .admit(signal, request.remote_addr(), authorization, || {
+                metadata_cluster(md)
             })
-    }
-
-    /// Check the clusters a decoded payload names; records the decision.
-    fn payload_allowed<'a>(
-        &self,
-        entry: Option<&TokenEntry>,
-        peer: Option<std::net::SocketAddr>,
-        action: Action,
-        cluster: Option<&str>,
-        resources: impl Iterator<Item = Option<&'a str>>,
-    ) -> Result<(), Status> {
-        let (Some(e), Some(auth)) = (entry, &self.auth) else {
-            return Ok(());
-        };
-        match auth.check_payload(e, peer, action, cluster, resources) {
-            Ok(()) => {
-                auth.allowed(e, peer, action, cluster);
-                Ok(())
-            }
-            Err(d) => {
-                self.counters.reject(d.outcome().as_str());
-                Err(gate::grpc_status(d))
-            }
-        }
+            .map_err(refused)
     }
 }
 
@@ -137,68 +109,20 @@ impl MetricsService for GrpcReceiver {
         request: Request<ExportMetricsServiceRequest>,
     ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
         let started = Instant::now();
-        let cluster = match metadata_cluster(request.metadata()) {
-            Ok(c) => c,
-            Err(s) => {
-                self.counters.reject("bad_cluster_id");
-                return Err(s);
-            }
-        };
-        let entry = self.authenticate(&request, Action::PushMetrics, cluster.as_deref())?;
-        let peer = request.remote_addr();
-        let req = request.into_inner();
-        self.payload_allowed(
-            entry.as_deref(),
-            peer,
-            Action::PushMetrics,
-            cluster.as_deref(),
-            req.resource_metrics.iter().map(|rm| {
-                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
-            }),
-        )?;
-        let points = count_points(&req.resource_metrics);
-        let header_cluster = cluster.clone().or_else(|| {
-            req.resource_metrics.iter().find_map(|rm| {
-                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
-                    .filter(|c| ingero_extension::validate_cluster_id(c).is_ok())
-                    .map(Arc::from)
-            })
-        });
-        let ctx = BatchContext {
-            cluster_id: cluster,
-            received_at: Timestamp::now(),
-        };
-        let outcome = match self.fanout.consume_metrics(req.resource_metrics, &ctx) {
-            Ok(o) => o,
-            Err(e) => {
-                self.counters.metrics.refused.fetch_add(points, Relaxed);
-                return Err(Status::internal(e.to_string()));
-            }
-        };
-        let rejected = outcome.rejected_points.min(points);
-        self.counters
-            .metrics
-            .accepted
-            .fetch_add(points - rejected, Relaxed);
-        self.counters.metrics.refused.fetch_add(rejected, Relaxed);
-        let mut msg = ExportMetricsServiceResponse::default();
-        if rejected > 0 {
-            msg.partial_success = Some(ExportMetricsPartialSuccess {
-                rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
-                error_message: outcome.message.unwrap_or_default(),
-            });
-        }
+        let adm = self.admit(&request, Signal::Metrics)?;
+        let export = self
+            .ingest
+            .export_metrics(adm, request.into_inner())
+            .map_err(|r| refusal_status(&r))?;
+        let msg = export.result.map_err(|e| Status::internal(e.to_string()))?;
         let mut resp = Response::new(msg);
-        if let (Some(store), Some(c)) = (&self.thresholds, header_cluster.as_deref())
-            && let Some(h) = store.push_headers(c)
-        {
-            for (key, value) in h.grpc_pairs() {
+        self.ingest
+            .response_metadata(export.response_cluster.as_deref(), &mut |key, value| {
                 if let Ok(v) = MetadataValue::try_from(value.as_bytes()) {
                     resp.metadata_mut().insert(key, v);
                 }
-            }
-        }
-        self.counters.latency.observe(started.elapsed());
+            });
+        self.ingest.counters.latency.observe(started.elapsed());
         Ok(resp)
     }
 }
@@ -209,27 +133,10 @@ impl TraceService for GrpcReceiver {
         &self,
         request: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        let cluster = self.metadata_cluster_checked(request.metadata())?;
-        let entry = self.authenticate(&request, Action::PushTraces, cluster.as_deref())?;
-        let peer = request.remote_addr();
-        let req = request.into_inner();
-        self.payload_allowed(
-            entry.as_deref(),
-            peer,
-            Action::PushTraces,
-            cluster.as_deref(),
-            req.resource_spans
-                .iter()
-                .map(|r| super::http::resource_cluster(r.resource.as_ref())),
-        )?;
-        let n: usize = req
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .map(|s| s.spans.len())
-            .sum();
-        self.fanout.consume_traces(&req);
-        self.counters.traces.accepted.fetch_add(n as u64, Relaxed);
+        let adm = self.admit(&request, Signal::Traces)?;
+        self.ingest
+            .export_traces(adm, request.get_ref())
+            .map_err(|r| refusal_status(&r))?;
         Ok(Response::new(ExportTraceServiceResponse::default()))
     }
 }
@@ -240,27 +147,10 @@ impl LogsService for GrpcReceiver {
         &self,
         request: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let cluster = self.metadata_cluster_checked(request.metadata())?;
-        let entry = self.authenticate(&request, Action::PushLogs, cluster.as_deref())?;
-        let peer = request.remote_addr();
-        let req = request.into_inner();
-        self.payload_allowed(
-            entry.as_deref(),
-            peer,
-            Action::PushLogs,
-            cluster.as_deref(),
-            req.resource_logs
-                .iter()
-                .map(|r| super::http::resource_cluster(r.resource.as_ref())),
-        )?;
-        let n: usize = req
-            .resource_logs
-            .iter()
-            .flat_map(|r| &r.scope_logs)
-            .map(|s| s.log_records.len())
-            .sum();
-        self.fanout.consume_logs(&req);
-        self.counters.logs.accepted.fetch_add(n as u64, Relaxed);
+        let adm = self.admit(&request, Signal::Logs)?;
+        self.ingest
+            .export_logs(adm, request.get_ref())
+            .map_err(|r| refusal_status(&r))?;
         Ok(Response::new(ExportLogsServiceResponse::default()))
     }
 }
@@ -292,9 +182,9 @@ pub async fn serve(
         permits: (cfg.max_concurrent_requests > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_requests))),
         retry_after: cfg.retry_after,
-        counters: receiver.counters.clone(),
+        counters: receiver.ingest.counters.clone(),
     };
-    let counters = receiver.counters.clone();
+    let counters = receiver.ingest.counters.clone();
     let logs = LogsServiceServer::new(receiver)
         .max_decoding_message_size(max)
         .accept_compressed(CompressionEncoding::Gzip)

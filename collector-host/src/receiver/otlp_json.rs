@@ -94,27 +94,19 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
     let text = std::str::from_utf8(body)
         .map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
     let mut r = Reader::new(text);
-    r.pool = POOL.take();
+    r.pool = component::recycle::take_thread_pool();
     let req = read_message::<ExportMetricsServiceRequest>(&mut r).and_then(|req| {
         r.end()?;
         Ok(req)
     });
-    POOL.set(std::mem::take(&mut r.pool));
+    component::recycle::put_thread_pool(std::mem::take(&mut r.pool));
     req
 }
 
-thread_local! {
-    /// This thread's strings and vectors of finished batches, for the next decode (bounded;
-    /// see [`component::recycle`]).
-    static POOL: std::cell::Cell<Recycler> = std::cell::Cell::new(Recycler::default());
-}
-
 /// Give a finished batch's strings and vectors to this thread's pool, for the next
-/// [`decode_metrics`] here (instead of freeing them now and allocating them again then).
+/// [`decode_metrics`] here (see [`component::recycle::recycle_on_this_thread`]).
 pub fn recycle(data: Vec<ResourceMetrics>) {
-    let mut pool = POOL.take();
-    pool.recycle_resources(data);
-    POOL.set(pool);
+    component::recycle::recycle_on_this_thread(data);
 }
 
 /// The fields of one message, looked up by either JSON spelling.

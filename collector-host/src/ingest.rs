@@ -1,0 +1,317 @@
+//! The transport-neutral path of one OTLP export: pipeline check, request middlewares,
+//! request cluster, payload check, pipeline, counters, partial success and response
+//! metadata. `receiver::http` and `receiver::grpc` are adapters over it: they read the
+//! transport's request (path, headers or metadata, body) and write its answer.
+//!
+//! Order of the steps, the same on both transports:
+//! 1. [`Ingest::route`]: a signal with no pipeline on this receiver is refused as otelcol
+//!    refuses it (HTTP 404, gRPC `UNIMPLEMENTED`), counted as `no_pipeline`;
+//! 2. [`Ingest::admit`], before the body is read: every request middleware (the bearer
+//!    gate) sees the request's metadata; then a malformed request cluster is refused (the
+//!    cluster is read for metrics, and for any signal when a request middleware runs);
+//! 3. the adapter reads and decodes the body;
+//! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
+//!    each admission checks the payload's clusters, the batch goes down the pipelines,
+//!    points are counted and rejected ones answered with partial success;
+//! 5. [`Ingest::response_metadata`]: the response middlewares (the threshold headers) for
+//!    the export's cluster: the request's, else the first well-formed one in the payload.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use component::cluster_id::validate_cluster_id;
+use component::middleware::{
+    Admission, HeaderValue, Refusal, RepeatedHeader, RequestMeta, RequestMiddleware,
+    ResponseMiddleware, Signal, Transport,
+};
+use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
+use component::wire::resource;
+use component::{BatchContext, Timestamp};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use crate::pipeline::{Fanout, StagePanic};
+use crate::telemetry::{self, ReceiverCounters};
+
+/// The ingest path of one receiver on one transport.
+pub struct Ingest {
+    pub transport: Transport,
+    pub fanout: Fanout,
+    pub counters: Arc<ReceiverCounters>,
+    /// Run before the body is read, in order (the bearer gate).
+    pub request: Vec<Arc<dyn RequestMiddleware>>,
+    /// Add response metadata (the threshold headers).
+    pub response: Vec<Arc<dyn ResponseMiddleware>>,
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest")
+            .field("transport", &self.transport)
+            .field("request_middlewares", &self.request.len())
+            .field("response_middlewares", &self.response.len())
+            .finish()
+    }
+}
+
+/// Why an export was refused before its payload was looked at.
+#[derive(Debug)]
+pub enum Refused {
+    /// No pipeline of this signal on this receiver.
+    NoPipeline(Signal),
+    /// The request names a malformed cluster (the message for the client).
+    BadCluster(String),
+    /// A request middleware refused it.
+    Middleware(Refusal),
+}
+
+impl Refused {
+    /// The client-facing message of a [`Refused::NoPipeline`].
+    pub fn no_pipeline_message(signal: Signal) -> String {
+        format!("this receiver has no {} pipeline", signal.as_str())
+    }
+}
+
+/// An export admitted before its body was read.
+pub struct Admitted {
+    pub signal: Signal,
+    /// The cluster the request names (validated).
+    pub cluster: Option<Arc<str>>,
+    admissions: Vec<Box<dyn Admission>>,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("signal", &self.signal)
+            .field("cluster", &self.cluster)
+            .finish()
+    }
+}
+
+/// A metrics export that reached the pipelines.
+#[derive(Debug)]
+pub struct MetricsExport {
+    /// The response message (with partial success), or the pipeline's failure.
+    pub result: Result<ExportMetricsServiceResponse, StagePanic>,
+    /// The cluster whose response metadata the answer carries.
+    pub response_cluster: Option<Arc<str>>,
+}
+
+fn tel(s: Signal) -> telemetry::Signal {
+    match s {
+        Signal::Metrics => telemetry::Signal::Metrics,
+        Signal::Traces => telemetry::Signal::Traces,
+        Signal::Logs => telemetry::Signal::Logs,
+    }
+}
+
+impl Ingest {
+    /// Step 1: refuse a signal this receiver feeds no pipeline with (counted).
+    pub fn route(&self, signal: Signal) -> Result<(), Refused> {
+        let fed = match signal {
+            Signal::Metrics => !self.fanout.metrics.is_empty(),
+            Signal::Traces => !self.fanout.traces.is_empty(),
+            Signal::Logs => !self.fanout.logs.is_empty(),
+        };
+        if fed {
+            Ok(())
+        } else {
+            self.counters.reject("no_pipeline");
+            Err(Refused::NoPipeline(signal))
+        }
+    }
+
+    /// Step 2, before the body is read: request middlewares, then the request's cluster.
+    /// `cluster` reads it from the transport (`Err`: present but malformed, with the
+    /// client-facing message); it is called only when something uses the cluster.
+    pub fn admit(
+        &self,
+        signal: Signal,
+        peer: Option<std::net::SocketAddr>,
+        authorization: Result<Option<&[u8]>, RepeatedHeader>,
+        cluster: impl FnOnce() -> Result<Option<Arc<str>>, String>,
+    ) -> Result<Admitted, Refused> {
+        let cluster = if signal == Signal::Metrics || !self.request.is_empty() {
+            cluster()
+        } else {
+            Ok(None)
+        };
+        let mut admissions = Vec::new();
+        if !self.request.is_empty() {
+            let meta = RequestMeta {
+                transport: self.transport,
+                signal,
+                peer,
+                authorization,
+                cluster: cluster.as_ref().ok().and_then(|c| c.as_deref()),
+            };
+            for m in &self.request {
+                match m.admit(&meta) {
+                    Ok(a) => admissions.push(a),
+                    Err(r) => {
+                        self.counters.reject(r.reason);
+                        return Err(Refused::Middleware(r));
+                    }
+                }
+            }
+        }
+        match cluster {
+            Ok(cluster) => Ok(Admitted {
+                signal,
+                cluster,
+                admissions,
+            }),
+            Err(msg) => {
+                self.counters.reject("bad_cluster_id");
+                Err(Refused::BadCluster(msg))
+            }
+        }
+    }
+
+    /// Count a body that could not be read, decompressed or decoded (`reason` is the
+    /// refused-requests label).
+    pub fn decode_failed(&self, signal: Signal, reason: &'static str) {
+        self.counters.reject(reason);
+        self.counters
+            .signal(tel(signal))
+            .failed
+            .fetch_add(1, Relaxed);
+    }
+
+    /// Step 4a: every admission checks the clusters the payload's resources name.
+    fn check_payload<'a>(
+        &self,
+        adm: &Admitted,
+        resources: impl Iterator<Item = Option<&'a str>> + Clone,
+    ) -> Result<(), Refusal> {
+        for a in &adm.admissions {
+            if let Err(r) = a.check_payload(adm.cluster.as_deref(), &mut resources.clone()) {
+                self.counters.reject(r.reason);
+                return Err(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 4 for metrics. `Err` is a payload refusal (nothing reached a pipeline).
+    pub fn export_metrics(
+        &self,
+        adm: Admitted,
+        req: ExportMetricsServiceRequest,
+    ) -> Result<MetricsExport, Refusal> {
+        self.check_payload(
+            &adm,
+            req.resource_metrics.iter().map(|rm| {
+                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
+            }),
+        )?;
+        let points = count_points(&req.resource_metrics);
+        // Clients without a request cluster (OTel SDKs, `ingero trace`) still get the
+        // response metadata of the cluster their resource names.
+        let response_cluster = adm.cluster.clone().or_else(|| payload_cluster(&req));
+        let ctx = BatchContext {
+            cluster_id: adm.cluster,
+            received_at: Timestamp::now(),
+        };
+        let m = &self.counters.metrics;
+        let result = match self.fanout.consume_metrics(req.resource_metrics, &ctx) {
+            Ok(outcome) => {
+                let rejected = outcome.rejected_points.min(points);
+                m.accepted.fetch_add(points - rejected, Relaxed);
+                m.refused.fetch_add(rejected, Relaxed);
+                let mut msg = ExportMetricsServiceResponse::default();
+                if rejected > 0 {
+                    msg.partial_success = Some(ExportMetricsPartialSuccess {
+                        rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
+                        error_message: outcome.message.unwrap_or_default(),
+                    });
+                }
+                Ok(msg)
+            }
+            Err(e) => {
+                m.refused.fetch_add(points, Relaxed);
+                Err(e)
+            }
+        };
+        Ok(MetricsExport {
+            result,
+            response_cluster,
+        })
+    }
+
+    /// Step 4 for traces: payload check, then every traces pipeline.
+    pub fn export_traces(
+        &self,
+        adm: Admitted,
+        req: &ExportTraceServiceRequest,
+    ) -> Result<(), Refusal> {
+        self.check_payload(
+            &adm,
+            req.resource_spans
+                .iter()
+                .map(|r| resource_cluster(r.resource.as_ref())),
+        )?;
+        let n: usize = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.fanout.consume_traces(req);
+        self.counters.traces.accepted.fetch_add(n as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Step 4 for logs: payload check, then every logs pipeline.
+    pub fn export_logs(
+        &self,
+        adm: Admitted,
+        req: &ExportLogsServiceRequest,
+    ) -> Result<(), Refusal> {
+        self.check_payload(
+            &adm,
+            req.resource_logs
+                .iter()
+                .map(|r| resource_cluster(r.resource.as_ref())),
+        )?;
+        let n: usize = req
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        self.fanout.consume_logs(req);
+        self.counters.logs.accepted.fetch_add(n as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Step 5: the response middlewares' metadata for `cluster` (nothing without one).
+    pub fn response_metadata(
+        &self,
+        cluster: Option<&str>,
+        out: &mut dyn FnMut(&'static str, &HeaderValue),
+    ) {
+        if let Some(c) = cluster {
+            for m in &self.response {
+                m.response_metadata(self.transport, c, out);
+            }
+        }
+    }
+}
+
+/// The first well-formed `ingero.cluster.id` resource attribute of a batch.
+fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
+    req.resource_metrics.iter().find_map(|rm| {
+        component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
+            .filter(|c| validate_cluster_id(c).is_ok())
+            .map(Arc::from)
+    })
+}
+
+/// The `ingero.cluster.id` attribute of a resource, if any.
+fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
+    component::otlp::get_str(&r?.attributes, resource::CLUSTER_ID)
+}

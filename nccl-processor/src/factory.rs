@@ -1,0 +1,45 @@
+//! This crate's component metadata and factory: what a host needs to list, configure and
+//! build the `nccl_peer_lag` processor (see `component::factory`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory};
+use component::{ConfigErrors, ConfigValue, Stability};
+
+/// Type, stability and module of the processor.
+pub static METADATA: Metadata = Metadata {
+    kind: Kind::Processor,
+    type_name: crate::TYPE,
+    aliases: &[],
+    stability: [Some(Stability::Alpha), None, None],
+    module: "nccl-processor",
+    singleton: false,
+    host_tls: false,
+};
+
+/// Builds the processor from its config subtree.
+#[derive(Debug, Clone, Copy)]
+pub struct Factory;
+
+/// The factory a host registers.
+pub static FACTORY: Factory = Factory;
+
+impl ProcessorFactory for Factory {
+    fn metadata(&self) -> &'static Metadata {
+        &METADATA
+    }
+
+    fn create(&self, cfg: &ConfigValue) -> Result<CreatedProcessor, ConfigErrors> {
+        let p = crate::create(cfg)?;
+        let every = p.tick_interval();
+        Ok(CreatedProcessor {
+            processor: Arc::new(p),
+            tick_interval: if every.is_zero() {
+                Duration::from_secs(1)
+            } else {
+                every
+            },
+        })
+    }
+}
