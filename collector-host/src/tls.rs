@@ -419,14 +419,24 @@ const MAX_PENDING_HANDSHAKES: usize = 1024;
 pub fn grpc_incoming(
     listener: TcpListener,
     tls: Arc<ListenerTls>,
+    lifecycle: crate::conn_guard::Lifecycle,
+    stats: Arc<crate::server::ListenerStats>,
     mut shutdown: watch::Receiver<bool>,
-) -> tokio_stream::wrappers::ReceiverStream<Result<GrpcTlsConn, io::Error>> {
+) -> tokio_stream::wrappers::ReceiverStream<
+    Result<crate::conn_guard::Guarded<GrpcTlsConn>, io::Error>,
+> {
+    use crate::conn_guard::{Busy, Guarded, PerClient};
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let per_client = PerClient::new(lifecycle.max_connections_per_client);
     tokio::spawn(async move {
         while let Some((stream, peer)) =
             crate::server::accept(&listener, &mut shutdown, &tls.name).await
         {
+            let Some(slot) = per_client.admit(peer.ip(), &stats) else {
+                drop(stream);
+                continue;
+            };
             let Ok(permit) = pending.clone().try_acquire_owned() else {
                 drop(stream);
                 continue;
@@ -434,10 +444,19 @@ pub fn grpc_incoming(
             let _ = stream.set_nodelay(true);
             let tls = tls.clone();
             let tx = tx.clone();
+            let stats = stats.clone();
             tokio::spawn(async move {
                 if let Some(s) = tls.accept(stream, peer).await {
                     drop(permit);
-                    let _ = tx.send(Ok(GrpcTlsConn(s))).await;
+                    // The first-byte deadline starts once the handshake is done.
+                    let g = Guarded::new(
+                        GrpcTlsConn(s),
+                        lifecycle,
+                        Busy::default(),
+                        stats,
+                        Some(slot),
+                    );
+                    let _ = tx.send(Ok(g)).await;
                 }
             });
         }
