@@ -188,21 +188,19 @@ pub fn load(cfg: &ServerTlsConfig, alpn: &[&[u8]]) -> Result<Loaded, TlsError> {
 /// Non-fatal findings about a `tls` block (relative key, message): today, a private key
 /// file that its group or others may read.
 pub fn warnings(cfg: &ServerTlsConfig) -> Vec<(&'static str, String)> {
+    secret_file_warning(&cfg.key_file)
+        .map(|w| ("key_file", w))
+        .into_iter()
+        .collect()
+}
+
+/// A warning when the secret file at `path` (a private key, a tokens file) may be read or
+/// written by its group or others; `None` when it is private or cannot be inspected.
+pub fn secret_file_warning(path: &str) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    if let Ok(m) = std::fs::metadata(&cfg.key_file) {
-        let mode = m.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            out.push((
-                "key_file",
-                format!(
-                    "{} is readable by group or others (mode {mode:04o}); chmod 600 it",
-                    cfg.key_file
-                ),
-            ));
-        }
-    }
-    out
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0)
+        .then(|| format!("{path} is readable by group or others (mode {mode:04o}); chmod 600 it"))
 }
 
 /// The TLS side of one listener: the current server config, swapped on reload.
