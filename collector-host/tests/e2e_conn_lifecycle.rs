@@ -1,12 +1,14 @@
 //! Connection exhaustion by silent clients, against the real binary (issue 22, item 1):
 //! connections that never send a byte are closed after `first_byte_timeout` on every
 //! listener, one client address cannot hold more than `max_connections_per_client`, and a
-//! healthy agent on another address keeps getting thresholds while the attack runs. All
-//! counts are read from the self-telemetry page.
+//! healthy agent on another address keeps getting thresholds while the attack runs; on TLS
+//! listeners a silent client is closed during the handshake and after it. All counts are
+//! read from the self-telemetry page.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod tls_support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -244,5 +246,86 @@ fn every_listener_closes_a_silent_connection_at_the_default_deadline() {
             "ingero_fleet_connections_closed_total{{listener=\"{name}\",reason=\"first_byte_timeout\"}}"
         );
         assert_eq!(prom_value(&page, &series), Some(1.0), "{series}\n{page}");
+    }
+}
+
+#[test]
+fn tls_connections_silent_during_or_after_the_handshake_are_closed_and_counted() {
+    let pki = tls_support::Pki::new("conn-lifecycle-tls");
+    let tls = pki.tls_block(false, ", handshake_timeout: 1s");
+    let limits = "        first_byte_timeout: 1s\n";
+    let cfg = test_config("1s", &[])
+        .replace(
+            "      http:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      http:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n{limits}"),
+        )
+        .replace(
+            "      grpc:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      grpc:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n{limits}"),
+        );
+    assert_eq!(cfg.matches("handshake_timeout: 1s").count(), 2, "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    for (listener, addr, alpn) in [
+        ("otlp/http", f.http(), b"http/1.1".as_slice()),
+        ("otlp/grpc", f.grpc(), b"h2".as_slice()),
+    ] {
+        // Silent during the handshake: plain TCP, nothing sent.
+        let mut raw = TcpStream::connect(addr).unwrap();
+        // Silent after it: the handshake completes, then no request.
+        let client = tls_support::client_config(&pki.ca.pem, None, &[alpn], false);
+        let mut s = tls_support::tls_connect(addr, "localhost", client).unwrap();
+        assert!(
+            closed_by_server(&mut raw, Duration::from_secs(30)),
+            "{listener}: silent handshake not closed"
+        );
+        s.sock
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let ended = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                // The HTTP/2 server's SETTINGS frame.
+                Ok(_) if alpn == b"h2" => continue,
+                Ok(n) => panic!(
+                    "{listener}: answered {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                ),
+                // Closed without close_notify, or reset.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    break true;
+                }
+                Err(e) => {
+                    eprintln!("{listener}: {e}");
+                    break false;
+                }
+            }
+        };
+        assert!(ended, "{listener}: silent TLS connection not closed");
+        assert!(
+            wait_value(
+                &f,
+                &format!(
+                    "ingero_fleet_tls_handshakes_total{{listener=\"{listener}\",outcome=\"timeout\"}}"
+                ),
+                1.0
+            ),
+            "{listener}: handshake timeout not counted"
+        );
+        assert!(
+            wait_value(
+                &f,
+                &format!(
+                    "ingero_fleet_connections_closed_total{{listener=\"{listener}\",reason=\"first_byte_timeout\"}}"
+                ),
+                1.0
+            ),
+            "{listener}: first-byte closure after the handshake not counted"
+        );
     }
 }
