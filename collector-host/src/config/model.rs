@@ -666,6 +666,42 @@ mod tests {
     }
 
     #[test]
+    fn connection_lifecycle_keys_have_defaults_and_refuse_zero_timeouts() {
+        use crate::conn_guard::Lifecycle;
+        let v = parse_yaml(b"protocols:\n  grpc:\n  http:\n").unwrap();
+        let c: OtlpReceiverConfig = decode(&v).unwrap();
+        assert_eq!(c.protocols.http.unwrap().lifecycle(), Lifecycle::default());
+        assert_eq!(c.protocols.grpc.unwrap().lifecycle(), Lifecycle::default());
+        let v = parse_yaml(b"protocols:\n  http:\n    first_byte_timeout: 2s\n    max_connections_per_client: 7\n  grpc:\n    idle_timeout: 5m\n").unwrap();
+        let c: OtlpReceiverConfig = decode(&v).unwrap();
+        let h = c.protocols.http.unwrap().lifecycle();
+        assert_eq!(h.first_byte_timeout, Duration::from_secs(2));
+        assert_eq!(h.max_connections_per_client, 7);
+        assert_eq!(
+            c.protocols.grpc.unwrap().lifecycle().idle_timeout,
+            Duration::from_secs(300)
+        );
+
+        let v = parse_yaml(b"protocols:\n  http:\n    first_byte_timeout: 0s\n  grpc:\n    first_byte_timeout: 0s\n    idle_timeout: 0s\n").unwrap();
+        let e = decode::<OtlpReceiverConfig>(&v).unwrap_err();
+        let paths: Vec<_> = e.iter().map(|e| e.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                "protocols.http.first_byte_timeout",
+                "protocols.grpc.first_byte_timeout",
+                "protocols.grpc.idle_timeout"
+            ]
+        );
+
+        let v = parse_yaml(b"protocols:\n  grpc:\n    first_byte_timout: 3s\n").unwrap();
+        assert!(
+            decode::<OtlpReceiverConfig>(&v).is_err(),
+            "a misspelt key is refused"
+        );
+    }
+
+    #[test]
     fn endpoints_parse() {
         assert_eq!(
             parse_endpoint("0.0.0.0:4317").unwrap(),
