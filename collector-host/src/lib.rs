@@ -12,7 +12,8 @@
 //! - [`pipeline`]: processors in order, exporters fan out, tick outputs re-enter;
 //! - [`exporter`]: prometheus, debug, otlp, otlphttp;
 //! - [`telemetry`]: otelcol self-metrics; [`metric_placement`]: which endpoint serves
-//!   which component metric; [`server`]: the shared HTTP server loop;
+//!   which component metric; [`server`]: the shared HTTP server loop; [`conn_guard`]:
+//!   first-byte and idle deadlines and per-client caps on every listener;
 //! - [`tls`]: rustls on the listeners, certificate reload;
 //! - [`service`]: running a plan with graceful shutdown;
 //! - [`auth`]: the `ingero_auth` extension (bearer tokens, scopes, audit, rate limits).
@@ -20,6 +21,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod conn_guard;
 pub mod exporter;
 pub mod metric_placement;
 pub mod ingest;

@@ -1,6 +1,7 @@
 //! One HTTP server loop for every listener of the host: HTTP/1.1 and h2c (or HTTPS with
-//! ALPN h2/http1.1), a cap on open connections, a header-read timeout, and a graceful
-//! drain on shutdown.
+//! ALPN h2/http1.1), a cap on open connections and on connections per client address, a
+//! deadline for the first byte and an idle limit ([`crate::conn_guard`]), a header-read
+//! timeout, and a graceful drain on shutdown.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,6 +23,8 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+use crate::conn_guard::{Busy, Guarded, PerClient};
+
 /// Response bodies: complete ([`response`]) or streamed ([`streaming_response`]).
 pub type Body = BoxBody<Bytes, std::io::Error>;
 pub type BoxFut = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
@@ -38,6 +41,8 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Serve TLS with this listener's (reloadable) certificate; `None` = plaintext.
     pub tls: Option<Arc<crate::tls::ListenerTls>>,
+    /// First-byte deadline, idle limit, per-client-address cap.
+    pub lifecycle: crate::conn_guard::Lifecycle,
 }
 
 /// Connection-level counters of one listener (exported by [`crate::telemetry`]).
@@ -47,16 +52,25 @@ pub struct ListenerStats {
     pub accepted: AtomicU64,
     /// Closed at accept because `max_connections` were open.
     pub refused_over_cap: AtomicU64,
+    /// Closed at accept because the client address had `max_connections_per_client` open.
+    pub refused_per_client: AtomicU64,
+    /// Closed because no byte came within `first_byte_timeout` (of accept, or of the end
+    /// of the TLS handshake).
+    pub closed_first_byte_timeout: AtomicU64,
+    /// Closed because the client sent nothing for `idle_timeout` with no request in
+    /// service.
+    pub closed_idle_timeout: AtomicU64,
     /// Open now (each open HTTP/1.1 keep-alive connection holds hyper's read and write
     /// buffers, about 16 KiB once it has carried a request).
     pub open: AtomicU64,
 }
 
 /// Counts one open connection until dropped.
-struct OpenConnection(Arc<ListenerStats>);
+#[derive(Debug)]
+pub(crate) struct OpenConnection(Arc<ListenerStats>);
 
 impl OpenConnection {
-    fn new(stats: &Arc<ListenerStats>) -> Self {
+    pub(crate) fn new(stats: &Arc<ListenerStats>) -> Self {
         stats.accepted.fetch_add(1, Relaxed);
         stats.open.fetch_add(1, Relaxed);
         OpenConnection(stats.clone())
@@ -110,7 +124,13 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let permits =
         (opts.max_connections > 0).then(|| Arc::new(Semaphore::new(opts.max_connections)));
+    let per_client = PerClient::new(opts.lifecycle.max_connections_per_client);
+    let lifecycle = opts.lifecycle;
     while let Some((stream, peer)) = accept(&listener, &mut shutdown, &opts.name).await {
+        let Some(slot) = per_client.admit(peer.ip(), &stats) else {
+            drop(stream);
+            continue;
+        };
         let permit = match &permits {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
@@ -125,12 +145,20 @@ pub async fn serve(
         let open = OpenConnection::new(&stats);
         let _ = stream.set_nodelay(true);
         let h = handler.clone();
+        let busy = Busy::default();
+        let b = busy.clone();
         let svc = service_fn(move |req| {
             let h = h.clone();
-            async move { Ok::<_, Infallible>(h(req, peer).await) }
+            let in_service = b.enter();
+            async move {
+                let r = h(req, peer).await;
+                drop(in_service);
+                Ok::<_, Infallible>(r)
+            }
         });
         let name = opts.name.clone();
         let Some(tls) = opts.tls.clone() else {
+            let stream = Guarded::new(stream, lifecycle, busy, stats.clone(), Some(slot));
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                 .into_owned();
@@ -148,6 +176,7 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let shutdown = shutdown.clone();
+        let stats = stats.clone();
         tokio::spawn(async move {
             let Some(stream) = tls.accept(stream, peer).await else {
                 return;
@@ -155,6 +184,8 @@ pub async fn serve(
             if *shutdown.borrow() {
                 return;
             }
+            // The first-byte deadline starts again once the handshake is done.
+            let stream = Guarded::new(stream, lifecycle, busy, stats, Some(slot));
             let conn = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                 .into_owned();

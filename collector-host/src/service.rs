@@ -109,6 +109,7 @@ impl Listeners {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
             tls: None,
+            lifecycle: Default::default(),
         });
         opts.tls = tls;
         let rx = self.shutdown.clone();
@@ -133,6 +134,7 @@ fn capped(name: &str, max_connections: usize) -> Option<ServerOptions> {
         max_connections,
         // Set from the plan by `Listeners::http`.
         tls: None,
+        lifecycle: Default::default(),
     })
 }
 
@@ -492,6 +494,7 @@ pub async fn run(
                 header_read_timeout: h.read_header_timeout.min(h.idle_timeout),
                 max_connections: h.max_connections,
                 tls: None,
+                lifecycle: h.lifecycle(),
             };
             listeners
                 .http(
@@ -515,8 +518,9 @@ pub async fn run(
             let srx = shutdown_rx.clone();
             let g = g.clone();
             let drain = opts.drain;
+            let stats = telemetry.listener(&name);
             listeners.tasks.push(tokio::spawn(async move {
-                if let Err(e) = grpc::serve(l, g, rx, srx, drain, tls).await {
+                if let Err(e) = grpc::serve(l, g, rx, srx, drain, tls, stats).await {
                     tracing::error!(error = %e, "gRPC server failed");
                 }
             }));

@@ -275,7 +275,7 @@ impl Telemetry {
         c
     }
 
-    /// Connection counters of one HTTP listener (`otlp/http`, `prometheus`, ...).
+    /// Connection counters of one listener (`otlp/http`, `otlp/grpc`, `prometheus`, ...).
     pub fn listener(&self, listener: &str) -> Arc<ListenerStats> {
         let c = Arc::new(ListenerStats {
             listener: listener.to_string(),
@@ -430,23 +430,45 @@ impl Telemetry {
         let listeners = self.listeners.lock().clone();
         let mut open = MetricFamily::gauge(
             "ingero_fleet_connections_open",
-            "Open connections of an HTTP listener.",
+            "Open connections of a listener.",
         );
         let mut accepted = MetricFamily::counter(
             "ingero_fleet_connections_accepted_total",
-            "Connections an HTTP listener accepted.",
+            "Connections a listener accepted.",
         );
         let mut refused = MetricFamily::counter(
             "ingero_fleet_connections_refused_total",
-            "Connections an HTTP listener closed at once because max_connections were open.",
+            "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address.",
+        );
+        let mut closed = MetricFamily::counter(
+            "ingero_fleet_connections_closed_total",
+            "Connections a listener closed because the client sent no byte within first_byte_timeout, or nothing for idle_timeout.",
         );
         for c in &listeners {
-            let l = [("listener", c.listener.as_str())];
+            let name = c.listener.as_str();
+            let l = [("listener", name)];
             open.push(&l, c.open.load(Relaxed) as f64);
             accepted.push(&l, c.accepted.load(Relaxed) as f64);
-            refused.push(&l, c.refused_over_cap.load(Relaxed) as f64);
+            for (reason, n) in [
+                ("max_connections", &c.refused_over_cap),
+                ("max_connections_per_client", &c.refused_per_client),
+            ] {
+                refused.push(
+                    &[("listener", name), ("reason", reason)],
+                    n.load(Relaxed) as f64,
+                );
+            }
+            for (reason, n) in [
+                ("first_byte_timeout", &c.closed_first_byte_timeout),
+                ("idle_timeout", &c.closed_idle_timeout),
+            ] {
+                closed.push(
+                    &[("listener", name), ("reason", reason)],
+                    n.load(Relaxed) as f64,
+                );
+            }
         }
-        fams.extend([open, accepted, refused]);
+        fams.extend([open, accepted, refused, closed]);
 
         fams.push(
             MetricFamily::gauge("otelcol_process_uptime_seconds", "Uptime of the process.")

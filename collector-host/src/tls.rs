@@ -188,21 +188,19 @@ pub fn load(cfg: &ServerTlsConfig, alpn: &[&[u8]]) -> Result<Loaded, TlsError> {
 /// Non-fatal findings about a `tls` block (relative key, message): today, a private key
 /// file that its group or others may read.
 pub fn warnings(cfg: &ServerTlsConfig) -> Vec<(&'static str, String)> {
+    secret_file_warning(&cfg.key_file)
+        .map(|w| ("key_file", w))
+        .into_iter()
+        .collect()
+}
+
+/// A warning when the secret file at `path` (a private key, a tokens file) may be read or
+/// written by its group or others; `None` when it is private or cannot be inspected.
+pub fn secret_file_warning(path: &str) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::new();
-    if let Ok(m) = std::fs::metadata(&cfg.key_file) {
-        let mode = m.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            out.push((
-                "key_file",
-                format!(
-                    "{} is readable by group or others (mode {mode:04o}); chmod 600 it",
-                    cfg.key_file
-                ),
-            ));
-        }
-    }
-    out
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0)
+        .then(|| format!("{path} is readable by group or others (mode {mode:04o}); chmod 600 it"))
 }
 
 /// The TLS side of one listener: the current server config, swapped on reload.
@@ -419,14 +417,24 @@ const MAX_PENDING_HANDSHAKES: usize = 1024;
 pub fn grpc_incoming(
     listener: TcpListener,
     tls: Arc<ListenerTls>,
+    lifecycle: crate::conn_guard::Lifecycle,
+    stats: Arc<crate::server::ListenerStats>,
     mut shutdown: watch::Receiver<bool>,
-) -> tokio_stream::wrappers::ReceiverStream<Result<GrpcTlsConn, io::Error>> {
+) -> tokio_stream::wrappers::ReceiverStream<
+    Result<crate::conn_guard::Guarded<GrpcTlsConn>, io::Error>,
+> {
+    use crate::conn_guard::{Busy, Guarded, PerClient};
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let per_client = PerClient::new(lifecycle.max_connections_per_client);
     tokio::spawn(async move {
         while let Some((stream, peer)) =
             crate::server::accept(&listener, &mut shutdown, &tls.name).await
         {
+            let Some(slot) = per_client.admit(peer.ip(), &stats) else {
+                drop(stream);
+                continue;
+            };
             let Ok(permit) = pending.clone().try_acquire_owned() else {
                 drop(stream);
                 continue;
@@ -434,10 +442,19 @@ pub fn grpc_incoming(
             let _ = stream.set_nodelay(true);
             let tls = tls.clone();
             let tx = tx.clone();
+            let stats = stats.clone();
             tokio::spawn(async move {
                 if let Some(s) = tls.accept(stream, peer).await {
                     drop(permit);
-                    let _ = tx.send(Ok(GrpcTlsConn(s))).await;
+                    // The first-byte deadline starts once the handshake is done.
+                    let g = Guarded::new(
+                        GrpcTlsConn(s),
+                        lifecycle,
+                        Busy::default(),
+                        stats,
+                        Some(slot),
+                    );
+                    let _ = tx.send(Ok(g)).await;
                 }
             });
         }

@@ -528,7 +528,15 @@ fn http_connections_beyond_max_connections_are_closed_at_accept_and_counted() {
         !keep_alive_push(&mut third, &body),
         "a third connection was served"
     );
-    assert_eq!(series("ingero_fleet_connections_refused_total"), 1.0);
+    let page = get(f.telemetry(), "/metrics").text();
+    assert_eq!(
+        prom_value(
+            &page,
+            "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections\"}"
+        ),
+        Some(1.0),
+        "{page}"
+    );
     assert_eq!(series("ingero_fleet_connections_accepted_total"), 2.0);
     // The held connections keep working.
     assert!(keep_alive_push(&mut held[0], &body));

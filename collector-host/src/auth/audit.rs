@@ -63,8 +63,11 @@ impl AuditLog {
         })
     }
 
-    /// Open `audit_log` ("stderr" or a path, appended to) and start the writer.
+    /// Open `audit_log` ("stderr" or a path, appended to) and start the writer. A file
+    /// it creates is mode 0600 (owner only): the log names tokens, clusters and client
+    /// addresses. An existing file keeps its mode (see [`super::AuthExtension::file_warnings`]).
     pub fn open(target: &str, queue: usize) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         match target {
             "" => Ok(Self::disabled()),
             "stderr" => Self::start(Box::new(std::io::stderr()), queue),
@@ -72,6 +75,7 @@ impl AuditLog {
                 let f = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .mode(0o600)
                     .open(path)?;
                 Self::start(Box::new(f), queue)
             }
@@ -172,6 +176,21 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_created_audit_file_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ingero-audit-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let log = AuditLog::open(path.to_str().unwrap(), 4).unwrap();
+        assert!(log.is_enabled());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "mode {mode:04o}");
+        drop(log);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

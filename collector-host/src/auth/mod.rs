@@ -178,6 +178,23 @@ impl AuthExtension {
         Ok(())
     }
 
+    /// Non-fatal findings about its files, as `key: message`: a tokens file or an existing
+    /// audit log that its group or others may read (the check the TLS key gets).
+    pub fn file_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.config.tokens_env.is_empty()
+            && let Some(w) = crate::tls::secret_file_warning(&self.config.tokens_file)
+        {
+            out.push(format!("tokens_file: {w}"));
+        }
+        if !matches!(self.config.audit_log.as_str(), "" | "stderr")
+            && let Some(w) = crate::tls::secret_file_warning(&self.config.audit_log)
+        {
+            out.push(format!("audit_log: {w}"));
+        }
+        out
+    }
+
     fn source_key(&self) -> String {
         if self.config.tokens_env.is_empty() {
             format!("tokens_file {:?}", self.config.tokens_file)

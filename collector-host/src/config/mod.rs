@@ -577,7 +577,16 @@ impl Plan {
         );
         check_listener_conflicts(&mut errs, &decls);
         check_plaintext(&mut errs, &decls, raw.service.allow_plaintext_listeners);
-        let (listener_tls, warnings) = load_tls(&mut errs, &decls);
+        let (listener_tls, mut warnings) = load_tls(&mut errs, &decls);
+        for (id, e) in &extensions {
+            if let ExtensionPlan::Auth(a) = e {
+                warnings.extend(
+                    a.file_warnings()
+                        .iter()
+                        .map(|w| format!("extensions.{id}.{w}")),
+                );
+            }
+        }
         errs.into_result()?;
         Ok(Plan {
             receivers: sections.receivers,

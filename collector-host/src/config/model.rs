@@ -53,6 +53,13 @@ pub struct HttpServerConfig {
     pub idle_timeout: Duration,
     /// Cap on simultaneously open connections (0 = unlimited).
     pub max_connections: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed.
+    #[serde(with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// Cap on connections open at once from one client address, TLS handshakes in
+    /// progress included (0 = unlimited); beyond it a new connection is closed at accept.
+    pub max_connections_per_client: usize,
     /// Cap on OTLP requests being read and processed at once (0 = unlimited). Beyond it a
     /// request is answered 503 with `Retry-After` at once, before its body is read, so a
     /// flood cannot queue unbounded bodies (at most this many times
@@ -80,8 +87,10 @@ impl Default for HttpServerConfig {
             middlewares: None,
             read_header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: crate::conn_guard::DEFAULT_IDLE_TIMEOUT,
             max_connections: 4096,
+            first_byte_timeout: crate::conn_guard::DEFAULT_FIRST_BYTE_TIMEOUT,
+            max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
             auth: None,
@@ -101,6 +110,17 @@ pub struct GrpcServerConfig {
     /// Cap on open connections (0 = unlimited); beyond it a new connection is closed at
     /// accept.
     pub max_connections: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed.
+    #[serde(with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// A connection that sends no byte for this long is closed. A client that answers
+    /// the server's HTTP/2 keepalive pings (every 30s) counts as active.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Cap on connections open at once from one client address, TLS handshakes in
+    /// progress included (0 = unlimited).
+    pub max_connections_per_client: usize,
     /// Cap on OTLP calls being read and processed at once, over all connections (0 =
     /// unlimited). Beyond it a call is answered `UNAVAILABLE` with a `RetryInfo` delay of
     /// `retry_after`, before its message is read.
@@ -116,6 +136,28 @@ pub struct GrpcServerConfig {
     pub tls: Option<ServerTlsConfig>,
 }
 
+impl HttpServerConfig {
+    /// The connection lifecycle limits of this listener.
+    pub fn lifecycle(&self) -> crate::conn_guard::Lifecycle {
+        crate::conn_guard::Lifecycle {
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections_per_client: self.max_connections_per_client,
+        }
+    }
+}
+
+impl GrpcServerConfig {
+    /// The connection lifecycle limits of this listener.
+    pub fn lifecycle(&self) -> crate::conn_guard::Lifecycle {
+        crate::conn_guard::Lifecycle {
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections_per_client: self.max_connections_per_client,
+        }
+    }
+}
+
 impl Default for GrpcServerConfig {
     fn default() -> Self {
         GrpcServerConfig {
@@ -124,6 +166,9 @@ impl Default for GrpcServerConfig {
             max_concurrent_streams: 1024,
             middlewares: None,
             max_connections: 4096,
+            first_byte_timeout: crate::conn_guard::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: crate::conn_guard::DEFAULT_IDLE_TIMEOUT,
+            max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             max_concurrent_requests: 256,
             retry_after: Duration::from_secs(1),
             auth: None,
@@ -180,6 +225,9 @@ impl ComponentConfig for OtlpReceiverConfig {
             if h.read_timeout.is_zero() {
                 e.push("protocols.http.read_timeout", "must be > 0");
             }
+            if h.first_byte_timeout.is_zero() {
+                e.push("protocols.http.first_byte_timeout", "must be > 0");
+            }
             check_retry_after(&mut e, "protocols.http.retry_after", h.retry_after);
         }
         if let Some(g) = &self.protocols.grpc {
@@ -191,6 +239,12 @@ impl ComponentConfig for OtlpReceiverConfig {
                 );
             }
             check_retry_after(&mut e, "protocols.grpc.retry_after", g.retry_after);
+            if g.first_byte_timeout.is_zero() {
+                e.push("protocols.grpc.first_byte_timeout", "must be > 0");
+            }
+            if g.idle_timeout.is_zero() {
+                e.push("protocols.grpc.idle_timeout", "must be > 0");
+            }
         }
         e.into_result()
     }
@@ -608,6 +662,42 @@ mod tests {
                 "protocols.http.metrics_url_path",
                 "protocols.grpc.endpoint"
             ]
+        );
+    }
+
+    #[test]
+    fn connection_lifecycle_keys_have_defaults_and_refuse_zero_timeouts() {
+        use crate::conn_guard::Lifecycle;
+        let v = parse_yaml(b"protocols:\n  grpc:\n  http:\n").unwrap();
+        let c: OtlpReceiverConfig = decode(&v).unwrap();
+        assert_eq!(c.protocols.http.unwrap().lifecycle(), Lifecycle::default());
+        assert_eq!(c.protocols.grpc.unwrap().lifecycle(), Lifecycle::default());
+        let v = parse_yaml(b"protocols:\n  http:\n    first_byte_timeout: 2s\n    max_connections_per_client: 7\n  grpc:\n    idle_timeout: 5m\n").unwrap();
+        let c: OtlpReceiverConfig = decode(&v).unwrap();
+        let h = c.protocols.http.unwrap().lifecycle();
+        assert_eq!(h.first_byte_timeout, Duration::from_secs(2));
+        assert_eq!(h.max_connections_per_client, 7);
+        assert_eq!(
+            c.protocols.grpc.unwrap().lifecycle().idle_timeout,
+            Duration::from_secs(300)
+        );
+
+        let v = parse_yaml(b"protocols:\n  http:\n    first_byte_timeout: 0s\n  grpc:\n    first_byte_timeout: 0s\n    idle_timeout: 0s\n").unwrap();
+        let e = decode::<OtlpReceiverConfig>(&v).unwrap_err();
+        let paths: Vec<_> = e.iter().map(|e| e.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                "protocols.http.first_byte_timeout",
+                "protocols.grpc.first_byte_timeout",
+                "protocols.grpc.idle_timeout"
+            ]
+        );
+
+        let v = parse_yaml(b"protocols:\n  grpc:\n    first_byte_timout: 3s\n").unwrap();
+        assert!(
+            decode::<OtlpReceiverConfig>(&v).is_err(),
+            "a misspelt key is refused"
         );
     }
 

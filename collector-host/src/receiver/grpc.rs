@@ -164,6 +164,7 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
     drain: Duration,
     tls: Option<Arc<crate::tls::ListenerTls>>,
+    stats: Arc<crate::server::ListenerStats>,
 ) -> Result<(), tonic::transport::Error> {
     let max = usize::try_from(cfg.max_recv_msg_size_mib.saturating_mul(1024 * 1024))
         .unwrap_or(usize::MAX);
@@ -199,14 +200,28 @@ pub async fn serve(
         .add_service(logs);
     use super::grpc_conn_cap::cap;
     let max_conns = cfg.max_connections;
+    let lifecycle = cfg.lifecycle();
     match tls {
         None => {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            serve_until(router, cap(incoming, max_conns, counters), shutdown, drain).await
+            let incoming = crate::conn_guard::grpc_plain_incoming(
+                listener,
+                lifecycle,
+                stats.clone(),
+                shutdown.clone(),
+            );
+            let incoming = cap(incoming, max_conns, counters, stats);
+            serve_until(router, incoming, shutdown, drain).await
         }
         Some(tls) => {
-            let incoming = crate::tls::grpc_incoming(listener, tls, shutdown.clone());
-            serve_until(router, cap(incoming, max_conns, counters), shutdown, drain).await
+            let incoming = crate::tls::grpc_incoming(
+                listener,
+                tls,
+                lifecycle,
+                stats.clone(),
+                shutdown.clone(),
+            );
+            let incoming = cap(incoming, max_conns, counters, stats);
+            serve_until(router, incoming, shutdown, drain).await
         }
     }
 }

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
 
+use crate::server::{ListenerStats, OpenConnection};
 use crate::telemetry::ReceiverCounters;
 
 /// A connection holding one of the listener's connection permits.
@@ -19,14 +20,17 @@ use crate::telemetry::ReceiverCounters;
 pub struct Capped<IO> {
     io: IO,
     _permit: Option<OwnedSemaphorePermit>,
+    _open: OpenConnection,
 }
 
 /// Admit connections from `incoming` while fewer than `max` (0 = unlimited) are open; close
-/// the others and count them (`ingero_fleet_rejected_requests_total{reason="max_connections"}`).
+/// the others and count them (`ingero_fleet_rejected_requests_total{reason="max_connections"}`
+/// and `ingero_fleet_connections_refused_total{reason="max_connections"}`).
 pub fn cap<S, IO>(
     incoming: S,
     max: usize,
     counters: Arc<ReceiverCounters>,
+    stats: Arc<ListenerStats>,
 ) -> impl Stream<Item = io::Result<Capped<IO>>>
 where
     S: Stream<Item = io::Result<IO>>,
@@ -35,14 +39,22 @@ where
     incoming.filter_map(move |r| match r {
         Err(e) => Some(Err(e)),
         Ok(io) => match &permits {
-            None => Some(Ok(Capped { io, _permit: None })),
+            None => Some(Ok(Capped {
+                io,
+                _permit: None,
+                _open: OpenConnection::new(&stats),
+            })),
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(Ok(Capped {
                     io,
                     _permit: Some(p),
+                    _open: OpenConnection::new(&stats),
                 })),
                 Err(_) => {
                     counters.reject("max_connections");
+                    stats
+                        .refused_over_cap
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     drop(io);
                     None
                 }

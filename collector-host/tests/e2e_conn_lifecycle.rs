@@ -1,0 +1,332 @@
+//! Connection exhaustion by silent clients, against the real binary (issue 22, item 1):
+//! connections that never send a byte are closed after `first_byte_timeout` on every
+//! listener, one client address cannot hold more than `max_connections_per_client`, and a
+//! healthy agent on another address keeps getting thresholds while the attack runs; on TLS
+//! listeners a silent client is closed during the handshake and after it. All counts are
+//! read from the self-telemetry page.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod tls_support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use testkit::AgentPush;
+
+/// A connection from a chosen loopback address (Linux routes all of 127.0.0.0/8 to lo).
+fn connect_from(src: &str, to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let s = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(format!("{src}:0").parse().unwrap()).unwrap();
+        sock.connect(to).await.unwrap()
+    });
+    let s = s.into_std().unwrap();
+    s.set_nonblocking(false).unwrap();
+    s
+}
+
+/// One agent push from `src`; the response.
+fn push_from(src: &str, to: SocketAddr, cluster: &str, body: &str) -> Resp {
+    let mut s = connect_from(src, to);
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let req = format!(
+        "POST /v1/metrics?cluster_id={cluster} HTTP/1.1\r\nHost: fleet\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    parse_response(&buf)
+}
+
+/// Push a 7-node cluster from `src`; true when every push was answered 200 with a
+/// threshold header.
+fn push_cluster_from(src: &str, f: &Fleet, cluster: &str) -> bool {
+    let mut all = true;
+    for (i, score) in [0.95, 0.96, 0.94, 0.95, 0.97, 0.955, 0.945]
+        .iter()
+        .enumerate()
+    {
+        let body = AgentPush::new(cluster, &format!("{cluster}-node-{i}"), *score).to_json();
+        let r = push_from(src, f.http(), cluster, &body);
+        all &= r.status == 200 && r.header("X-Ingero-Threshold").is_some();
+    }
+    all
+}
+
+/// Block until the server ends `s` (EOF or reset); false if it is still open after
+/// `limit`, or sent an HTTP response (the server closes a silent connection without one;
+/// a gRPC server's HTTP/2 greeting is read past).
+fn closed_by_server(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) if buf[..n].starts_with(b"HTTP/") => return false,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn telemetry_value(f: &Fleet, series: &str) -> f64 {
+    let page = get(f.telemetry(), "/metrics").text();
+    prom_value(&page, series).unwrap_or_else(|| panic!("{series} missing:\n{page}"))
+}
+
+fn wait_value(f: &Fleet, series: &str, want: f64) -> bool {
+    wait_for(Duration::from_secs(20), || {
+        (telemetry_value(f, series) == want).then_some(())
+    })
+    .is_some()
+}
+
+const LIMITS: &str = "        max_connections: 6\n        max_connections_per_client: 3\n        first_byte_timeout: 3s\n";
+
+fn config() -> String {
+    let cfg = test_config("1s", &[])
+        .replace(
+            "      http:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      http:\n        endpoint: 127.0.0.1:0\n{LIMITS}"),
+        )
+        .replace(
+            "      grpc:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      grpc:\n        endpoint: 127.0.0.1:0\n{LIMITS}"),
+        );
+    assert_eq!(cfg.matches("max_connections_per_client: 3").count(), 2);
+    cfg
+}
+
+#[test]
+fn silent_connections_are_capped_per_client_and_closed_while_a_healthy_agent_keeps_its_thresholds()
+{
+    let f = Fleet::start_with(&config(), &[]);
+    let healthy = "127.0.0.2";
+    // Quorum first, so every healthy push below is answered with a threshold.
+    let ready = wait_for(Duration::from_secs(20), || {
+        push_cluster_from(healthy, &f, "healthy").then_some(())
+    });
+    assert!(ready.is_some(), "no threshold before the attack");
+
+    // The attacker (127.0.0.1) opens silent connections without end (bounded here), more
+    // than max_connections in all, while the healthy agent pushes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let http = f.http();
+    let attacker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(Ordering::Relaxed) && held.len() < 60 {
+                held.push(connect_from("127.0.0.1", http));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            held
+        })
+    };
+    // Wait until the attacker holds its full share, then push through it.
+    let open = "ingero_fleet_connections_open{listener=\"otlp/http\"}";
+    assert!(wait_value(&f, open, 3.0), "the attacker never held 3");
+    let refused_per_client = "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections_per_client\"}";
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            (telemetry_value(&f, refused_per_client) > 0.0).then_some(())
+        })
+        .is_some(),
+        "no connection refused for the per-client cap"
+    );
+    for round in 0..3 {
+        assert!(
+            push_cluster_from(healthy, &f, "healthy"),
+            "round {round}: a healthy push failed or lost its threshold during the attack"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut held = attacker.join().unwrap();
+
+    // Every attacker connection ends without an answer: refused at accept or closed at
+    // the first-byte deadline.
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, Duration::from_secs(30)),
+            "silent connection {i} was not closed"
+        );
+    }
+    let closed = "ingero_fleet_connections_closed_total{listener=\"otlp/http\",reason=\"first_byte_timeout\"}";
+    assert!(
+        telemetry_value(&f, closed) >= 3.0,
+        "first-byte closures not counted"
+    );
+    assert!(wait_value(&f, open, 0.0), "closed connections still open");
+    let refused = telemetry_value(&f, refused_per_client);
+    let over_cap = telemetry_value(
+        &f,
+        "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections\"}",
+    );
+    // The total cap (6) was never reached: the per-client cap held the attacker to 3.
+    assert_eq!(over_cap, 0.0);
+    let accepted = telemetry_value(
+        &f,
+        "ingero_fleet_connections_accepted_total{listener=\"otlp/http\"}",
+    );
+    let closed_n = telemetry_value(&f, closed);
+    assert_eq!(
+        refused + closed_n,
+        held.len() as f64,
+        "every attacker connection is counted once (accepted {accepted})"
+    );
+}
+
+#[test]
+fn silent_grpc_connections_are_capped_per_client_and_closed_after_the_first_byte_deadline() {
+    let f = Fleet::start_with(&config(), &[]);
+    let mut held: Vec<TcpStream> = (0..5)
+        .map(|_| connect_from("127.0.0.1", f.grpc()))
+        .collect();
+    let refused = "ingero_fleet_connections_refused_total{listener=\"otlp/grpc\",reason=\"max_connections_per_client\"}";
+    assert!(wait_value(&f, refused, 2.0), "per-client refusals");
+    assert!(wait_value(
+        &f,
+        "ingero_fleet_connections_open{listener=\"otlp/grpc\"}",
+        3.0
+    ));
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, Duration::from_secs(30)),
+            "silent gRPC connection {i} was not closed"
+        );
+    }
+    assert!(wait_value(
+        &f,
+        "ingero_fleet_connections_closed_total{listener=\"otlp/grpc\",reason=\"first_byte_timeout\"}",
+        3.0
+    ));
+    assert!(wait_value(
+        &f,
+        "ingero_fleet_connections_open{listener=\"otlp/grpc\"}",
+        0.0
+    ));
+}
+
+#[test]
+fn every_listener_closes_a_silent_connection_at_the_default_deadline() {
+    let f = Fleet::start_with(&test_config("1s", &[]), &[]);
+    let listeners = [
+        ("otlp/http", f.http()),
+        ("otlp/grpc", f.grpc()),
+        ("ingero_threshold/agent", f.agent_api()),
+        ("ingero_threshold/admin", f.admin_api()),
+        ("health_check", f.addr("health_check")),
+        ("prometheus", f.prometheus()),
+        ("telemetry", f.telemetry()),
+    ];
+    let mut held: Vec<(&str, TcpStream)> = listeners
+        .iter()
+        .map(|(name, addr)| (*name, TcpStream::connect(addr).unwrap()))
+        .collect();
+    for (name, s) in &mut held {
+        assert!(
+            closed_by_server(s, Duration::from_secs(40)),
+            "{name}: silent connection not closed"
+        );
+    }
+    let page = get(f.telemetry(), "/metrics").text();
+    for (name, _) in &listeners {
+        let series = format!(
+            "ingero_fleet_connections_closed_total{{listener=\"{name}\",reason=\"first_byte_timeout\"}}"
+        );
+        assert_eq!(prom_value(&page, &series), Some(1.0), "{series}\n{page}");
+    }
+}
+
+#[test]
+fn tls_connections_silent_during_or_after_the_handshake_are_closed_and_counted() {
+    let pki = tls_support::Pki::new("conn-lifecycle-tls");
+    let tls = pki.tls_block(false, ", handshake_timeout: 1s");
+    let limits = "        first_byte_timeout: 1s\n";
+    let cfg = test_config("1s", &[])
+        .replace(
+            "      http:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      http:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n{limits}"),
+        )
+        .replace(
+            "      grpc:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      grpc:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n{limits}"),
+        );
+    assert_eq!(cfg.matches("handshake_timeout: 1s").count(), 2, "{cfg}");
+    let f = Fleet::start_with(&cfg, &[]);
+    for (listener, addr, alpn) in [
+        ("otlp/http", f.http(), b"http/1.1".as_slice()),
+        ("otlp/grpc", f.grpc(), b"h2".as_slice()),
+    ] {
+        // Silent during the handshake: plain TCP, nothing sent.
+        let mut raw = TcpStream::connect(addr).unwrap();
+        // Silent after it: the handshake completes, then no request.
+        let client = tls_support::client_config(&pki.ca.pem, None, &[alpn], false);
+        let mut s = tls_support::tls_connect(addr, "localhost", client).unwrap();
+        assert!(
+            closed_by_server(&mut raw, Duration::from_secs(30)),
+            "{listener}: silent handshake not closed"
+        );
+        s.sock
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let ended = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                // The HTTP/2 server's SETTINGS frame.
+                Ok(_) if alpn == b"h2" => continue,
+                Ok(n) => panic!(
+                    "{listener}: answered {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                ),
+                // Closed without close_notify, or reset.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    break true;
+                }
+                Err(e) => {
+                    eprintln!("{listener}: {e}");
+                    break false;
+                }
+            }
+        };
+        assert!(ended, "{listener}: silent TLS connection not closed");
+        assert!(
+            wait_value(
+                &f,
+                &format!(
+                    "ingero_fleet_tls_handshakes_total{{listener=\"{listener}\",outcome=\"timeout\"}}"
+                ),
+                1.0
+            ),
+            "{listener}: handshake timeout not counted"
+        );
+        assert!(
+            wait_value(
+                &f,
+                &format!(
+                    "ingero_fleet_connections_closed_total{{listener=\"{listener}\",reason=\"first_byte_timeout\"}}"
+                ),
+                1.0
+            ),
+            "{listener}: first-byte closure after the handshake not counted"
+        );
+    }
+}
