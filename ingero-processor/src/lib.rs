@@ -40,8 +40,8 @@
 pub mod classifier;
 pub mod cluster;
 pub mod config;
-pub mod ingest;
 pub mod factory;
+pub mod ingest;
 pub mod metrics;
 pub mod processor;
 pub mod stats;
