@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-20}"
 ROUNDS="${2:-3}"
-cargo build --release -p collector-host --bins --examples -q
+cargo build --release -p ingero-fleet --bins -q
+cargo build --release -p collector-host --examples -q
 BIN=target/release
 OUT="bench/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
 mkdir -p bench

@@ -4,7 +4,7 @@
 # GPU contention from another process, then a stop. Prints the report (JSON) and writes it
 # to $OUT/report.json (default /tmp/gpu-e2e). Needs root, an NVIDIA GPU and torch.
 #
-#   cargo build --release -p ingero-agent -p collector-host
+#   cargo build --release -p ingero-agent -p ingero-fleet
 #   sudo scripts/gpu-e2e.sh --python /opt/torch/.venv/bin/python \
 #       --agent-arg=--probe-library-root=/opt/torch/.venv
 #

@@ -3,7 +3,7 @@
 # load-independent figure for comparing versions of the push path on a shared machine
 # (CPU time on this VM moves by 15 % or more between runs).
 # Usage: ./scripts/push-instructions.sh [json|protobuf] [ingero-fleet binary]
-# Needs valgrind (apt-get install valgrind) and a release build of collector-host.
+# Needs valgrind (apt-get install valgrind) and a release build of ingero-fleet (`cargo build --release -p ingero-fleet`).
 # KEEP=DIR keeps the callgrind output there (for callgrind_annotate --inclusive=yes).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 """Restart recovery of ingero-fleet: how long after a crash every cluster's agents get a
 valid threshold again, with the state rebuilt from pushes alone.
 
-    cargo build --release -p collector-host --bins
+    cargo build --release -p ingero-fleet --bins
     python3 scripts/restart-recovery.py [--agents 1000] [--clusters 10] [--interval 10s]
 
 Starts ingero-fleet (release, loopback ports 24318/28080/28081), drives it with

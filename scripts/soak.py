@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak test of ingero-fleet: many paced agents for a long time, with checks.
 
-    cargo build --release -p collector-host --bins
+    cargo build --release -p ingero-fleet --bins
     python3 scripts/soak.py                      # 10,000 agents, 10 minutes (the issue's soak)
     python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug   # CI
 

@@ -68,7 +68,7 @@ log "benchmarks compile (dev profile)"
 cargo build --workspace --benches --locked
 
 log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
-cargo build --locked -p collector-host --bins
+cargo build --locked -p ingero-fleet --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 # Test executables are about half the debug build; libraries stay for the go-shim e2e build.
 mapfile -t test_exes < <(find "$TARGET_DIR/debug/deps" -maxdepth 1 -type f -perm -u+x \

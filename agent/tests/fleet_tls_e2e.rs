@@ -83,7 +83,8 @@ service:
         p("ca.pem"),
     );
     let root = collector_host::config::source::parse_document("fleet.yaml", &yaml).unwrap();
-    let plan = collector_host::config::Plan::build(&root).unwrap();
+    let plan =
+        collector_host::config::Plan::build_with(&root, &ingero_fleet_dist::components()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()

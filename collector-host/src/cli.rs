@@ -30,24 +30,6 @@ pub struct Distribution {
     pub components: Components,
 }
 
-impl Distribution {
-    /// Ingero Fleet: `ingero-fleet` with [`Components::fleet`] and the embedded default
-    /// that runs a complete Fleet on loopback.
-    pub fn fleet() -> Self {
-        Distribution {
-            command: "ingero-fleet",
-            version: env!("CARGO_PKG_VERSION"),
-            about: "GPU straggler detection as an OpenTelemetry collector",
-            long_about: "Runs the Ingero Fleet service: OTLP receivers, the ingero threshold \
-                         processor, the threshold extension and exporters. With no --config, an \
-                         embedded default config runs a complete Fleet on loopback.",
-            description: "Ingero Fleet, a Rust-native OpenTelemetry collector for GPU straggler detection",
-            default_config: source::EMBEDDED_DEFAULT,
-            components: Components::fleet(),
-        }
-    }
-}
-
 #[derive(Debug, Parser)]
 #[command(name = "collector", version)]
 struct Cli {

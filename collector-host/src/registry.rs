@@ -104,9 +104,11 @@ impl Components {
         }
     }
 
-    /// Ingero Fleet's set: the host's built-ins, the `ingero`, `nccl_peer_lag` and
-    /// `provider_lookup` processors and the `ingero_threshold` extension.
-    pub fn fleet() -> Self {
+    /// Ingero Fleet's set, for the library's own unit tests only: the Ingero component
+    /// crates are dev-dependencies here. Binaries take theirs from the `ingero-fleet`
+    /// crate (`ingero_fleet_dist::components`).
+    #[cfg(test)]
+    pub(crate) fn fleet() -> Self {
         Components::host()
             .with_processor(&ingero_processor::FACTORY)
             .with_processor(&nccl_processor::FACTORY)
@@ -204,15 +206,6 @@ impl Components {
     }
 }
 
-/// Ingero Fleet's `components` YAML.
-pub fn components_yaml() -> String {
-    Components::fleet().components_yaml(
-        "ingero-fleet",
-        "Ingero Fleet, a Rust-native OpenTelemetry collector for GPU straggler detection",
-        env!("CARGO_PKG_VERSION"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,7 +226,7 @@ mod tests {
 
     #[test]
     fn components_yaml_lists_every_type_with_stability() {
-        let y = components_yaml();
+        let y = Components::fleet().components_yaml("ingero-fleet", "test", "0");
         let v: serde_json::Value = serde_norway::from_str(&y).unwrap();
         assert_eq!(v["processors"].as_array().unwrap().len(), 3);
         assert_eq!(v["extensions"][0]["stability"]["extension"], "Beta");

@@ -1,13 +1,13 @@
 //! Config documents as `ingero-fleet validate` reads them: the text is parsed as YAML and as
 //! TOML (`collector_host::config::source::parse_document`), `${env:...}` references are
 //! expanded against a fixed environment, and every tree that parses is validated and
-//! planned with `Plan::build` (pure: no sockets).
+//! planned with `Plan::build_with` (Fleet's components) (pure: no sockets).
 //!
 //! Invariants checked beyond "no panic":
 //! - a refused config has at least one error, every error has a message, and when the
 //!   document is a mapping every error carries a key path whose first segment is a
 //!   top-level key of the document or a section the host knows;
-//! - `Plan::build` is deterministic (the same tree gives the same errors);
+//! - `Plan::build_with` is deterministic (the same tree gives the same errors);
 //! - an accepted config survives `print-config`: written as YAML and read back it is the
 //!   same tree, and still valid.
 
@@ -15,7 +15,7 @@ use collector_host::config::Plan;
 use collector_host::config::source;
 use component::ConfigValue;
 
-/// Top-level sections `Plan::build` may name in an error path even when the document
+/// Top-level sections `Plan::build_with` may name in an error path even when the document
 /// lacks them (`service.pipelines: at least one metrics pipeline is required`).
 const SECTIONS: [&str; 6] = [
     "receivers",
@@ -54,7 +54,7 @@ pub fn config(data: &[u8]) {
 }
 
 fn check_plan(root: &ConfigValue) {
-    match Plan::build(root) {
+    match Plan::build_with(root, &ingero_fleet_dist::components()) {
         Ok(_) => {
             // print-config (YAML) and back.
             let yaml = serde_norway::to_string(root)
@@ -66,7 +66,7 @@ fn check_plan(root: &ConfigValue) {
                 "print-config YAML reads back differently:\n{yaml}"
             );
             assert!(
-                Plan::build(&back).is_ok(),
+                Plan::build_with(&back, &ingero_fleet_dist::components()).is_ok(),
                 "print-config output is invalid:\n{yaml}"
             );
         }
@@ -95,11 +95,11 @@ fn check_plan(root: &ConfigValue) {
                     );
                 }
             }
-            let again = Plan::build(root).err();
+            let again = Plan::build_with(root, &ingero_fleet_dist::components()).err();
             assert_eq!(
                 again.as_ref(),
                 Some(&errs),
-                "Plan::build is not deterministic"
+                "Plan::build_with is not deterministic"
             );
         }
     }

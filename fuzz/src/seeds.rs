@@ -137,7 +137,7 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
             let mut v = vec![
                 (
                     "default.yaml".to_string(),
-                    collector_host::config::source::EMBEDDED_DEFAULT
+                    ingero_fleet_dist::EMBEDDED_DEFAULT
                         .as_bytes()
                         .to_vec(),
                 ),

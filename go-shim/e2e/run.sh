@@ -16,7 +16,7 @@ step "Rust static library (release) -> go-shim/lib"
 go-shim/scripts/build-rust.sh
 
 step "ingero-fleet and the agent payloads (testkit)"
-cargo build --locked -q -p collector-host --bin ingero-fleet
+cargo build --locked -q -p ingero-fleet --bin ingero-fleet
 cargo build --locked -q -p ingero-ffi --example agent_payloads
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"

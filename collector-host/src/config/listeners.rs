@@ -228,7 +228,8 @@ mod tests {
 
     fn plan(yaml: &str) -> Result<Plan, Vec<String>> {
         let v = component::config::parse_yaml(yaml.as_bytes()).unwrap();
-        Plan::build(&v).map_err(|e| e.iter().map(|e| e.to_string()).collect())
+        Plan::build_with(&v, &crate::registry::Components::fleet())
+            .map_err(|e| e.iter().map(|e| e.to_string()).collect())
     }
 
     const BASE: &str = "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 0.0.0.0:4317\nprocessors:\n  ingero:\nexporters:\n  debug:\nservice:\n  pipelines:\n    metrics: {receivers: [otlp], processors: [ingero], exporters: [debug]}\n  telemetry: {metrics: {level: none}}\n";

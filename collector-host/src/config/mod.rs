@@ -1,6 +1,6 @@
 //! The host's config: loading ([`source`]), typed host-component configs ([`model`]),
 //! and the [`Plan`]: the validated, instantiated set of components and pipelines.
-//! `validate`, `print-config` and the run path all go through [`Plan::build`], so they
+//! `validate`, `print-config` and the run path all go through [`Plan::build_with`] (with the binary's components), so they
 //! accept and reject exactly the same documents.
 
 mod listeners;
@@ -542,11 +542,6 @@ fn check_auth_refs(
 }
 
 impl Plan {
-    /// [`Plan::build_with`] Ingero Fleet's component set.
-    pub fn build(root: &ConfigValue) -> Result<Plan, ConfigErrors> {
-        Plan::build_with(root, &Components::fleet())
-    }
-
     /// Validate `root` completely against `components` and instantiate its components
     /// (pure: no sockets).
     pub fn build_with(root: &ConfigValue, components: &Components) -> Result<Plan, ConfigErrors> {

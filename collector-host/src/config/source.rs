@@ -1,14 +1,10 @@
-//! Loading the config tree: files (YAML or TOML by extension), the embedded default,
+//! Loading the config tree: files (YAML or TOML by extension), a binary's embedded default,
 //! deep merge of repeated `--config`, `--set key.path=value`, and `${env:VAR}` expansion.
 
 use std::path::Path;
 
 use component::ConfigValue;
 use serde_json::{Map, Value};
-
-/// The config `ingero-fleet` runs with when no `--config` is given: a complete working
-/// Fleet on loopback.
-pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -264,11 +260,5 @@ mod tests {
         let t = parse_document("a.toml", "[processors.ingero.threshold]\nk = 2.5\n").unwrap();
         assert_eq!(y, t);
         assert!(parse_document("bad.toml", "[[x").is_err());
-    }
-
-    #[test]
-    fn embedded_default_parses() {
-        let v = parse_document("embedded", EMBEDDED_DEFAULT).unwrap();
-        assert!(v["service"]["pipelines"]["metrics"].is_object());
     }
 }

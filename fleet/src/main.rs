@@ -1,11 +1,12 @@
 //! `ingero-fleet`: a Rust-native OpenTelemetry collector running the Ingero components.
 //!
-//! The command line, config loading and the service live in the library
-//! (`collector_host::cli`); this binary adds the allocator and picks Fleet's components.
+//! The command line, config loading and the service live in the `collector-host` library
+//! (`collector_host::cli`); this binary adds the allocator and runs Fleet's distribution
+//! (components and embedded default, from this crate's library).
 
 use std::process::ExitCode;
 
-use collector_host::cli::{self, Distribution};
+use collector_host::cli;
 
 // mimalloc instead of glibc malloc: on the push path (a request body, a decoded OTLP
 // message and its strings per push) glibc's malloc/free were a quarter of server CPU.
@@ -24,5 +25,5 @@ extern "C" fn pow(x: f64, y: f64) -> f64 {
 }
 
 fn main() -> ExitCode {
-    cli::main(&Distribution::fleet())
+    cli::main(&ingero_fleet_dist::distribution())
 }

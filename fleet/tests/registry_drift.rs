@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use collector_host::registry::{Components, Kind, Metadata};
+use collector_host::registry::{Kind, Metadata};
+use ingero_fleet_dist::components;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -32,7 +33,7 @@ fn go_files(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
 
 /// The components the Fleet binary and the Go shim both ship (from component crates).
 fn shipped() -> Vec<&'static Metadata> {
-    Components::fleet()
+    components()
         .all()
         .into_iter()
         .filter(|m| matches!(m.kind, Kind::Processor | Kind::Extension))
@@ -43,7 +44,7 @@ fn shipped() -> Vec<&'static Metadata> {
 #[test]
 fn crate_readme_status_tables_match_the_registry() {
     let mut checked = 0;
-    for m in Components::fleet().all() {
+    for m in components().all() {
         let readme = format!("{}/README.md", m.module);
         if !repo().join(&readme).is_file() {
             continue; // host built-ins without a crate of their own

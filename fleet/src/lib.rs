@@ -1,0 +1,67 @@
+//! Ingero Fleet as a distribution of the `collector-host` library: its component set
+//! (the host's built-ins plus the four Ingero component crates), its embedded default
+//! config and the [`Distribution`] the `ingero-fleet` binary runs.
+
+use collector_host::cli::Distribution;
+use collector_host::registry::Components;
+
+/// The config `ingero-fleet` runs with no `--config`: a complete Fleet on loopback.
+pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
+
+/// Ingero Fleet's set: the host's built-ins, the `ingero`, `nccl_peer_lag` and
+/// `provider_lookup` processors and the `ingero_threshold` extension.
+pub fn components() -> Components {
+    Components::host()
+        .with_processor(&ingero_processor::FACTORY)
+        .with_processor(&nccl_processor::FACTORY)
+        .with_processor(&provider_processor::FACTORY)
+        .with_extension(&ingero_extension::FACTORY)
+}
+
+/// `ingero-fleet`: [`components`] and [`EMBEDDED_DEFAULT`].
+pub fn distribution() -> Distribution {
+    Distribution {
+        command: "ingero-fleet",
+        version: env!("CARGO_PKG_VERSION"),
+        about: "GPU straggler detection as an OpenTelemetry collector",
+        long_about: "Runs the Ingero Fleet service: OTLP receivers, the ingero threshold \
+                     processor, the threshold extension and exporters. With no --config, an \
+                     embedded default config runs a complete Fleet on loopback.",
+        description: "Ingero Fleet, a Rust-native OpenTelemetry collector for GPU straggler detection",
+        default_config: EMBEDDED_DEFAULT,
+        components: components(),
+    }
+}
+
+/// Ingero Fleet's `components` YAML.
+pub fn components_yaml() -> String {
+    let d = distribution();
+    d.components
+        .components_yaml(d.command, d.description, d.version)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use collector_host::config::{Plan, source};
+
+    #[test]
+    fn embedded_default_plans_with_the_fleet_set() {
+        let v = source::parse_document("embedded", EMBEDDED_DEFAULT).unwrap();
+        assert!(v["service"]["pipelines"]["metrics"].is_object());
+        if let Err(e) = Plan::build_with(&v, &components()) {
+            panic!("{:?}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn components_yaml_lists_every_type_with_stability() {
+        let v: serde_json::Value = serde_norway::from_str(&components_yaml()).unwrap();
+        assert_eq!(v["processors"].as_array().unwrap().len(), 3);
+        assert_eq!(v["extensions"][0]["stability"]["extension"], "Beta");
+        assert_eq!(v["receivers"][0]["stability"]["traces"], "Beta");
+        assert_eq!(v["buildinfo"]["command"], "ingero-fleet");
+    }
+}
