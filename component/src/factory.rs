@@ -87,6 +87,21 @@ pub struct CreatedProcessor {
     pub tick_interval: Duration,
 }
 
+impl CreatedProcessor {
+    /// A built processor ticked every `tick_interval`; zero (a component that does not
+    /// tick) becomes one second, so the host's timer never spins.
+    pub fn new(processor: impl Processor + 'static, tick_interval: Duration) -> Self {
+        CreatedProcessor {
+            processor: Arc::new(processor),
+            tick_interval: if tick_interval.is_zero() {
+                Duration::from_secs(1)
+            } else {
+                tick_interval
+            },
+        }
+    }
+}
+
 impl fmt::Debug for CreatedProcessor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CreatedProcessor")

@@ -1,9 +1,6 @@
 //! This crate's component metadata and factory: what a host needs to list, configure and
 //! build the `ingero` processor (see `component::factory`).
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory};
 use component::{ConfigErrors, ConfigValue, Stability};
 
@@ -34,13 +31,6 @@ impl ProcessorFactory for Factory {
     fn create(&self, cfg: &ConfigValue) -> Result<CreatedProcessor, ConfigErrors> {
         let p = crate::create(cfg)?;
         let every = p.push_interval();
-        Ok(CreatedProcessor {
-            processor: Arc::new(p),
-            tick_interval: if every.is_zero() {
-                Duration::from_secs(1)
-            } else {
-                every
-            },
-        })
+        Ok(CreatedProcessor::new(p, every))
     }
 }
