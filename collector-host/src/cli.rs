@@ -186,13 +186,28 @@ async fn shutdown_signal() {
 /// `print-config`, or run), load the config (`--config` files deep-merged, else the
 /// distribution's embedded default; `--set`; `${env:VAR}`), and serve until SIGTERM/SIGINT.
 pub fn main(dist: &Distribution) -> ExitCode {
+    main_with(dist, std::env::args_os(), std::future::pending())
+}
+
+/// [`main`] with the arguments given (the first is the program name) and one more way to
+/// stop the service besides SIGTERM/SIGINT: a distribution's own subcommand (e.g. a stdio
+/// server whose client went away) runs the same service and ends it with `stop`.
+pub fn main_with<I, T>(
+    dist: &Distribution,
+    args: I,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let cmd = Cli::command()
         .name(dist.command)
         .bin_name(dist.command)
         .version(dist.version)
         .about(dist.about)
         .long_about(dist.long_about);
-    let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
+    let cli = match Cli::from_arg_matches(&cmd.get_matches_from(args)) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
@@ -269,7 +284,13 @@ pub fn main(dist: &Distribution) -> ExitCode {
         drain: cli.shutdown_timeout,
         name: dist.command,
     };
-    match rt.block_on(service::run(plan, opts, shutdown_signal())) {
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = stop => {}
+        }
+    };
+    match rt.block_on(service::run(plan, opts, stop)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "{} failed", dist.command);

@@ -12,7 +12,10 @@
 //! 3. the adapter reads and decodes the body;
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
 //!    each admission checks the payload's clusters, the batch goes down the pipelines,
-//!    points are counted and rejected ones answered with partial success;
+//!    points are counted and rejected ones answered with partial success; the answer waits
+//!    for the exporters' pending deliveries (a durable exporter's commit), and an exporter
+//!    that is behind turns it into a [`RefusalCode::Unavailable`] refusal (HTTP 503 +
+//!    `Retry-After`, gRPC `UNAVAILABLE`), counted as `exporter_unavailable`;
 //! 5. [`Ingest::response_metadata`]: the response middlewares (the threshold headers) for
 //!    the export's cluster: the request's, else the first well-formed one in the payload.
 
@@ -21,7 +24,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use component::cluster_id::validate_cluster_id;
 use component::middleware::{
-    Admission, HeaderValue, Refusal, RepeatedHeader, RequestMeta, RequestMiddleware,
+    Admission, HeaderValue, Refusal, RefusalCode, RepeatedHeader, RequestMeta, RequestMiddleware,
     ResponseMiddleware, Signal, Transport,
 };
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
@@ -32,7 +35,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSucc
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::pipeline::{Fanout, StagePanic};
+use crate::pipeline::{Acks, Fanout, StagePanic, Unavailable};
 use crate::telemetry::{self, ReceiverCounters};
 
 /// The ingest path of one receiver on one transport.
@@ -196,8 +199,22 @@ impl Ingest {
         Ok(())
     }
 
-    /// Step 4 for metrics. `Err` is a payload refusal (nothing reached a pipeline).
-    pub fn export_metrics(
+    /// An exporter is behind: the refusal the client gets (counted).
+    fn unavailable(&self, u: Unavailable) -> Refusal {
+        self.counters.reject("exporter_unavailable");
+        let mut r = Refusal::new(RefusalCode::Unavailable, "exporter_unavailable", u.message);
+        r.retry_after_secs = Some(u.retry_after.as_secs().max(1));
+        r
+    }
+
+    /// Wait for the exporters' deliveries of one export.
+    async fn settle(&self, acks: Acks) -> Result<(), Refusal> {
+        acks.wait().await.map_err(|u| self.unavailable(u))
+    }
+
+    /// Step 4 for metrics. `Err` is a payload refusal (nothing reached a pipeline) or an
+    /// exporter that is behind ([`RefusalCode::Unavailable`]).
+    pub async fn export_metrics(
         &self,
         adm: Admitted,
         req: ExportMetricsServiceRequest,
@@ -217,7 +234,15 @@ impl Ingest {
             received_at: Timestamp::now(),
         };
         let m = &self.counters.metrics;
-        let result = match self.fanout.consume_metrics(req.resource_metrics, &ctx) {
+        let mut acks = Acks::default();
+        let consumed = self
+            .fanout
+            .consume_metrics(req.resource_metrics, &ctx, &mut acks);
+        if let Err(r) = self.settle(acks).await {
+            m.refused.fetch_add(points, Relaxed);
+            return Err(r);
+        }
+        let result = match consumed {
             Ok(outcome) => {
                 let rejected = outcome.rejected_points.min(points);
                 m.accepted.fetch_add(points - rejected, Relaxed);
@@ -243,7 +268,7 @@ impl Ingest {
     }
 
     /// Step 4 for traces: payload check, then every traces pipeline.
-    pub fn export_traces(
+    pub async fn export_traces(
         &self,
         adm: Admitted,
         req: &ExportTraceServiceRequest,
@@ -260,13 +285,17 @@ impl Ingest {
             .flat_map(|r| &r.scope_spans)
             .map(|s| s.spans.len())
             .sum();
-        self.fanout.consume_traces(req);
+        let acks = self.fanout.consume_traces(req);
+        if let Err(r) = self.settle(acks).await {
+            self.counters.traces.refused.fetch_add(n as u64, Relaxed);
+            return Err(r);
+        }
         self.counters.traces.accepted.fetch_add(n as u64, Relaxed);
         Ok(())
     }
 
     /// Step 4 for logs: payload check, then every logs pipeline.
-    pub fn export_logs(
+    pub async fn export_logs(
         &self,
         adm: Admitted,
         req: &ExportLogsServiceRequest,
@@ -283,7 +312,11 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        self.fanout.consume_logs(req);
+        let acks = self.fanout.consume_logs(req);
+        if let Err(r) = self.settle(acks).await {
+            self.counters.logs.refused.fetch_add(n as u64, Relaxed);
+            return Err(r);
+        }
         self.counters.logs.accepted.fetch_add(n as u64, Relaxed);
         Ok(())
     }

@@ -3,19 +3,109 @@
 //! A receiver hands a decoded batch to every pipeline of that signal that lists it (the
 //! batch is cloned for all but the last). A processor's tick output enters its pipeline
 //! right after that processor, so later processors and the exporters see it.
+//!
+//! An exporter answers each batch with a [`Delivery`]: done, pending (a durable exporter's
+//! commit, which the receiver awaits before it answers the client) or unavailable (the
+//! exporter is behind: the receiver answers HTTP 503 + `Retry-After` / gRPC `UNAVAILABLE`).
 
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use component::otlp::count_points;
-use component::{BatchContext, ComponentId, ProcessOutcome, Processor, ResourceMetrics};
+use component::{
+    BatchContext, ComponentId, Host, MetricFamily, ProcessOutcome, Processor, ResourceMetrics,
+    StartError,
+};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use crate::telemetry::{ProcessorCounters, Telemetry};
 
-/// A host-side exporter. Exporters must not block: slow destinations get a queue.
+/// An exporter is behind (its queue is full, its writer busy): the batch was not taken.
+/// The receiver answers HTTP 503 with `Retry-After` / gRPC `UNAVAILABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// Sent to the client.
+    pub message: String,
+    /// When the client should retry (whole seconds on the wire, at least one).
+    pub retry_after: Duration,
+}
+
+/// Resolves when a pending delivery is settled (`Ok`: durable).
+pub type AckFuture = Pin<Box<dyn Future<Output = Result<(), Unavailable>> + Send>>;
+
+/// What an exporter did with one batch.
+pub enum Delivery {
+    /// Taken (sent, queued or written): nothing to wait for.
+    Done,
+    /// The receiver answers the client once this resolves (a durable exporter resolves it
+    /// after the batch is committed).
+    Pending(AckFuture),
+    /// Not taken: the exporter is behind.
+    Unavailable(Unavailable),
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::Done => f.write_str("Done"),
+            Delivery::Pending(_) => f.write_str("Pending"),
+            Delivery::Unavailable(u) => write!(f, "Unavailable({u:?})"),
+        }
+    }
+}
+
+/// The deliveries of one export across its pipelines and exporters.
+#[derive(Default)]
+pub struct Acks {
+    pending: Vec<AckFuture>,
+    unavailable: Option<Unavailable>,
+}
+
+impl std::fmt::Debug for Acks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acks")
+            .field("pending", &self.pending.len())
+            .field("unavailable", &self.unavailable)
+            .finish()
+    }
+}
+
+impl Acks {
+    pub fn push(&mut self, d: Delivery) {
+        match d {
+            Delivery::Done => {}
+            Delivery::Pending(f) => self.pending.push(f),
+            Delivery::Unavailable(u) => {
+                if self.unavailable.is_none() {
+                    self.unavailable = Some(u);
+                }
+            }
+        }
+    }
+
+    /// Wait for every pending delivery; `Err` if any exporter was or became unavailable
+    /// (the longest retry delay wins).
+    pub async fn wait(self) -> Result<(), Unavailable> {
+        let mut worst = self.unavailable;
+        for f in self.pending {
+            if let Err(u) = f.await {
+                worst = match worst {
+                    Some(w) if w.retry_after >= u.retry_after => Some(w),
+                    _ => Some(u),
+                };
+            }
+        }
+        worst.map_or(Ok(()), Err)
+    }
+}
+
+/// An exporter. Exporters must not block: slow destinations get a queue, and a durable
+/// exporter returns [`Delivery::Pending`] instead of waiting for its commit.
 pub trait Exporter: Send + Sync {
     fn consume_metrics(&self, data: &[ResourceMetrics]);
     /// [`Exporter::consume_metrics`], returning the points the exporter dropped for good
@@ -26,6 +116,27 @@ pub trait Exporter: Send + Sync {
     }
     fn consume_traces(&self, _data: &ExportTraceServiceRequest) {}
     fn consume_logs(&self, _data: &ExportLogsServiceRequest) {}
+    /// [`Exporter::consume_metrics_outcome`] with the batch's [`Delivery`].
+    fn deliver_metrics(&self, data: &[ResourceMetrics]) -> (ProcessOutcome, Delivery) {
+        (self.consume_metrics_outcome(data), Delivery::Done)
+    }
+    /// [`Exporter::consume_traces`] with the batch's [`Delivery`].
+    fn deliver_traces(&self, data: &ExportTraceServiceRequest) -> Delivery {
+        self.consume_traces(data);
+        Delivery::Done
+    }
+    /// [`Exporter::consume_logs`] with the batch's [`Delivery`].
+    fn deliver_logs(&self, data: &ExportLogsServiceRequest) -> Delivery {
+        self.consume_logs(data);
+        Delivery::Done
+    }
+    /// Called once, after the extensions started and before any receiver listens; find
+    /// extensions here. An error stops the service.
+    fn start(&self, _host: &dyn Host) -> Result<(), StartError> {
+        Ok(())
+    }
+    /// Append this exporter's self-metrics.
+    fn telemetry(&self, _out: &mut Vec<MetricFamily>) {}
     /// Flush and stop within the host's drain budget.
     fn shutdown(&self) {}
 }
@@ -72,16 +183,19 @@ impl MetricsPipeline {
         &self,
         data: Vec<ResourceMetrics>,
         ctx: &BatchContext,
+        acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
-        self.consume_from(0, data, ctx)
+        self.consume_from(0, data, ctx, acks)
     }
 
-    /// Run `data` from stage `start` on (tick outputs enter after their processor).
+    /// Run `data` from stage `start` on (tick outputs enter after their processor); the
+    /// exporters' deliveries go to `acks`.
     pub fn consume_from(
         &self,
         start: usize,
         mut data: Vec<ResourceMetrics>,
         ctx: &BatchContext,
+        acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
         let mut outcome = ProcessOutcome::default();
         for stage in self.stages.iter().skip(start) {
@@ -105,7 +219,9 @@ impl MetricsPipeline {
         }
         if !data.is_empty() {
             for e in &self.exporters {
-                outcome.merge(e.consume_metrics_outcome(&data));
+                let (o, d) = e.deliver_metrics(&data);
+                outcome.merge(o);
+                acks.push(d);
             }
         }
         // The batch's strings and vectors go to this thread's pool for the next JSON
@@ -143,11 +259,13 @@ pub struct Fanout {
 }
 
 impl Fanout {
-    /// Feed a metrics batch to every metrics pipeline; outcomes are merged.
+    /// Feed a metrics batch to every metrics pipeline; outcomes are merged, deliveries go
+    /// to `acks`.
     pub fn consume_metrics(
         &self,
         data: Vec<ResourceMetrics>,
         ctx: &BatchContext,
+        acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
         let mut outcome = ProcessOutcome::default();
         let n = self.metrics.len();
@@ -158,24 +276,28 @@ impl Fanout {
             } else {
                 data.clone().unwrap_or_default()
             };
-            outcome.merge(p.consume(batch, ctx)?);
+            outcome.merge(p.consume(batch, ctx, acks)?);
         }
         Ok(outcome)
     }
 
-    pub fn consume_traces(&self, data: &ExportTraceServiceRequest) {
+    pub fn consume_traces(&self, data: &ExportTraceServiceRequest) -> Acks {
+        let mut acks = Acks::default();
         for p in &self.traces {
             for e in &p.exporters {
-                e.consume_traces(data);
+                acks.push(e.deliver_traces(data));
             }
         }
+        acks
     }
 
-    pub fn consume_logs(&self, data: &ExportLogsServiceRequest) {
+    pub fn consume_logs(&self, data: &ExportLogsServiceRequest) -> Acks {
+        let mut acks = Acks::default();
         for p in &self.logs {
             for e in &p.exporters {
-                e.consume_logs(data);
+                acks.push(e.deliver_logs(data));
             }
         }
+        acks
     }
 }

@@ -2,8 +2,31 @@
 //! exporters, `ingero_auth`, `health_check`) plus the factories of the component crates it
 //! picks. Config validation, the `components` subcommand and the run path all read it.
 
+use std::sync::Arc;
+
 use component::Stability::{self, *};
 pub use component::factory::{ExtensionFactory, Kind, Metadata, ProcessorFactory};
+use component::{ComponentId, ConfigErrors, ConfigValue};
+
+use crate::pipeline::Exporter;
+
+/// Builds exporters of one type a distribution brings (the host's own exporters are
+/// built-ins). The exporter's I/O starts in [`Exporter::start`], not here.
+pub trait ExporterFactory: Send + Sync {
+    fn metadata(&self) -> &'static Metadata;
+    /// Decode and validate `cfg` (`null` = defaults) and build an instance (no I/O).
+    fn create(
+        &self,
+        id: &ComponentId,
+        cfg: &ConfigValue,
+    ) -> Result<Arc<dyn Exporter>, ConfigErrors>;
+}
+
+impl std::fmt::Debug for dyn ExporterFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExporterFactory({})", self.metadata().type_name)
+    }
+}
 
 const fn host(
     kind: Kind,
@@ -86,6 +109,7 @@ pub static HEALTH_CHECK_EXTENSION: Metadata = host(
 #[derive(Debug, Clone)]
 pub struct Components {
     processors: Vec<&'static dyn ProcessorFactory>,
+    exporters: Vec<&'static dyn ExporterFactory>,
     extensions: Vec<&'static dyn ExtensionFactory>,
 }
 
@@ -100,6 +124,7 @@ impl Components {
     pub fn host() -> Self {
         Components {
             processors: Vec::new(),
+            exporters: Vec::new(),
             extensions: Vec::new(),
         }
     }
@@ -121,6 +146,11 @@ impl Components {
         self
     }
 
+    pub fn with_exporter(mut self, f: &'static dyn ExporterFactory) -> Self {
+        self.exporters.push(f);
+        self
+    }
+
     pub fn with_extension(mut self, f: &'static dyn ExtensionFactory) -> Self {
         self.extensions.push(f);
         self
@@ -131,6 +161,7 @@ impl Components {
     pub fn all(&self) -> Vec<&'static Metadata> {
         let mut out: Vec<&'static Metadata> = vec![&OTLP_RECEIVER];
         out.extend(self.processors.iter().map(|f| f.metadata()));
+        out.extend(self.exporters.iter().map(|f| f.metadata()));
         out.extend([
             &PROMETHEUS_EXPORTER,
             &DEBUG_EXPORTER,
@@ -160,6 +191,13 @@ impl Components {
 
     pub fn processor(&self, type_name: &str) -> Option<&'static dyn ProcessorFactory> {
         self.processors
+            .iter()
+            .copied()
+            .find(|f| f.metadata().is_named(type_name))
+    }
+
+    pub fn exporter(&self, type_name: &str) -> Option<&'static dyn ExporterFactory> {
+        self.exporters
             .iter()
             .copied()
             .find(|f| f.metadata().is_named(type_name))

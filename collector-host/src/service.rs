@@ -261,8 +261,11 @@ pub async fn run(
         match e {
             ExtensionPlan::Auth(_) => {}
             ExtensionPlan::Component(e) => {
-                e.start(&StaticHost::default())
-                    .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
+                // The extensions started so far (the authenticators first) are its host.
+                e.start(&StaticHost {
+                    extensions: host_exts.clone(),
+                })
+                .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
                 host_exts.push((id.clone(), e.clone()));
                 for l in e.api_listeners() {
                     let name = format!("{id}/{}", l.name);
@@ -330,10 +333,22 @@ pub async fn run(
             .collect();
         let exts: Vec<Arc<dyn Extension>> =
             host.extensions.iter().map(|(_, e)| e.clone()).collect();
+        let exps: Vec<Arc<dyn Exporter>> = plan
+            .exporters
+            .iter()
+            .filter(|(id, _)| plan.pipelines.iter().any(|p| p.exporters.contains(id)))
+            .filter_map(|(_, e)| match e {
+                ExporterPlan::Component(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
         Arc::new(move || {
             let mut out = Vec::new();
             for p in &procs {
                 p.telemetry(&mut out);
+            }
+            for e in &exps {
+                e.telemetry(&mut out);
             }
             for e in &exts {
                 e.telemetry(&mut out);
@@ -346,6 +361,7 @@ pub async fn run(
     let mut exporters: HashMap<ComponentId, Arc<dyn Exporter>> = HashMap::new();
     let mut prom: Vec<Arc<PrometheusExporter>> = Vec::new();
     let mut forwarders: Vec<Arc<OtlpExporter>> = Vec::new();
+    let mut component_exporters: Vec<Arc<dyn Exporter>> = Vec::new();
     for (id, e) in &plan.exporters {
         if !plan.pipelines.iter().any(|p| p.exporters.contains(id)) {
             continue;
@@ -392,6 +408,12 @@ pub async fn run(
                 );
                 forwarders.push(f.clone());
                 f
+            }
+            ExporterPlan::Component(e) => {
+                e.start(&host)
+                    .map_err(|err| anyhow!("exporters.{id}: {err}"))?;
+                component_exporters.push(e.clone());
+                e.clone()
             }
         };
         exporters.insert(id.clone(), exp);
@@ -562,8 +584,10 @@ pub async fn run(
                             cluster_id: None,
                             received_at: now,
                         };
+                        // Nobody waits for a tick's deliveries: they are dropped unread.
                         for (pl, start) in &targets {
-                            let _ = pl.consume_from(*start, data.clone(), &ctx);
+                            let mut acks = crate::pipeline::Acks::default();
+                            let _ = pl.consume_from(*start, data.clone(), &ctx, &mut acks);
                         }
                     }
                     Ok(Ok(_)) => {}
@@ -656,6 +680,9 @@ pub async fn run(
     }
     for f in &forwarders {
         f.drain(opts.drain).await;
+    }
+    for e in &component_exporters {
+        e.shutdown();
     }
     for (_, e) in &host.extensions {
         e.shutdown();

@@ -227,6 +227,13 @@ pub trait Extension: Send + Sync {
 
     /// Append this extension's self-metrics.
     fn telemetry(&self, _out: &mut Vec<MetricFamily>) {}
+
+    /// This extension as `Any`, for a component that knows its concrete type and finds it
+    /// through the [`Host`] (a distribution's exporter reaching its own extension, an
+    /// extension reaching the host's authenticator). `None`: not offered.
+    fn as_any(self: Arc<Self>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
 }
 
 /// A host with no extensions (unit tests, standalone processors).

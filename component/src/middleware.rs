@@ -75,6 +75,9 @@ pub enum RefusalCode {
     ResourceExhausted,
     /// HTTP 400, gRPC `INVALID_ARGUMENT`.
     InvalidArgument,
+    /// HTTP 503, gRPC `UNAVAILABLE`: the service is behind (e.g. a durable exporter's
+    /// writer); the client retries after `retry_after_secs`.
+    Unavailable,
 }
 
 impl RefusalCode {
@@ -84,6 +87,7 @@ impl RefusalCode {
             RefusalCode::PermissionDenied => 403,
             RefusalCode::ResourceExhausted => 429,
             RefusalCode::InvalidArgument => 400,
+            RefusalCode::Unavailable => 503,
         }
     }
 }
@@ -171,6 +175,7 @@ mod tests {
         assert_eq!(RefusalCode::Unauthenticated.http_status(), 401);
         assert_eq!(RefusalCode::ResourceExhausted.http_status(), 429);
         assert_eq!(RefusalCode::InvalidArgument.http_status(), 400);
+        assert_eq!(RefusalCode::Unavailable.http_status(), 503);
         assert_eq!(Signal::Logs.as_str(), "logs");
     }
 }

@@ -58,6 +58,8 @@ pub enum Action {
     Diagnostics,
     Scrape,
     Health,
+    /// A read of stored data (a query API, an MCP tool call).
+    Query,
     /// A path no route serves.
     Other,
 }
@@ -72,6 +74,7 @@ impl Action {
             Action::Diagnostics => "diagnostics",
             Action::Scrape => "scrape",
             Action::Health => "health",
+            Action::Query => "query",
             Action::Other => "other",
         }
     }
@@ -258,6 +261,16 @@ impl AuthExtension {
         self.audit.get().filter(|a| a.is_enabled())
     }
 
+    /// The started authenticator `id` among the host's extensions (started extensions
+    /// see the authenticators in their host).
+    pub fn find(host: &dyn Host, id: &component::ComponentId) -> Option<Arc<AuthExtension>> {
+        host.extensions()
+            .into_iter()
+            .find(|(i, _)| i == id)
+            .and_then(|(_, e)| e.as_any())
+            .and_then(|a| a.downcast::<AuthExtension>().ok())
+    }
+
     /// The gate of one listener (`name` as in logs: `otlp/http`, `ingero_threshold/agent`).
     pub fn listener(self: &Arc<Self>, name: &str) -> ListenerAuth {
         let c = Arc::new(ListenerCounters {
@@ -279,6 +292,12 @@ fn env_var(name: &str) -> Option<String> {
 impl Extension for AuthExtension {
     fn start(&self, _host: &dyn Host) -> Result<(), StartError> {
         Ok(())
+    }
+
+    /// An extension that serves its own listener finds its authenticator through the
+    /// host and downcasts it (see [`AuthExtension::find`]).
+    fn as_any(self: Arc<Self>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self)
     }
 
     fn shutdown(&self) {}

@@ -47,13 +47,26 @@ impl std::fmt::Debug for ProcessorPlan {
     }
 }
 
-/// A configured exporter.
-#[derive(Debug, Clone)]
+/// A configured exporter: a host built-in, or one built by a distribution's factory.
+#[derive(Clone)]
 pub enum ExporterPlan {
     Prometheus(PrometheusExporterConfig),
     Debug(DebugExporterConfig),
     OtlpGrpc(OtlpExporterConfig),
     OtlpHttp(OtlpExporterConfig),
+    Component(Arc<dyn crate::pipeline::Exporter>),
+}
+
+impl std::fmt::Debug for ExporterPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExporterPlan::Prometheus(c) => write!(f, "Prometheus({c:?})"),
+            ExporterPlan::Debug(c) => write!(f, "Debug({c:?})"),
+            ExporterPlan::OtlpGrpc(c) => write!(f, "OtlpGrpc({c:?})"),
+            ExporterPlan::OtlpHttp(c) => write!(f, "OtlpHttp({c:?})"),
+            ExporterPlan::Component(_) => f.write_str("Component"),
+        }
+    }
 }
 
 /// A configured extension: one built by a component crate's factory, or a host built-in.
@@ -229,19 +242,22 @@ fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Compone
         components,
         Kind::Exporter,
         &raw.exporters,
-        |ty, _, v| match ty {
-            "prometheus" => {
+        |ty, id, v| match (components.exporter(ty), ty) {
+            (Some(f), _) => f.create(id, v).map(|e| (ExporterPlan::Component(e), None)),
+            (None, "prometheus") => {
                 let (v, tls) = take_tls(v)?;
                 decode_host::<PrometheusExporterConfig>(&v)
                     .map(|c| (ExporterPlan::Prometheus(c), tls))
             }
-            "debug" => {
+            (None, "debug") => {
                 decode_host::<DebugExporterConfig>(v).map(|c| (ExporterPlan::Debug(c), None))
             }
-            "otlp" => {
+            (None, "otlp") => {
                 decode_host::<OtlpExporterConfig>(v).map(|c| (ExporterPlan::OtlpGrpc(c), None))
             }
-            _ => decode_host::<OtlpExporterConfig>(v).map(|c| (ExporterPlan::OtlpHttp(c), None)),
+            (None, _) => {
+                decode_host::<OtlpExporterConfig>(v).map(|c| (ExporterPlan::OtlpHttp(c), None))
+            }
         },
     );
     let exporters = exporters

@@ -68,12 +68,69 @@ fn refusal_status(r: &Refusal) -> Status {
         RefusalCode::PermissionDenied => Status::permission_denied(msg),
         RefusalCode::ResourceExhausted => Status::resource_exhausted(msg),
         RefusalCode::InvalidArgument => Status::invalid_argument(msg),
+        RefusalCode::Unavailable => match r.retry_after_secs {
+            Some(secs) => Status::with_details(
+                tonic::Code::Unavailable,
+                msg.clone(),
+                retry_info_details(tonic::Code::Unavailable, &msg, secs).into(),
+            ),
+            None => Status::unavailable(msg),
+        },
     };
     if let Some(secs) = r.retry_after_secs {
         s.metadata_mut()
             .insert("retry-after", MetadataValue::from(secs));
     }
     s
+}
+
+/// `google.rpc.Status` with one `google.rpc.RetryInfo` detail: the retry delay OTLP
+/// exporters read from an `UNAVAILABLE` answer (otelcol's `exporterhelper` honours it).
+fn retry_info_details(code: tonic::Code, message: &str, secs: u64) -> Vec<u8> {
+    use prost::Message;
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Duration {
+        #[prost(int64, tag = "1")]
+        seconds: i64,
+        #[prost(int32, tag = "2")]
+        nanos: i32,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        retry_delay: Option<Duration>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Any {
+        #[prost(string, tag = "1")]
+        type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        value: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RpcStatus {
+        #[prost(int32, tag = "1")]
+        code: i32,
+        #[prost(string, tag = "2")]
+        message: String,
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<Any>,
+    }
+    let info = RetryInfo {
+        retry_delay: Some(Duration {
+            seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+    };
+    RpcStatus {
+        code: code as i32,
+        message: message.to_string(),
+        details: vec![Any {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+            value: info.encode_to_vec(),
+        }],
+    }
+    .encode_to_vec()
 }
 
 impl GrpcReceiver {
@@ -113,6 +170,7 @@ impl MetricsService for GrpcReceiver {
         let export = self
             .ingest
             .export_metrics(adm, request.into_inner())
+            .await
             .map_err(|r| refusal_status(&r))?;
         let msg = export.result.map_err(|e| Status::internal(e.to_string()))?;
         let mut resp = Response::new(msg);
@@ -136,6 +194,7 @@ impl TraceService for GrpcReceiver {
         let adm = self.admit(&request, Signal::Traces)?;
         self.ingest
             .export_traces(adm, request.get_ref())
+            .await
             .map_err(|r| refusal_status(&r))?;
         Ok(Response::new(ExportTraceServiceResponse::default()))
     }
@@ -150,6 +209,7 @@ impl LogsService for GrpcReceiver {
         let adm = self.admit(&request, Signal::Logs)?;
         self.ingest
             .export_logs(adm, request.get_ref())
+            .await
             .map_err(|r| refusal_status(&r))?;
         Ok(Response::new(ExportLogsServiceResponse::default()))
     }

@@ -89,7 +89,7 @@ impl HttpReceiver {
             Ok(b) => b,
             Err(r) => return r,
         };
-        self.export(adm, enc, &body)
+        self.export(adm, enc, &body).await
     }
 
     /// Path, method, then the seam's pipeline check and admission (before the body).
@@ -230,7 +230,7 @@ impl HttpReceiver {
     }
 
     /// Decode for the admitted signal and hand the export to the seam.
-    fn export(&self, adm: Admitted, enc: BodyEncoding, body: &[u8]) -> Response<Body> {
+    async fn export(&self, adm: Admitted, enc: BodyEncoding, body: &[u8]) -> Response<Body> {
         match adm.signal {
             Signal::Metrics => {
                 let req = match decode::decode_metrics(enc, body) {
@@ -244,7 +244,7 @@ impl HttpReceiver {
                         );
                     }
                 };
-                let export = match self.ingest.export_metrics(adm, req) {
+                let export = match self.ingest.export_metrics(adm, req).await {
                     Ok(x) => x,
                     Err(r) => return denial(Some(enc), &r),
                 };
@@ -255,14 +255,14 @@ impl HttpReceiver {
                 self.with_metadata(resp, export.response_cluster.as_deref())
             }
             Signal::Traces => match decode::decode::<ExportTraceServiceRequest>(enc, body) {
-                Ok(req) => match self.ingest.export_traces(adm, &req) {
+                Ok(req) => match self.ingest.export_traces(adm, &req).await {
                     Ok(()) => ok(enc, &ExportTraceServiceResponse::default()),
                     Err(r) => denial(Some(enc), &r),
                 },
                 Err(e) => self.decode_failed(Signal::Traces, enc, &e, None),
             },
             Signal::Logs => match decode::decode::<ExportLogsServiceRequest>(enc, body) {
-                Ok(req) => match self.ingest.export_logs(adm, &req) {
+                Ok(req) => match self.ingest.export_logs(adm, &req).await {
                     Ok(()) => ok(enc, &ExportLogsServiceResponse::default()),
                     Err(r) => denial(Some(enc), &r),
                 },
