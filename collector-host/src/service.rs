@@ -480,6 +480,7 @@ pub async fn run(
             counters: telemetry.receiver(&id.to_string(), proto),
             request: request_mw(auth, listener),
             response: response_middlewares(&plan, &host, id, proto),
+            limits: cfg.limits.clone(),
         };
         if let Some(h) = &cfg.protocols.http {
             let name = format!("{id}/http");

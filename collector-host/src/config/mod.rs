@@ -5,6 +5,7 @@
 
 mod listeners;
 pub mod model;
+pub mod payload_limits;
 pub mod source;
 pub mod tls;
 
