@@ -613,12 +613,16 @@ pub async fn run(
             tel.render_histograms(s);
             true
         });
+        let mut handler = metrics_handler(render);
+        if let Some(g) = gate(p.auth.as_ref(), "telemetry") {
+            handler = crate::auth::gate::guard(handler, g, crate::auth::Action::Scrape, true);
+        }
         listeners
             .http(
                 "telemetry",
                 "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
                 &format!("{}:{}", p.host, p.port),
-                metrics_handler(render),
+                handler,
                 None,
             )
             .await?;

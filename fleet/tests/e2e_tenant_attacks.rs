@@ -590,3 +590,77 @@ fn one_cluster_filling_its_series_cap_leaves_room_for_the_others() {
         "{line}"
     );
 }
+
+#[test]
+fn self_telemetry_takes_the_same_auth_as_the_exporter() {
+    // No prometheus exporter: the per-cluster component families are served on the
+    // self-telemetry endpoint, which therefore takes `auth` and needs a "*" token.
+    let (_dir, f) = start_edited("", |c| {
+        let c2 = c
+            .replace(
+                "                port: 0\n",
+                "                port: 0\n                auth: { authenticator: ingero_auth }\n",
+            )
+            .replace(
+                "  prometheus:\n    endpoint: 127.0.0.1:0\n    auth: { authenticator: ingero_auth }\n",
+                "  debug:\n    verbosity: basic\n",
+            )
+            .replace("exporters: [prometheus]", "exporters: [debug]");
+        assert_eq!(
+            c2.matches("auth: { authenticator: ingero_auth }").count(),
+            4,
+            "{c2}"
+        );
+        c2
+    });
+    beta_threshold(&f);
+    let get_as = |token: Option<&str>| {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        raw(
+            f.telemetry(),
+            format!("GET /metrics HTTP/1.1\r\nHost: fleet\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    let r = get_as(None);
+    assert_eq!(r.status, 401);
+    assert!(!r.text().contains("beta"));
+    assert_eq!(get_as(Some("tokX-not-a-token-at-all")).status, 401);
+    let r = get_as(Some(TOKEN_B));
+    assert_eq!(
+        r.status, 403,
+        "a scoped token sees every cluster's data here"
+    );
+    assert!(!r.text().contains("beta"));
+    let r = get_as(Some(TOKEN_STAR));
+    assert_eq!(r.status, 200);
+    let page = r.text();
+    assert!(page.contains("otelcol_receiver_accepted_metric_points_total"));
+    assert!(
+        page.contains("cluster_id=\"beta\""),
+        "the per-cluster families are here without an exporter"
+    );
+
+    // A reference to no authenticator is a config error naming the key.
+    let dir = tempdir::TempDir::new("tel-auth");
+    let bad = auth_config(dir.path(), "").replace(
+        "                port: 0\n",
+        "                port: 0\n                auth: { authenticator: nope }\n",
+    );
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, bad).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["validate", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "service.telemetry.metrics.readers.0.pull.exporter.prometheus.auth.authenticator"
+        ),
+        "{err}"
+    );
+}

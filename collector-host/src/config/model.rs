@@ -520,6 +520,10 @@ pub struct PromPullExporter {
     pub port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
+    /// Bearer-token check (`auth: {authenticator: ingero_auth}`, an Ingero addition): as
+    /// on the prometheus exporter, a scrape needs a token scoped to every cluster (`"*"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthRef>,
 }
 
 impl Default for PromPullExporter {
@@ -528,6 +532,7 @@ impl Default for PromPullExporter {
             host: "127.0.0.1".into(),
             port: 8888,
             tls: None,
+            auth: None,
         }
     }
 }
