@@ -502,6 +502,7 @@ pub async fn run(
             counters: telemetry.receiver(&id.to_string(), proto),
             request: request_mw(auth, listener),
             response: response_middlewares(&plan, &host, id, proto),
+            limits: cfg.limits.clone(),
         };
         if let Some(h) = &cfg.protocols.http {
             let name = format!("{id}/http");
@@ -636,12 +637,16 @@ pub async fn run(
             tel.render_histograms(s);
             true
         });
+        let mut handler = metrics_handler(render);
+        if let Some(g) = gate(p.auth.as_ref(), "telemetry") {
+            handler = crate::auth::gate::guard(handler, g, crate::auth::Action::Scrape, true);
+        }
         listeners
             .http(
                 "telemetry",
                 "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
                 &format!("{}:{}", p.host, p.port),
-                metrics_handler(render),
+                handler,
                 None,
             )
             .await?;

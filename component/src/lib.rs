@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod cluster_id;
+pub mod cluster_identity;
 pub mod config;
 pub mod factory;
 pub mod listen_addr;
