@@ -664,3 +664,44 @@ fn self_telemetry_takes_the_same_auth_as_the_exporter() {
         "{err}"
     );
 }
+
+#[test]
+fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
+    // 4 clusters x 8 reserved nodes = 32 of 40: a shared pool of 8.
+    let (_dir, f) = start(
+        "    limits:\n      max_clusters: 4\n      max_nodes_per_cluster: 40\n      \
+         max_nodes_total: 40\n      reserved_nodes_per_cluster: 8\n",
+    );
+    // alpha tries to register 40 nodes before beta's agents start.
+    let mut refused = 0;
+    for i in 0..40 {
+        let r = push_as(
+            &f,
+            TOKEN_A,
+            "alpha",
+            &AgentPush::new("alpha", &format!("a{i}"), 0.9).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        if rejected(&r) > 0 {
+            assert!(error_message(&r).contains("limits.max_nodes_total = 40"));
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused,
+        40 - 16,
+        "alpha gets its reserve and the shared pool"
+    );
+    // beta's seven agents are all accepted (beta_round asserts it) and get a threshold.
+    let t = beta_threshold(&f);
+    assert!(!t.is_empty());
+    let drops = get(f.telemetry(), "/metrics").text() + &scrape(&f);
+    assert!(
+        drops
+            .lines()
+            .any(|l| l.starts_with("ingero_fleet_dropped_total")
+                && l.contains("cap_nodes_total")
+                && l.ends_with(" 24")),
+        "the refused alpha nodes are counted"
+    );
+}
