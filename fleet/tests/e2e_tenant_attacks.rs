@@ -705,3 +705,79 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
         "the refused alpha nodes are counted"
     );
 }
+
+#[test]
+fn look_alike_and_control_ids_are_refused_and_controls_never_reach_the_page() {
+    let (_dir, f) = start("");
+    let t0 = beta_threshold(&f);
+    // Node ids that look like b0 (bidi override, zero-width space, BOM) or carry controls.
+    let bad_nodes = [
+        "b0\u{202E}",
+        "b\u{200B}0",
+        "\u{FEFF}b0",
+        "b0\r",
+        "b\t0",
+        "b\u{0}0",
+    ];
+    for node in bad_nodes {
+        let r = push_as(
+            &f,
+            TOKEN_B,
+            "beta",
+            &AgentPush::new("beta", node, 0.01).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        assert!(rejected(&r) > 0, "{node:?} accepted");
+        let msg = error_message(&r);
+        assert!(
+            msg.contains("ingero.node.id refused: node id contains"),
+            "{msg}"
+        );
+        assert_eq!(
+            beta_round(&f).as_deref(),
+            Some(t0.as_str()),
+            "after {node:?}"
+        );
+    }
+    // A cluster id with a zero-width space: in the query 400, in the resource dropped.
+    let r = post(
+        f.http(),
+        "/v1/metrics?cluster_id=beta%E2%80%8B",
+        "application/json",
+        AgentPush::new("beta", "b0", 0.01).to_json().as_bytes(),
+        &[("Authorization", &format!("Bearer {TOKEN_STAR}"))],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("invisible format character"),
+        "{}",
+        r.text()
+    );
+    let r = push_as(
+        &f,
+        TOKEN_STAR,
+        "beta",
+        &AgentPush::new("beta\u{200B}", "b0", 0.01).to_json(),
+    );
+    assert!(rejected(&r) > 0);
+    assert!(error_message(&r).contains("invisible format character"));
+    // Control characters in other attribute values are stored, but never written raw.
+    let mut push = AgentPush::new("beta", "b0", 0.95);
+    push.workload_type = "train\r\ting\u{0}x".to_string();
+    let r = push_as(&f, TOKEN_B, "beta", &push.to_json());
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    let page = scrape(&f);
+    assert!(page.contains("ingero_workload_type=\"train\u{FFFD}\u{FFFD}ing\u{FFFD}x\""));
+    for c in ['\r', '\t', '\0', '\u{202E}', '\u{200B}', '\u{FEFF}'] {
+        assert!(!page.contains(c), "{c:?} on the page");
+    }
+    let dropped = telemetry_value(
+        &f,
+        "ingero_fleet_receiver_dropped_points_total{receiver=\"otlp\",transport=\"http\",reason=\"node_id_invalid\"}",
+    );
+    let per_push = component::otlp::count_points(&testkit::json_to_proto(
+        &AgentPush::new("beta", "b0", 0.9).to_json(),
+    )) as f64;
+    assert_eq!(dropped, per_push * bad_nodes.len() as f64);
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+}

@@ -312,6 +312,20 @@ impl Ingest {
             );
             return;
         }
+        // The id character rule (no control, line-break or invisible format characters),
+        // also enforced by the Rust host's ingest screen; here for every host.
+        if let Err(why) = component::cluster_id::validate_cluster_id(cluster_id)
+            .and_then(|()| component::cluster_id::validate_node_id(node_id))
+        {
+            self.reject(
+                out,
+                ctx,
+                RejectReason::BadId,
+                why.to_string(),
+                number_points,
+            );
+            return;
+        }
 
         // Validate every point before touching shared state.
         let mut valid: Vec<(f64, NodeState, &str)> = Vec::with_capacity(number_points as usize);
