@@ -11,8 +11,8 @@
 //!    cluster is read for metrics, and for any signal when a request middleware runs);
 //! 3. the adapter reads and decodes the body;
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
-//!    the payload [`screen`] settles one cluster identity per resource (and drops what
-//!    breaks it, counted), each admission checks the payload's clusters, the batch goes
+//!    the payload [`screen`] settles one cluster identity per resource and applies the
+//!    payload limits (what breaks either is dropped and counted), each admission checks the payload's clusters, the batch goes
 //!    down the pipelines, points are counted and rejected ones answered with partial
 //!    success;
 //! 5. [`Ingest::response_metadata`]: the response middlewares (the threshold headers) for
@@ -36,9 +36,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::config::model::PayloadLimits;
 use crate::pipeline::{Fanout, StagePanic};
+use crate::telemetry::{self, ReceiverCounters};
 
 pub mod screen;
-use crate::telemetry::{self, ReceiverCounters};
 
 /// The ingest path of one receiver on one transport.
 pub struct Ingest {
@@ -337,7 +337,10 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
     })
 }
 
-/// The `ingero.cluster.id` attribute of a resource, if any.
+/// The cluster a trace or log resource names, by the one-identity rule (an alias such as
+/// `ingero_cluster_id` counts; the screen has already refused conflicting ones).
 fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
-    component::otlp::get_str(&r?.attributes, resource::CLUSTER_ID)
+    component::cluster_identity::resource_cluster(&r?.attributes)
+        .ok()
+        .flatten()
 }

@@ -473,9 +473,11 @@ fn oversized_values_and_metric_floods_are_refused_with_bounded_memory() {
     // what RSS keeps is the allocator's cache of the decode buffers of one 20 MiB-class
     // request, reused by the next round rather than added to. The issue measured +229 MB
     // held after the first attack and +148 MB after the second, growing with every value.
+    // The allocator returns memory at its own pace, so compare peaks: a second identical
+    // round must not raise the peak by more than a fraction of one round's transient.
     assert!(
-        rss2 < rss1 + 32 * 1024,
-        "RSS grew from {rss1} to {rss2} KiB between identical rounds"
+        hwm2 < hwm1 + 64 * 1024,
+        "peak RSS grew from {hwm1} to {hwm2} KiB between identical rounds"
     );
     assert!(rss2 < 512 * 1024, "RSS {rss2} KiB");
     let interned = telemetry_value(&f, "ingero_fleet_prometheus_interned_bytes");
