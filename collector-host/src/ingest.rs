@@ -11,9 +11,9 @@
 //!    cluster is read for metrics, and for any signal when a request middleware runs);
 //! 3. the adapter reads and decodes the body;
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
-//!    the payload [`screen`] settles one cluster identity per resource (and drops what
-//!    breaks it, counted), each admission checks the payload's clusters, the batch goes
-//!    down the pipelines, points are counted and rejected ones answered with partial
+//!    the payload [`screen`] settles one cluster identity per resource and applies the
+//!    payload limits (what breaks either is dropped and counted), each admission checks
+//!    the payload's clusters, the batch goes down the pipelines, points are counted and rejected ones answered with partial
 //!    success; the answer waits for the exporters' pending deliveries (a durable
 //!    exporter's commit), and an exporter that is behind turns it into a
 //!    [`RefusalCode::Unavailable`] refusal (HTTP 503 + `Retry-After`, gRPC `UNAVAILABLE`),
@@ -39,9 +39,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::config::model::PayloadLimits;
 use crate::pipeline::{Acks, Fanout, StagePanic, Unavailable};
+use crate::telemetry::{self, ReceiverCounters};
 
 pub mod screen;
-use crate::telemetry::{self, ReceiverCounters};
 
 /// The ingest path of one receiver on one transport.
 pub struct Ingest {
@@ -370,7 +370,10 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
     })
 }
 
-/// The `ingero.cluster.id` attribute of a resource, if any.
+/// The cluster a trace or log resource names, by the one-identity rule (an alias such as
+/// `ingero_cluster_id` counts; the screen has already refused conflicting ones).
 fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
-    component::otlp::get_str(&r?.attributes, resource::CLUSTER_ID)
+    component::cluster_identity::resource_cluster(&r?.attributes)
+        .ok()
+        .flatten()
 }

@@ -473,9 +473,11 @@ fn oversized_values_and_metric_floods_are_refused_with_bounded_memory() {
     // what RSS keeps is the allocator's cache of the decode buffers of one 20 MiB-class
     // request, reused by the next round rather than added to. The issue measured +229 MB
     // held after the first attack and +148 MB after the second, growing with every value.
+    // The allocator returns memory at its own pace, so compare peaks: a second identical
+    // round must not raise the peak by more than a fraction of one round's transient.
     assert!(
-        rss2 < rss1 + 32 * 1024,
-        "RSS grew from {rss1} to {rss2} KiB between identical rounds"
+        hwm2 < hwm1 + 64 * 1024,
+        "peak RSS grew from {hwm1} to {hwm2} KiB between identical rounds"
     );
     assert!(rss2 < 512 * 1024, "RSS {rss2} KiB");
     let interned = telemetry_value(&f, "ingero_fleet_prometheus_interned_bytes");
@@ -663,4 +665,121 @@ fn self_telemetry_takes_the_same_auth_as_the_exporter() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
+    // 4 clusters x 8 reserved nodes = 32 of 40: a shared pool of 8.
+    let (_dir, f) = start(
+        "    limits:\n      max_clusters: 4\n      max_nodes_per_cluster: 40\n      \
+         max_nodes_total: 40\n      reserved_nodes_per_cluster: 8\n",
+    );
+    // alpha tries to register 40 nodes before beta's agents start.
+    let mut refused = 0;
+    for i in 0..40 {
+        let r = push_as(
+            &f,
+            TOKEN_A,
+            "alpha",
+            &AgentPush::new("alpha", &format!("a{i}"), 0.9).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        if rejected(&r) > 0 {
+            assert!(error_message(&r).contains("limits.max_nodes_total = 40"));
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused,
+        40 - 16,
+        "alpha gets its reserve and the shared pool"
+    );
+    // beta's seven agents are all accepted (beta_round asserts it) and get a threshold.
+    let t = beta_threshold(&f);
+    assert!(!t.is_empty());
+    let drops = get(f.telemetry(), "/metrics").text() + &scrape(&f);
+    assert!(
+        drops
+            .lines()
+            .any(|l| l.starts_with("ingero_fleet_dropped_total")
+                && l.contains("cap_nodes_total")
+                && l.ends_with(" 24")),
+        "the refused alpha nodes are counted"
+    );
+}
+
+#[test]
+fn look_alike_and_control_ids_are_refused_and_controls_never_reach_the_page() {
+    let (_dir, f) = start("");
+    let t0 = beta_threshold(&f);
+    // Node ids that look like b0 (bidi override, zero-width space, BOM) or carry controls.
+    let bad_nodes = [
+        "b0\u{202E}",
+        "b\u{200B}0",
+        "\u{FEFF}b0",
+        "b0\r",
+        "b\t0",
+        "b\u{0}0",
+    ];
+    for node in bad_nodes {
+        let r = push_as(
+            &f,
+            TOKEN_B,
+            "beta",
+            &AgentPush::new("beta", node, 0.01).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        assert!(rejected(&r) > 0, "{node:?} accepted");
+        let msg = error_message(&r);
+        assert!(
+            msg.contains("ingero.node.id refused: node id contains"),
+            "{msg}"
+        );
+        assert_eq!(
+            beta_round(&f).as_deref(),
+            Some(t0.as_str()),
+            "after {node:?}"
+        );
+    }
+    // A cluster id with a zero-width space: in the query 400, in the resource dropped.
+    let r = post(
+        f.http(),
+        "/v1/metrics?cluster_id=beta%E2%80%8B",
+        "application/json",
+        AgentPush::new("beta", "b0", 0.01).to_json().as_bytes(),
+        &[("Authorization", &format!("Bearer {TOKEN_STAR}"))],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("invisible format character"),
+        "{}",
+        r.text()
+    );
+    let r = push_as(
+        &f,
+        TOKEN_STAR,
+        "beta",
+        &AgentPush::new("beta\u{200B}", "b0", 0.01).to_json(),
+    );
+    assert!(rejected(&r) > 0);
+    assert!(error_message(&r).contains("invisible format character"));
+    // Control characters in other attribute values are stored, but never written raw.
+    let mut push = AgentPush::new("beta", "b0", 0.95);
+    push.workload_type = "train\r\ting\u{0}x".to_string();
+    let r = push_as(&f, TOKEN_B, "beta", &push.to_json());
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    let page = scrape(&f);
+    assert!(page.contains("ingero_workload_type=\"train\u{FFFD}\u{FFFD}ing\u{FFFD}x\""));
+    for c in ['\r', '\t', '\0', '\u{202E}', '\u{200B}', '\u{FEFF}'] {
+        assert!(!page.contains(c), "{c:?} on the page");
+    }
+    let dropped = telemetry_value(
+        &f,
+        "ingero_fleet_receiver_dropped_points_total{receiver=\"otlp\",transport=\"http\",reason=\"node_id_invalid\"}",
+    );
+    let per_push = component::otlp::count_points(&testkit::json_to_proto(
+        &AgentPush::new("beta", "b0", 0.9).to_json(),
+    )) as f64;
+    assert_eq!(dropped, per_push * bad_nodes.len() as f64);
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
 }

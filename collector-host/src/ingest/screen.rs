@@ -12,16 +12,21 @@
 //!   attributes are too long or too many (with its resource's) is dropped; a resource
 //!   with more metrics than `max_metrics_per_resource` is dropped whole.
 //!
+//! - **Node ids**: a resource whose `ingero.node.id` is not a string or breaks the id rule
+//!   (`component::cluster_id::validate_node_id`: no control, line-break or invisible
+//!   format characters, at most 256 bytes) is dropped with its points.
+//!
 //! Dropped points are counted by reason and answered with OTLP partial success; the rest
 //! of the batch goes on. Traces and logs carry no partial success here: a resource whose
 //! cluster identity is refused refuses the whole request (400 / `INVALID_ARGUMENT`).
 
+use component::cluster_id::validate_node_id;
 use component::cluster_identity;
 use component::middleware::{Refusal, RefusalCode};
 use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind, get_str,
 };
-use component::wire::resource::CLUSTER_ID;
+use component::wire::resource::{CLUSTER_ID, NODE_ID};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::config::model::PayloadLimits;
@@ -272,6 +277,17 @@ pub fn metrics(
             });
             return false;
         }
+        if let Some(node) = component::otlp::find(component::otlp::resource_attrs(rm), NODE_ID)
+            && let Err(why) = match node {
+                AnyValueKind::StringValue(n) => validate_node_id(n),
+                _ => Err("node id is not a string"),
+            }
+        {
+            out.drop("node_id_invalid", resource_points(rm), || {
+                format!("resource {i}: {NODE_ID} refused: {why}")
+            });
+            return false;
+        }
         let inherited = component::otlp::resource_attrs(rm).len();
         let cluster = rm
             .resource
@@ -502,6 +518,37 @@ mod tests {
             check_attrs(&[array(5)], 0, &l).unwrap_err().0,
             "attribute_value_too_long"
         );
+    }
+
+    #[test]
+    fn look_alike_and_control_node_ids_are_dropped() {
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1\u{202E}")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n\r1")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_i64(NODE_ID, 1)],
+                    vec![vec![]],
+                ),
+                push(vec![kv_str(CLUSTER_ID, "a\u{200B}")], vec![vec![]]),
+            ],
+        };
+        let s = metrics(&mut req, None, &PayloadLimits::default());
+        assert_eq!(
+            s.by_reason,
+            [("node_id_invalid", 3), ("cluster_id_invalid", 1)]
+        );
+        assert_eq!(req.resource_metrics.len(), 1);
     }
 
     #[test]
