@@ -35,6 +35,7 @@ use crate::cluster_id::{
 };
 use crate::metrics::{ApiCounters, Endpoint};
 use crate::store::ThresholdStore;
+use crate::view::{SourceBoard, VIEW_API_PATH, asset, cluster_view};
 
 /// Admin diagnostics path.
 pub const DIAGNOSTICS_PATH: &str = "/api/v1/diagnostics";
@@ -53,13 +54,20 @@ pub const LISTING_FORBIDDEN: &str =
 #[derive(Debug)]
 pub(crate) struct Routes {
     store: Arc<ThresholdStore>,
+    board: Arc<SourceBoard>,
     counters: ApiCounters,
 }
 
 impl Routes {
+    #[cfg(test)]
     pub(crate) fn new(store: Arc<ThresholdStore>) -> Self {
+        Routes::with_board(store, Arc::default())
+    }
+
+    pub(crate) fn with_board(store: Arc<ThresholdStore>, board: Arc<SourceBoard>) -> Self {
         Routes {
             store,
+            board,
             counters: ApiCounters::default(),
         }
     }
@@ -92,6 +100,15 @@ impl Routes {
     pub(crate) fn admin_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         let (endpoint, resp) = if req.path == DIAGNOSTICS_PATH {
             (Endpoint::Diagnostics, self.diagnostics(req, vis))
+        } else if req.path == VIEW_API_PATH {
+            (Endpoint::View, self.view(req, vis))
+        } else if let Some(page) = asset(req.path) {
+            let resp = if req.method == "GET" {
+                page
+            } else {
+                ApiResponse::method_not_allowed(ALLOW)
+            };
+            (Endpoint::ViewPage, resp)
         } else {
             (Endpoint::Other, ApiResponse::not_found())
         };
@@ -139,6 +156,36 @@ impl Routes {
                 Ok((limit, after)) => self.summary_page(limit, after.as_deref()),
                 Err(msg) => ApiResponse::json_error(400, msg),
             },
+        }
+    }
+
+    /// The live view's data for one cluster. Out-of-scope and unknown clusters answer the
+    /// same `404`.
+    fn view(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
+        if req.method != "GET" {
+            return ApiResponse::method_not_allowed(ALLOW);
+        }
+        match cluster_id_from_query(req.query) {
+            ClusterIdParam::Missing => {
+                ApiResponse::json_error(400, "missing query parameter cluster_id")
+            }
+            ClusterIdParam::Invalid(msg) => ApiResponse::json_error(400, msg),
+            ClusterIdParam::Valid(id) if !vis.allows(&id) => {
+                ApiResponse::json_error(404, "unknown cluster")
+            }
+            ClusterIdParam::Valid(id) => {
+                let snap = self.store.snapshot();
+                match snap.report(&id) {
+                    Some(report) => cluster_view(
+                        report,
+                        snap.published_at(),
+                        snap.generation(),
+                        self.store.history(),
+                        &self.board,
+                    ),
+                    None => ApiResponse::json_error(404, "unknown cluster"),
+                }
+            }
         }
     }
 
@@ -231,9 +278,9 @@ struct SummaryPage<'a> {
     clusters: Vec<ClusterSummary<'a>>,
 }
 
-/// One cluster without its node list (admin summary).
+/// One cluster without its node list (admin summary; the live view flattens it in).
 #[derive(Serialize)]
-struct ClusterSummary<'a> {
+pub(crate) struct ClusterSummary<'a> {
     cluster_id: &'a str,
     threshold: Option<f64>,
     quorum_met: bool,
@@ -254,7 +301,7 @@ struct ClusterSummary<'a> {
 }
 
 impl<'a> ClusterSummary<'a> {
-    fn of(r: &'a ClusterReport) -> Self {
+    pub(crate) fn of(r: &'a ClusterReport) -> Self {
         let d = &r.diagnostics;
         ClusterSummary {
             cluster_id: &r.cluster_id,
