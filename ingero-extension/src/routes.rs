@@ -675,6 +675,63 @@ mod tests {
     }
 
     #[test]
+    fn view_shows_one_cluster_in_scope_and_answers_others_as_unknown() {
+        let r = routes();
+        let resp = r.admin(&get(VIEW_API_PATH, Some("cluster_id=prod")));
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.content_type, "application/json");
+        let v = body_json(&resp);
+        assert_eq!(v["cluster_id"], "prod");
+        assert_eq!(v["threshold"], 0.870348);
+        assert_eq!(v["panic_mode"], true);
+        assert_eq!(v["generation"], 1);
+        // Published once at 50 s: gpu-node-03 has been a straggler since then.
+        let nodes = v["nodes"].as_array().unwrap();
+        assert_eq!(nodes[1]["node_id"], "gpu-node-03");
+        assert_eq!(nodes[1]["straggler_since_unix_nano"], 50_000_000_000u64);
+        assert_eq!(nodes[0]["straggler_since_unix_nano"], Value::Null);
+        let h = v["history"].as_array().unwrap();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0]["t_unix_nano"], 50_000_000_000u64);
+        assert_eq!(h[0]["straggler_count"], 1);
+        assert_eq!(v["peer_lag"], json!([]));
+        assert_eq!(v["waiting_cost"], json!([]));
+
+        let only_lost = |c: &str| c == "lost";
+        let vis = Visibility::Only(&only_lost);
+        let a = r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=prod")), vis);
+        let b = r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=never-seen")), vis);
+        assert_eq!(
+            (a.status, &a.body, &a.headers),
+            (b.status, &b.body, &b.headers)
+        );
+        assert_eq!(a.status, 404);
+        assert_eq!(
+            r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=lost")), vis)
+                .status,
+            200
+        );
+        // The page files see nothing, whoever asks.
+        let page = r.admin_scoped(&get("/view/", None), component::api::NOTHING);
+        assert_eq!(page.status, 200);
+        assert_eq!(page.content_type, "text/html; charset=utf-8");
+        let resp = r.admin(&get(VIEW_API_PATH, None));
+        assert_eq!(resp.status, 400);
+        assert_eq!(
+            body_json(&resp),
+            json!({"error": "missing query parameter cluster_id"})
+        );
+        // Not on the agent listener.
+        assert_eq!(
+            r.agent(&get(VIEW_API_PATH, Some("cluster_id=prod"))).status,
+            404
+        );
+        assert_eq!(r.agent(&get("/view/", None)).status, 404);
+        assert_eq!(r.counters().get(Endpoint::View, 200), 2);
+        assert_eq!(r.counters().get(Endpoint::ViewPage, 200), 1);
+    }
+
+    #[test]
     fn requests_are_counted_by_endpoint_and_code() {
         let r = routes();
         r.agent(&get(THRESHOLD_API_PATH, Some("cluster_id=prod")));

@@ -69,9 +69,13 @@
     return null;
   }
 
+  let ticks = 0;
+
   async function tick() {
     clearTimeout(timer);
     try {
+      // New clusters show up in the picker every 15 polls.
+      if (cluster && ++ticks % 15 === 0 && !$("cluster-select").hidden) await loadClusters();
       if (!cluster) {
         const n = await loadClusters();
         if (!cluster) {
