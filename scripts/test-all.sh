@@ -61,6 +61,13 @@ cargo build --locked -p ingero-ffi
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
+# The live cluster view in a real browser: Debian's Chromium driven by playwright-core from
+# npm (pinned, no browser download), both installed by the script; screenshots under
+# target/tmp/view-browser/ (the test prints their paths).
+log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
+scripts/view-browser-deps.sh
+cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture
+
 # The benchmarks build and link in the dev profile (clippy has already type-checked them):
 # the bench profile's thin-LTO release build of every bench took ~20 min and 1.6 GB on a
 # cold machine. Measurements run with ./scripts/bench.sh and `cargo bench`.

@@ -270,7 +270,12 @@ pub async fn run(
                 for l in e.api_listeners() {
                     let name = format!("{id}/{}", l.name);
                     let handler = match gate(e.auth(), &name) {
-                        Some(g) => crate::auth::gate::api_listener(l.route.clone(), l.admin, g),
+                        Some(g) => crate::auth::gate::api_listener(
+                            l.route.clone(),
+                            l.admin,
+                            l.public_prefix,
+                            g,
+                        ),
                         None => {
                             let route = l.route.clone();
                             server::api_handler(move |r| route(r, Visibility::All))
