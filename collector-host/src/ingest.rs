@@ -13,11 +13,11 @@
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
 //!    the payload [`screen`] settles one cluster identity per resource and applies the
 //!    payload limits (what breaks either is dropped and counted), each admission checks
-//!    the payload's clusters, the batch goes down the pipelines, points are counted and rejected ones answered with partial
-//!    success; the answer waits for the exporters' pending deliveries (a durable
-//!    exporter's commit), and an exporter that is behind turns it into a
-//!    [`RefusalCode::Unavailable`] refusal (HTTP 503 + `Retry-After`, gRPC `UNAVAILABLE`),
-//!    counted as `exporter_unavailable`;
+//!    the payload's clusters, the batch goes down the pipelines, points are counted and
+//!    rejected ones answered with partial success; the answer waits for the exporters'
+//!    pending deliveries (a durable exporter's commit), and an exporter that is behind
+//!    turns it into a [`RefusalCode::Unavailable`] refusal (HTTP 503 + `Retry-After`,
+//!    gRPC `UNAVAILABLE`), counted as `exporter_unavailable`;
 //! 5. [`Ingest::response_metadata`]: the response middlewares (the threshold headers) for
 //!    the export's cluster: the request's, else the first well-formed one in the payload.
 
