@@ -53,17 +53,19 @@ impl Size {
 }
 
 /// A scenario of `episodes` straggler episodes on distinct nodes of a `nodes`-node cluster:
-/// each drops by `drop` for 3 minutes, one every 6 minutes after a 10-minute warm-up.
+/// each drops by `drop` for 3 minutes, one every 6 minutes after a 10-minute warm-up, at
+/// a different second of the push interval each time.
 pub fn episodes_scenario(nodes: usize, drop: f64, episodes: usize, seed: u64) -> Scenario {
     let mut t = format!(
         "name = \"drop-{pct}-n{nodes}-s{seed}\"\nseed = {seed}\nduration = \"{dur}s\"\n\
          push_interval = \"10s\"\n{NOISE}\n[[cohort]]\nname = \"train\"\nnodes = {nodes}\n",
         pct = (drop * 100.0).round(),
-        dur = 600 + 360 * episodes,
+        dur = 610 + 360 * episodes,
     );
     for e in 0..episodes {
         let node = (e * 37 + seed as usize * 11) % nodes;
-        let onset = 600 + 360 * e;
+        // Onsets fall at different points of the push interval (not on Fleet's tick).
+        let onset = 600 + 360 * e + (e * 3 + seed as usize) % 10;
         let _ = write!(
             t,
             "\n[[straggler]]\nnodes = [{node}]\ndrop = {drop}\nonset = \"{onset}s\"\nrecover = \"{}s\"\n",
