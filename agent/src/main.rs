@@ -350,8 +350,21 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
         let mut stop = rx.clone();
         tokio::spawn(async move {
             loop {
-                let line = cell.lock().summary();
-                board.update(|s| s.probes = line);
+                let (line, counts) = {
+                    let st = cell.lock();
+                    let counts = ingero_agent::status::ProbeCounts {
+                        launches: st.launches,
+                        kernel_drops: st.kernel_drops,
+                        cuda_events: st.cuda_events,
+                        nccl_events: st.nccl_events,
+                        libraries: st.attached.len() as u64,
+                    };
+                    (st.summary(), counts)
+                };
+                board.update(|s| {
+                    s.probes = line;
+                    s.probe_counts = counts;
+                });
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = ingero_agent::httpserve::stopped(&mut stop) => return,

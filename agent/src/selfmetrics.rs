@@ -27,6 +27,21 @@ pub const SIGNAL: &str = "ingero_agent_signal";
 pub const TICKS_TOTAL: &str = "ingero_agent_ticks_total";
 pub const PUSHES_TOTAL: &str = "ingero_agent_pushes_total";
 pub const STRAGGLER_EVENTS_TOTAL: &str = "ingero_agent_straggler_events_total";
+pub const LAUNCHES_TOTAL: &str = "ingero_agent_launches_total";
+pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
+pub const PROBE_EVENTS_TOTAL: &str = "ingero_agent_probe_events_total";
+pub const PROBE_DROPPED_TOTAL: &str = "ingero_agent_probe_dropped_total";
+pub const PROBE_LIBRARIES: &str = "ingero_agent_probe_libraries";
+
+/// `ingero_agent_launches_total{layer}` in the order of `events::launch`'s counters.
+pub const LAUNCH_LAYERS: [&str; 4] = ["runtime", "runtime_graph", "driver", "driver_graph"];
+/// `ingero_agent_probe_dropped_total{reason}` in the order of the kernel's drop counters.
+pub const DROP_REASONS: [&str; 4] = [
+    "ringbuf_full",
+    "entry_missing",
+    "user_read_failed",
+    "counts_full",
+];
 
 /// Every mode value `ingero_agent_detection_mode{mode}` carries, in the wire spelling.
 pub const MODES: [&str; 5] = [
@@ -130,7 +145,70 @@ pub fn render(s: &StatusSnapshot) -> String {
         "Straggler events emitted (every straggler tick and each recovery).",
     );
     let _ = writeln!(o, "{STRAGGLER_EVENTS_TOTAL} {}", s.straggler_events);
+    render_probes(&mut o, s);
     o
+}
+
+/// The eBPF probes' counters. Present for every source (zero with `--synthetic`) so a
+/// dashboard's queries never miss a series.
+fn render_probes(o: &mut String, s: &StatusSnapshot) {
+    let p = &s.probe_counts;
+    head(
+        o,
+        LAUNCHES_TOTAL,
+        "counter",
+        "Kernel and graph launches of the watched processes, each counted once, by the layer that made it.",
+    );
+    for (i, layer) in LAUNCH_LAYERS.iter().enumerate() {
+        let _ = writeln!(o, "{LAUNCHES_TOTAL}{{layer=\"{layer}\"}} {}", p.launches[i]);
+    }
+    head(
+        o,
+        NESTED_LAUNCHES_TOTAL,
+        "counter",
+        "Driver launches made inside a runtime launch (the same launch one layer down, not counted again).",
+    );
+    let _ = writeln!(
+        o,
+        "{NESTED_LAUNCHES_TOTAL} {}",
+        p.launches[crate::events::launch::NESTED]
+    );
+    head(
+        o,
+        PROBE_EVENTS_TOTAL,
+        "counter",
+        "Event records read from the probes' ring buffers, by library.",
+    );
+    let _ = writeln!(
+        o,
+        "{PROBE_EVENTS_TOTAL}{{library=\"cuda\"}} {}",
+        p.cuda_events
+    );
+    let _ = writeln!(
+        o,
+        "{PROBE_EVENTS_TOTAL}{{library=\"nccl\"}} {}",
+        p.nccl_events
+    );
+    head(
+        o,
+        PROBE_DROPPED_TOTAL,
+        "counter",
+        "Events the probes lost in the kernel, by reason.",
+    );
+    for (i, reason) in DROP_REASONS.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "{PROBE_DROPPED_TOTAL}{{reason=\"{reason}\"}} {}",
+            p.kernel_drops[i]
+        );
+    }
+    head(
+        o,
+        PROBE_LIBRARIES,
+        "gauge",
+        "Library files the probes are attached to.",
+    );
+    let _ = writeln!(o, "{PROBE_LIBRARIES} {}", p.libraries);
 }
 
 /// Bind the endpoint; the bound address is returned (port 0 picks one).
@@ -176,6 +254,13 @@ mod tests {
             pushes_ok: 11,
             pushes_failed: 1,
             straggler_events: 0,
+            probe_counts: crate::status::ProbeCounts {
+                launches: [40, 2, 7, 1, 40],
+                kernel_drops: [3, 0, 0, 0],
+                cuda_events: 90,
+                nccl_events: 5,
+                libraries: 3,
+            },
             ..Default::default()
         }
     }
@@ -196,6 +281,14 @@ mod tests {
             "ingero_agent_signal{signal=\"memory\"} 0.7\n",
             "ingero_agent_ticks_total 12\n",
             "ingero_agent_pushes_total{result=\"failed\"} 1\n",
+            "ingero_agent_launches_total{layer=\"runtime\"} 40\n",
+            "ingero_agent_launches_total{layer=\"runtime_graph\"} 2\n",
+            "ingero_agent_launches_total{layer=\"driver\"} 7\n",
+            "ingero_agent_launches_total{layer=\"driver_graph\"} 1\n",
+            "ingero_agent_nested_launches_total 40\n",
+            "ingero_agent_probe_events_total{library=\"nccl\"} 5\n",
+            "ingero_agent_probe_dropped_total{reason=\"ringbuf_full\"} 3\n",
+            "ingero_agent_probe_libraries 3\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

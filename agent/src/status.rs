@@ -36,9 +36,25 @@ pub struct StatusSnapshot {
     pub uds_sent: u64,
     pub uds_dropped: u64,
     pub probes: String,
+    /// The probe thread's counters (eBPF sources only; zero otherwise).
+    pub probe_counts: ProbeCounts,
     pub nccl_points: u64,
     pub nccl_dropped: u64,
     pub updated_at: Timestamp,
+}
+
+/// Cumulative probe counters since the agent started, copied from the probe thread once a
+/// second for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeCounts {
+    /// Launches per counter of `events::launch` (runtime, runtime graph, driver, driver
+    /// graph, nested).
+    pub launches: [u64; crate::events::launch::COUNTERS],
+    /// `[ringbuf_full, entry_missing, user_read_failed, counts_full]`.
+    pub kernel_drops: [u64; 4],
+    pub cuda_events: u64,
+    pub nccl_events: u64,
+    pub libraries: u64,
 }
 
 /// Shared between the tick (writer) and the view (reader).

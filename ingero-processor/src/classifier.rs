@@ -5,7 +5,7 @@
 //! `z = -k`, i.e. `k` sigmas above the bar), then
 //!
 //! ```text
-//! S = clamp(S + z - drift, 0, 2 * decision)
+//! S = clamp(S + z - drift, 0, decision)
 //! healthy   -> straggler when S >= decision
 //! straggler -> healthy   when S == 0
 //! ```
@@ -13,8 +13,11 @@
 //! A single sample at least `decision + drift` sigmas below the threshold flags at once;
 //! smaller shortfalls must persist (a node `z` sigmas below needs `decision / (z - drift)`
 //! samples); healthy noise has a drift of about `-(k + drift)` per sample and never
-//! accumulates. The cap `2 * decision` bounds how long a recovered node stays flagged
-//! (about `2 * decision / (k + drift)` ticks once it is back at the median).
+//! accumulates. The cap at `decision` bounds how long a recovered node stays flagged: about
+//! `decision / (k + drift)` ticks once it is back at the median (2 with the defaults), as
+//! fast as the slowest single-sample detection. Hysteresis comes from the clearing rule
+//! (the sum must drain to 0), not from the cap: one good sample among bad ones leaves the
+//! node flagged.
 
 use crate::config::IngeroConfig;
 
@@ -36,9 +39,10 @@ impl CusumParams {
         }
     }
 
-    /// The ceiling of the cumulative sum.
+    /// The ceiling of the cumulative sum: the decision level itself, so a recovered node
+    /// drains in `decision / (k + drift)` ticks.
     pub fn cap(&self) -> f64 {
-        2.0 * self.decision
+        self.decision
     }
 }
 
@@ -50,7 +54,7 @@ pub enum Transition {
 }
 
 /// One node's classifier state (8 bytes: the tick keeps one per node). The sum is stored
-/// as `f32`: it lives in [0, 2 * decision], where that precision is ample.
+/// as `f32`: it lives in [0, decision], where that precision is ample.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ShortfallCusum {
     sum: f32,
@@ -171,7 +175,8 @@ mod tests {
             c.observe(&P, 0.5, 0.9, 0.01);
         }
         assert_eq!(c.sum(), P.cap(), "capped, so recovery time is bounded");
-        // Back at the median (k = 2 sigma above threshold): -2.5 per tick, 8 -> 0 in 4 ticks.
+        // Back at the median (k = 2 sigma above threshold): -2.5 per tick, 4 -> 0 in 2 ticks.
+        // A single good sample is not enough: hysteresis is the drain to 0.
         let mut ticks = 0;
         loop {
             ticks += 1;
@@ -180,7 +185,7 @@ mod tests {
             }
             assert!(c.is_straggler());
         }
-        assert_eq!(ticks, 4);
+        assert_eq!(ticks, 2);
     }
 
     #[test]

@@ -215,7 +215,11 @@ def build_report(run):
     judged_from, judged_to = run["warm"], run["end"]
 
     def injected(node, t):
-        return node == victim and any(s <= t < e + 10 * budget_recover for _, s, e in windows)
+        # Contention from another process on the one shared GPU slows every node (Fleet
+        # sees a systemic slowdown, holds its threshold and flags all of them, by design):
+        # its window is nobody's healthy time.
+        return any(s <= t < e + 10 * budget_recover for name, s, e in windows
+                   if node == victim or name == "contention")
 
     healthy_seconds = 0
     agent_fp = {}
@@ -248,6 +252,7 @@ def build_report(run):
                     idle_while_running.append({"node": n, "t": round(et, 2)})
     totals = {n: v for n in run["nodes"] for _, k, v in events[n] if k == "totals"}
     return {
+        "healthy_scores": score_spread(run, injected),
         "machine": run.get("machine", {}),
         "nodes": len(run["nodes"]),
         "victim": victim,
@@ -266,6 +271,32 @@ def build_report(run):
         "probe_totals": totals,
         "overhead": run.get("overhead"),
     }
+
+
+def score_spread(run, injected):
+    """How narrow the healthy band is: Fleet's view of every node's score over the judged
+    time, outside the victim's injections (one value per node per push, not per poll)."""
+    per_node, seen = {}, set()
+    for d in run["diag"]:
+        if "nodes" not in d or not run["warm"] <= d["t"] < run["end"]:
+            continue
+        for n, v in d["nodes"].items():
+            if injected(n, d["t"]) or v.get("score") is None or v.get("state") != "active":
+                continue
+            key = (n, v["score"], int(d["t"] // run["push_interval"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            per_node.setdefault(n, []).append(v["score"])
+    allv = sorted(x for v in per_node.values() for x in v)
+    if not allv:
+        return None
+    q = lambda v, f: v[min(len(v) - 1, int(f * len(v)))]
+    mean = sum(allv) / len(allv)
+    sd = (sum((x - mean) ** 2 for x in allv) / max(1, len(allv) - 1)) ** 0.5
+    return {"samples": len(allv), "p01": q(allv, 0.01), "p50": q(allv, 0.5), "p99": q(allv, 0.99),
+            "min": allv[0], "max": allv[-1], "stdev": round(sd, 5),
+            "node_medians": {n: q(sorted(v), 0.5) for n, v in sorted(per_node.items())}}
 
 
 class Procs:

@@ -123,18 +123,27 @@ pub struct SharedWindow {
     pub alive: AtomicBool,
 }
 
+/// One tick's totals, for the interval `(from, at]`.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
+    from: Timestamp,
     at: Timestamp,
     launches: u64,
     busy_ns: u64,
 }
 
-/// Window arithmetic, pure.
+/// A bucket is dropped once the newer ones alone span this share of the window. Ticks come
+/// at about the window's length or a fraction of it, with scheduling jitter: comparing
+/// against the exact length would keep a bucket that ended a millisecond inside the
+/// window and count twice the launches some ticks and once on others.
+const WINDOW_SPAN_TOLERANCE: f64 = 0.9;
+
+/// Window arithmetic, pure. Rates divide by the time the kept buckets actually span, so a
+/// window that holds one bucket more or less than usual (tick jitter, a late tick) still
+/// gives the true rate.
 #[derive(Debug, Clone)]
 pub struct Window {
     len: Duration,
-    started: Option<Timestamp>,
     buckets: VecDeque<Bucket>,
 }
 
@@ -142,7 +151,6 @@ impl Window {
     pub fn new(len: Duration) -> Self {
         Window {
             len,
-            started: None,
             buckets: VecDeque::new(),
         }
     }
@@ -156,23 +164,22 @@ impl Window {
         busy_ns: u64,
         gpus: u32,
     ) -> (u64, f64, f64) {
-        let started = *self.started.get_or_insert(now);
+        // The first tick's totals cover the time since the agent started watching, which
+        // the window does not know: that bucket is taken to span nothing (and the divisor
+        // is at least 1 s below).
+        let from = self.buckets.back().map_or(now, |b| b.at);
         self.buckets.push_back(Bucket {
+            from,
             at: now,
             launches,
             busy_ns,
         });
-        let cutoff = now.saturating_sub(self.len);
-        while self
-            .buckets
-            .front()
-            .is_some_and(|b| b.at <= cutoff && self.buckets.len() > 1)
-        {
+        let keep = self.len.mul_f64(WINDOW_SPAN_TOLERANCE);
+        while self.buckets.len() > 1 && now.since(self.buckets[1].from) >= keep {
             self.buckets.pop_front();
         }
-        // The first tick covers the time since the agent started watching; until the
-        // window has filled, divide by the time covered so far (at least 1 s).
-        let covered = now.since(started).max(Duration::from_secs(1)).min(self.len);
+        let oldest = self.buckets.front().map_or(now, |b| b.from);
+        let covered = now.since(oldest).max(Duration::from_secs(1));
         let n: u64 = self.buckets.iter().map(|b| b.launches).sum();
         let busy: u64 = self.buckets.iter().map(|b| b.busy_ns).sum();
         let secs = covered.as_secs_f64();
@@ -338,6 +345,39 @@ mod tests {
         assert_eq!((n, rate), (600, 10.0));
         let (n, _, _) = w.push(t(200), 0, 0, 1);
         assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn tick_jitter_does_not_change_the_rate() {
+        // Ticks every 2 s with a 2 s window, a few milliseconds early or late, at a steady
+        // 55 launches/s: every rate is 55/s. (Comparing bucket ends with the exact window
+        // start kept a bucket ending 1 ms inside it, and read 110/s on those ticks.)
+        let mut w = Window::new(Duration::from_secs(2));
+        let mut at = Timestamp::from_secs(1000);
+        w.push(at, 0, 0, 1);
+        for i in 0..200u64 {
+            let step_ms = if i % 3 == 0 { 1_997 } else { 2_003 };
+            at = at.saturating_add(Duration::from_millis(step_ms));
+            let launches = 55 * step_ms / 1000;
+            let (_, rate, _) = w.push(at, launches, 0, 1);
+            assert!((rate - 55.0).abs() < 0.6, "tick {i}: {rate}");
+        }
+        // One-second ticks in a 2 s window keep two buckets.
+        let mut w = Window::new(Duration::from_secs(2));
+        let mut at = Timestamp::from_secs(1000);
+        w.push(at, 0, 0, 1);
+        for i in 0..100u64 {
+            let step_ms = if i % 2 == 0 { 998 } else { 1_002 };
+            at = at.saturating_add(Duration::from_millis(step_ms));
+            let (n, rate, _) = w.push(at, 100 * step_ms / 1000, 0, 1);
+            assert!((rate - 100.0).abs() <= 1.0, "tick {i}: {rate}");
+            if i > 2 {
+                assert!(
+                    (198..=200).contains(&n),
+                    "tick {i}: {n} launches in the window"
+                );
+            }
+        }
     }
 
     #[test]
