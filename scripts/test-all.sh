@@ -35,6 +35,9 @@ command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_pkgs+=(nginx)
 command -v llvm-strip >/dev/null 2>&1 || need_pkgs+=(llvm)
+# Packaging checks: Docker builds and runs the images, systemd-analyze checks the units.
+command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
+command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   $SUDO apt-get update -qq
@@ -61,6 +64,13 @@ cargo build --locked -p ingero-ffi
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
+# The live cluster view in a real browser: Debian's Chromium driven by playwright-core from
+# npm (pinned, no browser download), both installed by the script; screenshots under
+# target/tmp/view-browser/ (the test prints their paths).
+log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
+scripts/view-browser-deps.sh
+cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture
+
 # The benchmarks build and link in the dev profile (clippy has already type-checked them):
 # the bench profile's thin-LTO release build of every bench took ~20 min and 1.6 GB on a
 # cold machine. Measurements run with ./scripts/bench.sh and `cargo bench`.
@@ -70,6 +80,26 @@ cargo build --workspace --benches --locked
 log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
 cargo build --locked -p ingero-fleet --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
+# ---- packaging: archives, units, images, charts (docs/deploy.md) -------------------------
+# All on the debug binaries the tests built: release.sh's dev profile packages them (only
+# the commit stamp recompiles the two binary crates), twice, to check the archives are
+# reproducible; the images are made from the same binaries.
+free_disk
+log "packaging: release archives (dev profile) twice, checksums, contents, SBOM"
+dist="$TARGET_DIR/dist-check"
+rm -rf "$dist"
+RELEASE_ALLOW_DIRTY=1 scripts/release.sh --profile dev --out "$dist/a"
+RELEASE_ALLOW_DIRTY=1 scripts/release.sh --profile dev --out "$dist/b"
+cmp "$dist/a/SHA256SUMS" "$dist/b/SHA256SUMS" || { echo "two packagings of the same binaries differ" >&2; exit 1; }
+scripts/check-release.sh "$dist/a"
+log "packaging: systemd units (systemd-analyze verify, exposure)"
+scripts/check-systemd.sh "$TARGET_DIR/debug"
+log "packaging: container images (build from the debug binaries, run, push, agent against Fleet)"
+EXPECT_COMMIT="$(git rev-parse HEAD)" scripts/image-test.sh "$TARGET_DIR/debug"
+log "packaging: Helm charts (helm lint --strict, render, strict decoding into the Kubernetes types)"
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
+scripts/helm-test.sh "$TARGET_DIR/debug/ingero-fleet"
+
 # Test executables are about half the debug build; libraries stay for the go-shim e2e build.
 mapfile -t test_exes < <(find "$TARGET_DIR/debug/deps" -maxdepth 1 -type f -perm -u+x \
   ! -name '*.so' ! -name '*.rlib' ! -name '*.rmeta' 2>/dev/null)

@@ -4,7 +4,9 @@
 //! - eBPF uprobes (C, built by `build.rs`, loaded with aya) on libcudart / libcuda / libnccl
 //!   feed ring buffers; [`signals`] turns a window of events into four raw signals.
 //! - [`health`] is pure: score, baselines, node state, detection mode and classification,
-//!   every function taking `now`. Tests drive it with a fake clock.
+//!   every function taking `now`. Tests drive it with a fake clock. It lives in
+//!   `ingero-agent-core` (with the payloads, NCCL points and [`timefmt`]), which `fleet-sim`
+//!   shares, and is re-exported here under its old path.
 //! - [`fleet`] pushes OTLP/HTTP (protobuf or the spec's JSON) to Fleet and reads the
 //!   threshold from the response headers; a GET poller is the fallback.
 //! - [`events_out`] is the NDJSON Unix socket for straggler events and its reference
@@ -17,7 +19,6 @@ pub mod config;
 pub mod events;
 pub mod events_out;
 pub mod fleet;
-pub mod health;
 pub mod httpserve;
 pub mod metrics;
 pub mod nccl;
@@ -26,7 +27,8 @@ pub mod selfmetrics;
 pub mod setup;
 pub mod signals;
 pub mod status;
-pub mod timefmt;
+
+pub use ingero_agent_core::{health, timefmt};
 
 /// The agent's name as it appears in logs and the scope of its own payloads.
 pub const AGENT_NAME: &str = "ingero-agent";

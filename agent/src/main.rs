@@ -22,7 +22,7 @@ fn duration_arg(s: &str) -> Result<Duration, String> {
 #[derive(Parser, Debug)]
 #[command(
     name = "ingero-agent",
-    version,
+    version = env!("INGERO_VERSION_LINE"),
     about = "Per-node GPU health agent for Ingero Fleet"
 )]
 #[command(args_conflicts_with_subcommands = true)]

@@ -11,11 +11,13 @@
 //!    cluster is read for metrics, and for any signal when a request middleware runs);
 //! 3. the adapter reads and decodes the body;
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
-//!    each admission checks the payload's clusters, the batch goes down the pipelines,
-//!    points are counted and rejected ones answered with partial success; the answer waits
-//!    for the exporters' pending deliveries (a durable exporter's commit), and an exporter
-//!    that is behind turns it into a [`RefusalCode::Unavailable`] refusal (HTTP 503 +
-//!    `Retry-After`, gRPC `UNAVAILABLE`), counted as `exporter_unavailable`;
+//!    the payload [`screen`] settles one cluster identity per resource and applies the
+//!    payload limits (what breaks either is dropped and counted), each admission checks
+//!    the payload's clusters, the batch goes down the pipelines, points are counted and
+//!    rejected ones answered with partial success; the answer waits for the exporters'
+//!    pending deliveries (a durable exporter's commit), and an exporter that is behind
+//!    turns it into a [`RefusalCode::Unavailable`] refusal (HTTP 503 + `Retry-After`,
+//!    gRPC `UNAVAILABLE`), counted as `exporter_unavailable`;
 //! 5. [`Ingest::response_metadata`]: the response middlewares (the threshold headers) for
 //!    the export's cluster: the request's, else the first well-formed one in the payload.
 
@@ -35,8 +37,11 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSucc
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use crate::config::model::PayloadLimits;
 use crate::pipeline::{Acks, Fanout, StagePanic, Unavailable};
 use crate::telemetry::{self, ReceiverCounters};
+
+pub mod screen;
 
 /// The ingest path of one receiver on one transport.
 pub struct Ingest {
@@ -47,6 +52,8 @@ pub struct Ingest {
     pub request: Vec<Arc<dyn RequestMiddleware>>,
     /// Add response metadata (the threshold headers).
     pub response: Vec<Arc<dyn ResponseMiddleware>>,
+    /// Sizes a metrics export may carry (the [`screen`] drops what exceeds them).
+    pub limits: PayloadLimits,
 }
 
 impl std::fmt::Debug for Ingest {
@@ -212,20 +219,33 @@ impl Ingest {
         acks.wait().await.map_err(|u| self.unavailable(u))
     }
 
+    /// Step 4a for traces and logs: a resource whose cluster identity is refused refuses
+    /// the request (counted).
+    fn screen_resources<'a>(
+        &self,
+        resources: impl Iterator<Item = Option<&'a Resource>>,
+    ) -> Result<(), Refusal> {
+        screen::resources(resources).inspect_err(|r| self.counters.reject(r.reason))
+    }
+
     /// Step 4 for metrics. `Err` is a payload refusal (nothing reached a pipeline) or an
     /// exporter that is behind ([`RefusalCode::Unavailable`]).
     pub async fn export_metrics(
         &self,
         adm: Admitted,
-        req: ExportMetricsServiceRequest,
+        mut req: ExportMetricsServiceRequest,
     ) -> Result<MetricsExport, Refusal> {
+        let points = count_points(&req.resource_metrics);
+        let screened = screen::metrics(&mut req, adm.cluster.as_deref(), &self.limits);
         self.check_payload(
             &adm,
             req.resource_metrics.iter().map(|rm| {
                 component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
             }),
         )?;
-        let points = count_points(&req.resource_metrics);
+        for (reason, n) in &screened.by_reason {
+            self.counters.drop_points(reason, *n);
+        }
         // Clients without a request cluster (OTel SDKs, `ingero trace`) still get the
         // response metadata of the cluster their resource names.
         let response_cluster = adm.cluster.clone().or_else(|| payload_cluster(&req));
@@ -244,14 +264,18 @@ impl Ingest {
         }
         let result = match consumed {
             Ok(outcome) => {
-                let rejected = outcome.rejected_points.min(points);
+                let rejected = (outcome.rejected_points + screened.dropped).min(points);
                 m.accepted.fetch_add(points - rejected, Relaxed);
                 m.refused.fetch_add(rejected, Relaxed);
                 let mut msg = ExportMetricsServiceResponse::default();
                 if rejected > 0 {
+                    let message = match (screened.message(), outcome.message) {
+                        (Some(a), Some(b)) => format!("{a}; {b}"),
+                        (a, b) => a.or(b).unwrap_or_default(),
+                    };
                     msg.partial_success = Some(ExportMetricsPartialSuccess {
                         rejected_data_points: i64::try_from(rejected).unwrap_or(i64::MAX),
-                        error_message: outcome.message.unwrap_or_default(),
+                        error_message: message,
                     });
                 }
                 Ok(msg)
@@ -273,6 +297,7 @@ impl Ingest {
         adm: Admitted,
         req: &ExportTraceServiceRequest,
     ) -> Result<(), Refusal> {
+        self.screen_resources(req.resource_spans.iter().map(|r| r.resource.as_ref()))?;
         self.check_payload(
             &adm,
             req.resource_spans
@@ -300,6 +325,7 @@ impl Ingest {
         adm: Admitted,
         req: &ExportLogsServiceRequest,
     ) -> Result<(), Refusal> {
+        self.screen_resources(req.resource_logs.iter().map(|r| r.resource.as_ref()))?;
         self.check_payload(
             &adm,
             req.resource_logs
@@ -344,7 +370,10 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
     })
 }
 
-/// The `ingero.cluster.id` attribute of a resource, if any.
+/// The cluster a trace or log resource names, by the one-identity rule (an alias such as
+/// `ingero_cluster_id` counts; the screen has already refused conflicting ones).
 fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
-    component::otlp::get_str(&r?.attributes, resource::CLUSTER_ID)
+    component::cluster_identity::resource_cluster(&r?.attributes)
+        .ok()
+        .flatten()
 }

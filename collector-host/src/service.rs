@@ -240,23 +240,84 @@ pub async fn run(
         tracing::warn!("{w}");
     }
 
-    // Authenticators before everything that listens: a listener never serves unchecked.
+    let auth_exts = start_authenticators(&plan, &mut listeners)?;
+    let host = start_extensions(&plan, &mut listeners, auth_exts, &healthy, started).await?;
+    let used = start_processors(&plan, &host)?;
+    let families = component_families(&plan, &host, &used);
+    let exporters = build_exporters(&plan, &host, &mut listeners, &families).await?;
+    let pipes = build_pipelines(&plan, &used, &exporters.by_id, &telemetry);
+    spawn_receivers(&plan, &host, &mut listeners, &pipes).await?;
+    let mut timers = spawn_processor_ticks(&plan, &used, &pipes, &telemetry, &shutdown_rx);
+    timers.extend(spawn_prometheus_expiry(&exporters.prom, &shutdown_rx));
+    serve_self_telemetry(&plan, &mut listeners, &families, &exporters.prom).await?;
+
+    healthy.store(true, Relaxed);
+    tracing::info!(
+        pipelines = plan.pipelines.len(),
+        processors = used.len(),
+        startup_ms = started.elapsed().as_millis() as u64,
+        "{} is ready",
+        opts.name
+    );
+
+    stop.await;
+    shutdown(
+        &plan,
+        &opts,
+        &healthy,
+        &shutdown_tx,
+        listeners,
+        timers,
+        &used,
+        &exporters,
+        &host,
+    )
+    .await;
+    Ok(())
+}
+
+/// The per-listener authentication gate a listener's `auth` names, if any.
+fn gate(
+    plan: &Plan,
+    r: Option<&component::config::AuthRef>,
+    listener: &str,
+) -> Option<crate::auth::ListenerAuth> {
+    plan.authenticator(r).map(|a| a.listener(listener))
+}
+
+/// Self-metrics of every Fleet component, gathered on each scrape.
+type ComponentFamilies = Arc<dyn Fn() -> Vec<MetricFamily> + Send + Sync>;
+
+/// Load the authenticators and start their reloaders, before everything that listens: a
+/// listener never serves unchecked. Returns them as the first extensions of the host.
+fn start_authenticators(
+    plan: &Plan,
+    listeners: &mut Listeners,
+) -> anyhow::Result<Vec<(ComponentId, Arc<dyn Extension>)>> {
     let mut host_exts: Vec<(ComponentId, Arc<dyn Extension>)> = Vec::new();
     for (id, e) in &plan.extensions {
         if let ExtensionPlan::Auth(a) = e {
             a.load_initial()
                 .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
-            listeners
-                .tasks
-                .push(crate::auth::reload::spawn(a.clone(), shutdown_rx.clone()));
+            listeners.tasks.push(crate::auth::reload::spawn(
+                a.clone(),
+                listeners.shutdown.clone(),
+            ));
             host_exts.push((id.clone(), a.clone() as Arc<dyn Extension>));
         }
     }
-    let gate = |r: Option<&component::config::AuthRef>, listener: &str| {
-        plan.authenticator(r).map(|a| a.listener(listener))
-    };
+    Ok(host_exts)
+}
 
-    // Extensions first: processors find them at start.
+/// Start the other extensions in plan order (processors find them at start), binding the
+/// API and health-check listeners they ask for. Returns the host of every extension.
+async fn start_extensions(
+    plan: &Plan,
+    listeners: &mut Listeners,
+    mut host_exts: Vec<(ComponentId, Arc<dyn Extension>)>,
+    healthy: &Arc<AtomicBool>,
+    started: Instant,
+) -> anyhow::Result<StaticHost> {
     for (id, e) in &plan.extensions {
         match e {
             ExtensionPlan::Auth(_) => {}
@@ -269,8 +330,13 @@ pub async fn run(
                 host_exts.push((id.clone(), e.clone()));
                 for l in e.api_listeners() {
                     let name = format!("{id}/{}", l.name);
-                    let handler = match gate(e.auth(), &name) {
-                        Some(g) => crate::auth::gate::api_listener(l.route.clone(), l.admin, g),
+                    let handler = match gate(plan, e.auth(), &name) {
+                        Some(g) => crate::auth::gate::api_listener(
+                            l.route.clone(),
+                            l.admin,
+                            l.public_prefix,
+                            g,
+                        ),
                         None => {
                             let route = l.route.clone();
                             server::api_handler(move |r| route(r, Visibility::All))
@@ -289,7 +355,7 @@ pub async fn run(
             }
             ExtensionPlan::HealthCheck(c) => {
                 let mut handler = health_handler(c, healthy.clone(), started);
-                if let Some(g) = gate(c.auth.as_ref(), &id.to_string()) {
+                if let Some(g) = gate(plan, c.auth.as_ref(), &id.to_string()) {
                     handler =
                         crate::auth::gate::guard(handler, g, crate::auth::Action::Health, false);
                 }
@@ -305,11 +371,13 @@ pub async fn run(
             }
         }
     }
-    let host = StaticHost {
+    Ok(StaticHost {
         extensions: host_exts,
-    };
+    })
+}
 
-    // Processors used by some pipeline are started (otelcol ignores unused ones).
+/// Start the processors some pipeline uses (otelcol ignores unused ones); returns their ids.
+fn start_processors(plan: &Plan, host: &StaticHost) -> anyhow::Result<Vec<ComponentId>> {
     let used: Vec<ComponentId> = plan
         .processors
         .keys()
@@ -319,45 +387,61 @@ pub async fn run(
     for id in &used {
         if let Some(p) = plan.processors.get(id) {
             p.processor
-                .start(&host)
+                .start(host)
                 .map_err(|e| anyhow!("processors.{id}: {e}"))?;
         }
     }
+    Ok(used)
+}
 
-    // Self-metrics of every Fleet component; `metric_placement` says which endpoint serves each.
-    let component_families: Arc<dyn Fn() -> Vec<MetricFamily> + Send + Sync> = {
-        let procs: Vec<_> = used
-            .iter()
-            .filter_map(|id| plan.processors.get(id))
-            .map(|p| p.processor.clone())
-            .collect();
-        let exts: Vec<Arc<dyn Extension>> =
-            host.extensions.iter().map(|(_, e)| e.clone()).collect();
-        let exps: Vec<Arc<dyn Exporter>> = plan
-            .exporters
-            .iter()
-            .filter(|(id, _)| plan.pipelines.iter().any(|p| p.exporters.contains(id)))
-            .filter_map(|(_, e)| match e {
-                ExporterPlan::Component(e) => Some(e.clone()),
-                _ => None,
-            })
-            .collect();
-        Arc::new(move || {
-            let mut out = Vec::new();
-            for p in &procs {
-                p.telemetry(&mut out);
-            }
-            for e in &exps {
-                e.telemetry(&mut out);
-            }
-            for e in &exts {
-                e.telemetry(&mut out);
-            }
-            out
+/// Self-metrics of every Fleet component; `metric_placement` says which endpoint serves each.
+fn component_families(plan: &Plan, host: &StaticHost, used: &[ComponentId]) -> ComponentFamilies {
+    let procs: Vec<_> = used
+        .iter()
+        .filter_map(|id| plan.processors.get(id))
+        .map(|p| p.processor.clone())
+        .collect();
+    let exts: Vec<Arc<dyn Extension>> = host.extensions.iter().map(|(_, e)| e.clone()).collect();
+    let exps: Vec<Arc<dyn Exporter>> = plan
+        .exporters
+        .iter()
+        .filter(|(id, _)| plan.pipelines.iter().any(|p| p.exporters.contains(id)))
+        .filter_map(|(_, e)| match e {
+            ExporterPlan::Component(e) => Some(e.clone()),
+            _ => None,
         })
-    };
+        .collect();
+    Arc::new(move || {
+        let mut out = Vec::new();
+        for p in &procs {
+            p.telemetry(&mut out);
+        }
+        for e in &exps {
+            e.telemetry(&mut out);
+        }
+        for e in &exts {
+            e.telemetry(&mut out);
+        }
+        out
+    })
+}
 
-    // Exporters, one instance per id.
+/// The started exporters, by id and by the kinds that need a timer or a shutdown step.
+struct Exporters {
+    by_id: HashMap<ComponentId, Arc<dyn Exporter>>,
+    prom: Vec<Arc<PrometheusExporter>>,
+    forwarders: Vec<Arc<OtlpExporter>>,
+    components: Vec<Arc<dyn Exporter>>,
+}
+
+/// Build the exporters some pipeline uses, one instance per id, binding each Prometheus
+/// exporter's scrape listener.
+async fn build_exporters(
+    plan: &Plan,
+    host: &StaticHost,
+    listeners: &mut Listeners,
+    component_families: &ComponentFamilies,
+) -> anyhow::Result<Exporters> {
     let mut exporters: HashMap<ComponentId, Arc<dyn Exporter>> = HashMap::new();
     let mut prom: Vec<Arc<PrometheusExporter>> = Vec::new();
     let mut forwarders: Vec<Arc<OtlpExporter>> = Vec::new();
@@ -366,7 +450,7 @@ pub async fn run(
         if !plan.pipelines.iter().any(|p| p.exporters.contains(id)) {
             continue;
         }
-        let counters = telemetry.exporter(&id.to_string());
+        let counters = listeners.telemetry.exporter(&id.to_string());
         let exp: Arc<dyn Exporter> = match e {
             ExporterPlan::Prometheus(c) => {
                 let inner = Arc::new(
@@ -380,7 +464,7 @@ pub async fn run(
                     let fams = crate::metric_placement::for_exporter(fams());
                     scr.render_chunked(Timestamp::now(), &fams, buf, flush)
                 }));
-                if let Some(g) = gate(c.auth.as_ref(), &id.to_string()) {
+                if let Some(g) = gate(plan, c.auth.as_ref(), &id.to_string()) {
                     handler =
                         crate::auth::gate::guard(handler, g, crate::auth::Action::Scrape, true);
                 }
@@ -410,7 +494,7 @@ pub async fn run(
                 f
             }
             ExporterPlan::Component(e) => {
-                e.start(&host)
+                e.start(host)
                     .map_err(|err| anyhow!("exporters.{id}: {err}"))?;
                 component_exporters.push(e.clone());
                 e.clone()
@@ -418,8 +502,28 @@ pub async fn run(
         };
         exporters.insert(id.clone(), exp);
     }
+    Ok(Exporters {
+        by_id: exporters,
+        prom,
+        forwarders,
+        components: component_exporters,
+    })
+}
 
-    // Pipelines.
+/// The pipelines, each with the receivers that feed it.
+struct Pipes {
+    metrics: Vec<(Vec<ComponentId>, Arc<MetricsPipeline>)>,
+    pass: Vec<(PipelineSignal, Vec<ComponentId>, Arc<PassPipeline>)>,
+}
+
+/// Build every pipeline: metrics pipelines run the used processors' stages in order, traces
+/// and logs pipelines pass through to their exporters.
+fn build_pipelines(
+    plan: &Plan,
+    used: &[ComponentId],
+    exporters: &HashMap<ComponentId, Arc<dyn Exporter>>,
+    telemetry: &Arc<Telemetry>,
+) -> Pipes {
     let stages: HashMap<ComponentId, Arc<Stage>> = used
         .iter()
         .filter_map(|id| {
@@ -467,21 +571,36 @@ pub async fn run(
             )),
         }
     }
+    Pipes {
+        metrics: metrics_pipes,
+        pass: pass_pipes,
+    }
+}
 
-    // Receivers.
+/// Bind and serve every receiver that feeds some pipeline (OTLP over HTTP and gRPC).
+async fn spawn_receivers(
+    plan: &Plan,
+    host: &StaticHost,
+    listeners: &mut Listeners,
+    pipes: &Pipes,
+) -> anyhow::Result<()> {
+    let telemetry = listeners.telemetry.clone();
     for (id, ReceiverPlan::Otlp(cfg)) in &plan.receivers {
         let fanout = Fanout {
-            metrics: metrics_pipes
+            metrics: pipes
+                .metrics
                 .iter()
                 .filter(|(r, _)| r.contains(id))
                 .map(|(_, p)| p.clone())
                 .collect(),
-            traces: pass_pipes
+            traces: pipes
+                .pass
                 .iter()
                 .filter(|(s, r, _)| *s == PipelineSignal::Traces && r.contains(id))
                 .map(|(_, _, p)| p.clone())
                 .collect(),
-            logs: pass_pipes
+            logs: pipes
+                .pass
                 .iter()
                 .filter(|(s, r, _)| *s == PipelineSignal::Logs && r.contains(id))
                 .map(|(_, _, p)| p.clone())
@@ -491,7 +610,7 @@ pub async fn run(
             continue;
         }
         let request_mw = |r: Option<&component::config::AuthRef>, listener: &str| {
-            gate(r, listener)
+            gate(plan, r, listener)
                 .map(|g| Arc::new(g) as Arc<dyn RequestMiddleware>)
                 .into_iter()
                 .collect::<Vec<_>>()
@@ -501,7 +620,8 @@ pub async fn run(
             fanout: fanout.clone(),
             counters: telemetry.receiver(&id.to_string(), proto),
             request: request_mw(auth, listener),
-            response: response_middlewares(&plan, &host, id, proto),
+            response: response_middlewares(plan, host, id, proto),
+            limits: cfg.limits.clone(),
         };
         if let Some(h) = &cfg.protocols.http {
             let name = format!("{id}/http");
@@ -537,9 +657,9 @@ pub async fn run(
             let rx = GrpcReceiver {
                 ingest: Arc::new(ingest(Transport::Grpc, "grpc", g.auth.as_ref(), &name)),
             };
-            let srx = shutdown_rx.clone();
+            let srx = listeners.shutdown.clone();
             let g = g.clone();
-            let drain = opts.drain;
+            let drain = listeners.drain;
             let stats = telemetry.listener(&name);
             listeners.tasks.push(tokio::spawn(async move {
                 if let Err(e) = grpc::serve(l, g, rx, srx, drain, tls, stats).await {
@@ -548,14 +668,24 @@ pub async fn run(
             }));
         }
     }
+    Ok(())
+}
 
-    // Processor ticks on timers; outputs enter the pipeline after their processor.
+/// Tick each used processor on its timer; outputs enter the pipeline after their processor.
+fn spawn_processor_ticks(
+    plan: &Plan,
+    used: &[ComponentId],
+    pipes: &Pipes,
+    telemetry: &Arc<Telemetry>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
     let mut timers = Vec::new();
-    for id in &used {
+    for id in used {
         let Some(p) = plan.processors.get(id) else {
             continue;
         };
-        let targets: Vec<(Arc<MetricsPipeline>, usize)> = metrics_pipes
+        let targets: Vec<(Arc<MetricsPipeline>, usize)> = pipes
+            .metrics
             .iter()
             .filter_map(|(_, pl)| pl.stage_index(id).map(|i| (pl.clone(), i + 1)))
             .collect();
@@ -599,7 +729,16 @@ pub async fn run(
             }
         }));
     }
-    for exp in &prom {
+    timers
+}
+
+/// Expire stale series of each Prometheus exporter every 15 s.
+fn spawn_prometheus_expiry(
+    prom: &[Arc<PrometheusExporter>],
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut timers = Vec::new();
+    for exp in prom {
         let exp = exp.clone();
         let mut srx = shutdown_rx.clone();
         timers.push(tokio::spawn(async move {
@@ -614,15 +753,23 @@ pub async fn run(
             }
         }));
     }
+    timers
+}
 
-    // Self-telemetry endpoint.
+/// Bind the self-telemetry scrape endpoint, unless metrics are off or no reader is set.
+async fn serve_self_telemetry(
+    plan: &Plan,
+    listeners: &mut Listeners,
+    component_families: &ComponentFamilies,
+    prom: &[Arc<PrometheusExporter>],
+) -> anyhow::Result<()> {
     if plan.telemetry.metrics.level != MetricsLevel::None
         && let Some(r) = plan.telemetry.metrics.readers.first()
     {
         let p = &r.pull.exporter.prometheus;
-        let tel = telemetry.clone();
+        let tel = listeners.telemetry.clone();
         let fams = component_families.clone();
-        let proms = prom.clone();
+        let proms = prom.to_vec();
         let render: PageRender = Arc::new(move |s, _flush| {
             let mut all = tel.families();
             all.extend(crate::metric_placement::for_self_telemetry(
@@ -636,27 +783,38 @@ pub async fn run(
             tel.render_histograms(s);
             true
         });
+        let mut handler = metrics_handler(render);
+        if let Some(g) = gate(plan, p.auth.as_ref(), "telemetry") {
+            handler = crate::auth::gate::guard(handler, g, crate::auth::Action::Scrape, true);
+        }
         listeners
             .http(
                 "telemetry",
                 "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
                 &format!("{}:{}", p.host, p.port),
-                metrics_handler(render),
+                handler,
                 None,
             )
             .await?;
     }
+    Ok(())
+}
 
-    healthy.store(true, Relaxed);
-    tracing::info!(
-        pipelines = plan.pipelines.len(),
-        processors = used.len(),
-        startup_ms = started.elapsed().as_millis() as u64,
-        "{} is ready",
-        opts.name
-    );
-
-    stop.await;
+/// Shut down gracefully: report unhealthy, stop the listeners and wait up to the drain time
+/// for in-flight requests, stop the timers, then processors, forwarders (drained), component
+/// exporters and extensions, in that order.
+#[allow(clippy::too_many_arguments)]
+async fn shutdown(
+    plan: &Plan,
+    opts: &RunOptions,
+    healthy: &AtomicBool,
+    shutdown_tx: &watch::Sender<bool>,
+    listeners: Listeners,
+    timers: Vec<JoinHandle<()>>,
+    used: &[ComponentId],
+    exporters: &Exporters,
+    host: &StaticHost,
+) {
     tracing::info!(
         drain_s = opts.drain.as_secs_f64(),
         "shutting down: no new connections, draining in-flight requests"
@@ -673,22 +831,21 @@ pub async fn run(
     for t in timers {
         t.abort();
     }
-    for id in &used {
+    for id in used {
         if let Some(p) = plan.processors.get(id) {
             p.processor.shutdown();
         }
     }
-    for f in &forwarders {
+    for f in &exporters.forwarders {
         f.drain(opts.drain).await;
     }
-    for e in &component_exporters {
+    for e in &exporters.components {
         e.shutdown();
     }
     for (_, e) in &host.extensions {
         e.shutdown();
     }
     tracing::info!("stopped");
-    Ok(())
 }
 
 /// The response middlewares of one receiver protocol: those its `middlewares` list names,

@@ -57,6 +57,8 @@ pub struct ReceiverCounters {
     pub logs: SignalCounters,
     /// Requests refused before decoding, by reason.
     pub rejected_requests: Mutex<Vec<(&'static str, u64)>>,
+    /// Data points dropped by the ingest screen (cluster identity, size limits), by reason.
+    pub dropped_points: Mutex<Vec<(&'static str, u64)>>,
     pub latency: Histogram,
 }
 
@@ -75,6 +77,15 @@ impl ReceiverCounters {
         match v.iter_mut().find(|(r, _)| *r == reason) {
             Some((_, n)) => *n += 1,
             None => v.push((reason, 1)),
+        }
+    }
+
+    /// Count `n` data points dropped by the ingest screen for `reason`.
+    pub fn drop_points(&self, reason: &'static str, n: u64) {
+        let mut v = self.dropped_points.lock();
+        match v.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, c)) => *c += n,
+            None => v.push((reason, n)),
         }
     }
 }
@@ -236,6 +247,7 @@ impl Telemetry {
             traces: SignalCounters::default(),
             logs: SignalCounters::default(),
             rejected_requests: Mutex::new(Vec::new()),
+            dropped_points: Mutex::new(Vec::new()),
             latency: Histogram::default(),
         });
         self.receivers.lock().push(c.clone());
@@ -332,6 +344,24 @@ impl Telemetry {
             }
         }
         fams.push(rej);
+        let mut dropped = MetricFamily::counter(
+            "ingero_fleet_receiver_dropped_points_total",
+            "Data points a receiver dropped from a decoded export (answered with partial \
+             success), by reason.",
+        );
+        for r in &receivers {
+            for (reason, n) in r.dropped_points.lock().iter() {
+                dropped.push(
+                    &[
+                        ("receiver", &r.receiver),
+                        ("transport", r.transport),
+                        ("reason", reason),
+                    ],
+                    *n as f64,
+                );
+            }
+        }
+        fams.push(dropped);
 
         let processors = self.processors.lock().clone();
         let mut inc = MetricFamily::counter(

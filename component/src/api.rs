@@ -69,6 +69,10 @@ pub struct ApiListener {
     /// Behind `auth`: an admin listener's requests are diagnostics reads and need a token
     /// scoped to every cluster unless they name one; otherwise threshold reads.
     pub admin: bool,
+    /// Paths under this prefix are served without authentication, to a caller that sees
+    /// no cluster: static pages that hold no data (the live view's HTML, script and style,
+    /// which then read the data with the caller's token).
+    pub public_prefix: Option<&'static str>,
     pub route: ApiRoute,
 }
 
@@ -97,6 +101,13 @@ impl std::fmt::Debug for Visibility<'_> {
             Visibility::Only(_) => "Only(..)",
         })
     }
+}
+
+/// The visibility of a caller that sees no cluster.
+pub const NOTHING: Visibility<'static> = Visibility::Only(&sees_nothing);
+
+fn sees_nothing(_: &str) -> bool {
+    false
 }
 
 impl Visibility<'_> {

@@ -19,9 +19,68 @@ use crate::wire::http::{PARAM_CLUSTER_ID, REQUEST_HEADER_CLUSTER_ID};
 /// Longest accepted cluster id, in bytes (Kubernetes object names stop at 253).
 pub const MAX_CLUSTER_ID_LEN: usize = 256;
 
-/// Check a (decoded) cluster id: non-empty, at most [`MAX_CLUSTER_ID_LEN`] bytes, and free of
-/// control characters (C0 incl. CR/LF/TAB/NUL, DEL, C1 incl. NEL) and of the Unicode line and
-/// paragraph separators. Everything else, including spaces and non-ASCII letters, is allowed.
+/// Longest accepted node id (`ingero.node.id`), in bytes.
+pub const MAX_NODE_ID_LEN: usize = 256;
+
+/// Unicode format characters (general category Cf): invisible characters that change how
+/// the text around them is shown (bidi overrides and isolates, zero-width spaces and
+/// joiners, the BOM, tag characters), so an id holding one can look like another id.
+fn is_format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
+}
+
+/// The character rule of cluster and node ids: `Err` names what is wrong. Allowed is every
+/// character but control characters (C0 incl. CR/LF/TAB/NUL, DEL, C1 incl. NEL), the
+/// Unicode line and paragraph separators, and format characters (bidi controls, zero-width
+/// characters, the BOM, tags: [`is_format_char`]). Spaces and non-ASCII letters are allowed.
+fn check_id_chars(s: &str) -> Result<(), IdCharError> {
+    // Fast path: printable ASCII is the common case and needs one byte compare each.
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Ok(());
+    }
+    for c in s.chars() {
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            return Err(IdCharError::Control);
+        }
+        if is_format_char(c) {
+            return Err(IdCharError::Format);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdCharError {
+    Control,
+    Format,
+}
+
+/// Check a (decoded) cluster id: non-empty, at most [`MAX_CLUSTER_ID_LEN`] bytes, and made
+/// of allowed characters (see `check_id_chars`: no control, line-break or invisible format
+/// characters).
 pub fn validate_cluster_id(s: &str) -> Result<(), &'static str> {
     if s.is_empty() {
         return Err("cluster_id is empty");
@@ -29,16 +88,29 @@ pub fn validate_cluster_id(s: &str) -> Result<(), &'static str> {
     if s.len() > MAX_CLUSTER_ID_LEN {
         return Err("cluster_id is longer than 256 bytes");
     }
-    // Fast path: printable ASCII is the common case and needs one byte compare each.
-    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return Ok(());
+    check_id_chars(s).map_err(|e| match e {
+        IdCharError::Control => "cluster_id contains a control character or line break",
+        IdCharError::Format => {
+            "cluster_id contains an invisible format character (bidi control, zero-width, BOM)"
+        }
+    })
+}
+
+/// Check a node id (`ingero.node.id`) by the same rule as a cluster id: non-empty, at most
+/// [`MAX_NODE_ID_LEN`] bytes, no control, line-break or invisible format characters.
+pub fn validate_node_id(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("node id is empty");
     }
-    if s.chars()
-        .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}')
-    {
-        return Err("cluster_id contains a control character or line break");
+    if s.len() > MAX_NODE_ID_LEN {
+        return Err("node id is longer than 256 bytes");
     }
-    Ok(())
+    check_id_chars(s).map_err(|e| match e {
+        IdCharError::Control => "node id contains a control character or line break",
+        IdCharError::Format => {
+            "node id contains an invisible format character (bidi control, zero-width, BOM)"
+        }
+    })
 }
 
 /// The `cluster_id` parameter of a query string, decoded and validated.
@@ -183,6 +255,39 @@ mod tests {
             "esc\x1b[31m",
         ] {
             assert!(validate_cluster_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn look_alike_ids_are_rejected() {
+        for bad in [
+            "prod\u{202E}dorp",
+            "prod\u{200B}",
+            "pr\u{200D}od",
+            "\u{FEFF}prod",
+            "prod\u{2066}x\u{2069}",
+            "prod\u{00AD}",
+            "tag\u{E0041}",
+        ] {
+            assert_eq!(
+                validate_cluster_id(bad),
+                Err(
+                    "cluster_id contains an invisible format character (bidi control, zero-width, BOM)"
+                ),
+                "{bad:?}"
+            );
+            assert!(validate_node_id(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["n\r1", "n\t1", "n\u{0}1", "n\n"] {
+            assert_eq!(
+                validate_node_id(bad),
+                Err("node id contains a control character or line break")
+            );
+        }
+        assert_eq!(validate_node_id(""), Err("node id is empty"));
+        assert!(validate_node_id(&"n".repeat(MAX_NODE_ID_LEN + 1)).is_err());
+        for ok in ["gpu-node-01.example.com", "ノード 1", "n_1:a"] {
+            assert_eq!(validate_node_id(ok), Ok(()), "{ok:?}");
         }
     }
 

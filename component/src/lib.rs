@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod cluster_id;
+pub mod cluster_identity;
 pub mod config;
 pub mod factory;
 pub mod listen_addr;
@@ -25,6 +26,7 @@ pub mod telemetry;
 pub mod text;
 pub mod threshold;
 pub mod time;
+pub mod view;
 pub mod wire;
 
 use std::fmt;
@@ -206,6 +208,12 @@ pub trait Extension: Send + Sync {
 
     /// The sink a threshold-computing processor publishes into, if this extension has one.
     fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
+        None
+    }
+
+    /// The board processors register their live-view sources with, if this extension
+    /// serves the live cluster view (see [`view`]).
+    fn view_board(&self) -> Option<Arc<dyn view::ViewBoard>> {
         None
     }
 

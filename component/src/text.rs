@@ -77,24 +77,34 @@ pub fn form_decode_lossy(s: &str) -> Cow<'_, str> {
     Cow::Owned(String::from_utf8_lossy(&decode_bytes(s)).into_owned())
 }
 
-/// Whether a Prometheus label value needs escaping (it holds `\`, `"` or a newline).
-pub fn label_value_needs_escape(s: &str) -> bool {
-    s.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n'))
+/// Whether a byte of a label value is written differently: `\`, `"` and newline are
+/// escaped; the other ASCII control characters (CR, TAB, NUL, ..., DEL) are replaced.
+fn is_special(b: u8) -> bool {
+    matches!(b, b'\\' | b'"' | b'\n') || b < 0x20 || b == 0x7f
 }
 
-/// Write a label value escaped as the text exposition format requires: `\` -> `\\`,
-/// `"` -> `\"`, newline -> `\n`; everything else (tabs, carriage returns, any UTF-8) as is.
+/// Whether a Prometheus label value needs escaping (it holds `\`, `"`, a newline or another
+/// ASCII control character).
+pub fn label_value_needs_escape(s: &str) -> bool {
+    s.bytes().any(is_special)
+}
+
+/// Write a label value as the text exposition format requires: `\` -> `\\`, `"` -> `\"`,
+/// newline -> `\n`. The format has no escape for the other ASCII control characters, and a
+/// raw CR, NUL or TAB in a label value breaks or misleads scrapers and terminals, so each is
+/// written as U+FFFD. Everything else (any other UTF-8) is written as is.
 fn write_label_value<W: fmt::Write>(s: &str, out: &mut W) -> fmt::Result {
     if !label_value_needs_escape(s) {
         return out.write_str(s);
     }
     let mut rest = s;
-    while let Some(i) = rest.find(['\\', '"', '\n']) {
+    while let Some(i) = rest.bytes().position(is_special) {
         out.write_str(&rest[..i])?;
         out.write_str(match rest.as_bytes()[i] {
             b'\\' => "\\\\",
             b'"' => "\\\"",
-            _ => "\\n",
+            b'\n' => "\\n",
+            _ => "\u{FFFD}",
         })?;
         rest = &rest[i + 1..];
     }
@@ -108,7 +118,8 @@ pub fn escape_label_value(s: &str, out: &mut String) {
 }
 
 /// A label value that displays escaped: `format!("{k}=\"{}\"", LabelValue(v))`. Escapes
-/// `\` as `\\`, `"` as `\"` and a newline as `\n`, as the text exposition format requires.
+/// `\` as `\\`, `"` as `\"` and a newline as `\n`, as the text exposition format requires,
+/// and writes the other ASCII control characters as U+FFFD.
 #[derive(Debug, Clone, Copy)]
 pub struct LabelValue<'a>(pub &'a str);
 
@@ -174,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn label_values_escape_backslash_quote_and_newline_only() {
+    fn label_values_escape_backslash_quote_newline_and_replace_controls() {
         let cases = [
             ("plain", "plain"),
             ("", ""),
@@ -182,8 +193,11 @@ mod tests {
             ("say \"hi\"", "say \\\"hi\\\""),
             ("two\nlines", "two\\nlines"),
             ("\\\"\n", "\\\\\\\"\\n"),
-            // Tabs, carriage returns and non-ASCII text are not escaped.
-            ("tab\tcr\r ü ク", "tab\tcr\r ü ク"),
+            // Other control characters have no escape: they become U+FFFD. Non-ASCII text
+            // is written as is.
+            ("tab\tcr\r ü ク", "tab\u{FFFD}cr\u{FFFD} ü ク"),
+            ("nul\0del\x7f", "nul\u{FFFD}del\u{FFFD}"),
+            ("ü ク", "ü ク"),
             ("end\\", "end\\\\"),
         ];
         for (raw, want) in cases {

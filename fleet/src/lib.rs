@@ -22,7 +22,8 @@ pub fn components() -> Components {
 pub fn distribution() -> Distribution {
     Distribution {
         command: "ingero-fleet",
-        version: env!("CARGO_PKG_VERSION"),
+        // The Cargo version, plus the git commit in release builds (build.rs).
+        version: env!("INGERO_VERSION_LINE"),
         about: "GPU straggler detection as an OpenTelemetry collector",
         long_about: "Runs the Ingero Fleet service: OTLP receivers, the ingero threshold \
                      processor, the threshold extension and exporters. With no --config, an \

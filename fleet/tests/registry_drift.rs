@@ -1,6 +1,6 @@
-//! The component registry is the one source of component types and stability: the crate
-//! READMEs' status tables, the Go shim's factories and the C ABI's type lists must agree
-//! with it. A drift fails here, naming the file to fix.
+//! The component registry is the one source of component types and stability: the root
+//! README's component table, the crate READMEs' status tables, the Go shim's factories and
+//! the C ABI's type lists must agree with it. A drift fails here, naming the file to fix.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -141,4 +141,73 @@ fn the_c_abi_offers_exactly_the_shipped_types() {
     };
     assert_eq!(processors, modules(Kind::Processor), "ffi PROCESSOR_TYPES");
     assert_eq!(extensions, modules(Kind::Extension), "ffi EXTENSION_TYPES");
+}
+
+/// The package name of the crate that holds `module` (the nearest Cargo.toml above it).
+fn crate_of(module: &str) -> String {
+    let mut dir = repo().join(module);
+    loop {
+        let manifest = dir.join("Cargo.toml");
+        if manifest.is_file() {
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            let name = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = "))
+                .unwrap_or_else(|| panic!("{}: no package name", manifest.display()));
+            return name.trim_matches('"').to_string();
+        }
+        assert!(dir.pop(), "{module}: no Cargo.toml above it");
+    }
+}
+
+/// The root README's component table: (type, kind, crate) for every type a row names.
+fn readme_component_rows() -> Vec<(String, String, String)> {
+    let text = read("README.md");
+    let section = text
+        .split("\n## Components\n")
+        .nth(1)
+        .expect("README.md: no `## Components` section");
+    let mut rows = Vec::new();
+    for line in section
+        .lines()
+        .skip_while(|l| !l.starts_with("| Type"))
+        .skip(2)
+    {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (types, kind, krate) = (cells[1], cells[2], cells[3].trim_matches('`'));
+        for t in types.split(',') {
+            rows.push((
+                t.trim().trim_matches('`').to_string(),
+                kind.to_string(),
+                krate.to_string(),
+            ));
+        }
+    }
+    rows
+}
+
+#[test]
+fn readme_component_table_matches_the_registry() {
+    let mut from_readme = readme_component_rows();
+    let mut from_registry: Vec<(String, String, String)> = components()
+        .all()
+        .into_iter()
+        .map(|m| {
+            (
+                m.type_name.to_string(),
+                m.kind.singular().to_string(),
+                crate_of(m.module),
+            )
+        })
+        .collect();
+    from_readme.sort();
+    from_registry.sort();
+    assert_eq!(
+        from_readme, from_registry,
+        "README.md's component table (left) disagrees with ingero-fleet's registry (right): \
+         type, kind and crate of every row must match `ingero-fleet components`"
+    );
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use component::api::{ApiListener, ApiRequest, ApiResponse};
 use component::config::AuthRef;
 use component::middleware::ResponseMiddleware;
+use component::view::ViewBoard;
 use component::{
     ConfigErrors, ConfigValue, Extension, Host, MetricFamily, StartError, ThresholdSink,
 };
@@ -14,6 +15,7 @@ use component::{
 use crate::config::ThresholdExtensionConfig;
 use crate::routes::{Routes, Visibility};
 use crate::store::ThresholdStore;
+use crate::view::{SourceBoard, VIEW_PREFIX};
 
 const CREATED: u8 = 0;
 const RUNNING: u8 = 1;
@@ -24,6 +26,7 @@ const STOPPED: u8 = 2;
 pub struct ThresholdExtension {
     config: ThresholdExtensionConfig,
     store: Arc<ThresholdStore>,
+    board: Arc<SourceBoard>,
     routes: Arc<Routes>,
     state: AtomicU8,
 }
@@ -37,9 +40,11 @@ impl ThresholdExtension {
     /// Build from an already validated config.
     pub fn new(config: ThresholdExtensionConfig) -> Self {
         let store = Arc::new(ThresholdStore::with_max_clusters(config.max_clusters));
+        let board = Arc::new(SourceBoard::default());
         ThresholdExtension {
-            routes: Arc::new(Routes::new(Arc::clone(&store))),
+            routes: Arc::new(Routes::with_board(Arc::clone(&store), Arc::clone(&board))),
             store,
+            board,
             config,
             state: AtomicU8::new(CREATED),
         }
@@ -57,6 +62,11 @@ impl ThresholdExtension {
     /// True between `start` and `shutdown`.
     pub fn is_running(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// The board processors registered their live-view sources with.
+    pub fn view_sources(&self) -> Arc<SourceBoard> {
+        Arc::clone(&self.board)
     }
 
     /// A request to the agent listener (`agent_endpoint`).
@@ -109,6 +119,7 @@ impl Extension for ThresholdExtension {
             endpoint: self.config.agent_endpoint.clone(),
             max_connections: self.config.max_connections,
             admin: false,
+            public_prefix: None,
             route: Arc::new(move |req, vis| routes.agent_scoped(req, vis)),
         }];
         if !self.config.admin_endpoint.is_empty() {
@@ -119,10 +130,17 @@ impl Extension for ThresholdExtension {
                 endpoint: self.config.admin_endpoint.clone(),
                 max_connections: self.config.max_connections,
                 admin: true,
+                public_prefix: Some(VIEW_PREFIX),
                 route: Arc::new(move |req, vis| routes.admin_scoped(req, vis)),
             });
         }
         out
+    }
+
+    /// Processors register their live-view sources here (NCCL peer lag, cost of waiting).
+    fn view_board(&self) -> Option<Arc<dyn ViewBoard>> {
+        let board: Arc<dyn ViewBoard> = self.board.clone();
+        Some(board)
     }
 
     fn auth(&self) -> Option<&AuthRef> {

@@ -25,6 +25,11 @@
 //!   listener, `GET /api/v1/diagnostics[?cluster_id=ID]` on the admin listener. The host binds
 //!   them to `agent_endpoint` / `admin_endpoint`.
 //!
+//! - **Live view** ([`view`]): `GET /view/` on the admin listener, a page embedded in the
+//!   binary that polls `GET /api/v1/view?cluster_id=ID` (the cluster's summary, nodes with
+//!   straggler-since, a history ring of threshold and median, and what the NCCL and provider
+//!   processors registered through [`component::view`]).
+//!
 //! The extension never opens sockets, spawns tasks or reads the clock (see `component`).
 
 #![forbid(unsafe_code)]
@@ -38,6 +43,7 @@ pub mod metrics;
 pub mod routes;
 pub mod store;
 pub mod threshold_text;
+pub mod view;
 
 pub use cluster_id::{
     ClusterIdParam, MAX_CLUSTER_ID_LEN, cluster_id_from_query, header_cluster_id, push_cluster,

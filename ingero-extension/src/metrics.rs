@@ -23,11 +23,19 @@ pub const PUBLISHES_TOTAL: &str = "ingero_threshold_publishes_total";
 /// dropped instead of storing.
 pub const PUBLISH_DROPPED_TOTAL: &str = "ingero_threshold_publish_dropped_total";
 
+/// Gauge: published clusters the live view keeps no history ring for (over
+/// [`crate::view::MAX_HISTORY_CLUSTERS`]).
+pub const VIEW_HISTORY_OVER_CAP: &str = "ingero_threshold_view_history_over_cap";
+
 /// The route a request was answered by (label `endpoint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Endpoint {
     Threshold,
     Diagnostics,
+    /// The live view's data (`/api/v1/view`).
+    View,
+    /// The live view's page and its files (`/view/`).
+    ViewPage,
     /// Any path neither listener serves.
     Other,
 }
@@ -37,6 +45,8 @@ impl Endpoint {
         match self {
             Endpoint::Threshold => "threshold",
             Endpoint::Diagnostics => "diagnostics",
+            Endpoint::View => "view",
+            Endpoint::ViewPage => "view_page",
             Endpoint::Other => "other",
         }
     }
@@ -44,7 +54,13 @@ impl Endpoint {
 
 /// Status codes the routes answer with (label `code`).
 const CODES: [u16; 4] = [200, 400, 404, 405];
-const ENDPOINTS: [Endpoint; 3] = [Endpoint::Threshold, Endpoint::Diagnostics, Endpoint::Other];
+const ENDPOINTS: [Endpoint; 5] = [
+    Endpoint::Threshold,
+    Endpoint::Diagnostics,
+    Endpoint::View,
+    Endpoint::ViewPage,
+    Endpoint::Other,
+];
 
 /// Request counters, one per (endpoint, code).
 #[derive(Debug, Default)]

@@ -35,6 +35,7 @@ use crate::cluster_id::{
 };
 use crate::metrics::{ApiCounters, Endpoint};
 use crate::store::ThresholdStore;
+use crate::view::{SourceBoard, VIEW_API_PATH, asset, cluster_view};
 
 /// Admin diagnostics path.
 pub const DIAGNOSTICS_PATH: &str = "/api/v1/diagnostics";
@@ -53,13 +54,20 @@ pub const LISTING_FORBIDDEN: &str =
 #[derive(Debug)]
 pub(crate) struct Routes {
     store: Arc<ThresholdStore>,
+    board: Arc<SourceBoard>,
     counters: ApiCounters,
 }
 
 impl Routes {
+    #[cfg(test)]
     pub(crate) fn new(store: Arc<ThresholdStore>) -> Self {
+        Routes::with_board(store, Arc::default())
+    }
+
+    pub(crate) fn with_board(store: Arc<ThresholdStore>, board: Arc<SourceBoard>) -> Self {
         Routes {
             store,
+            board,
             counters: ApiCounters::default(),
         }
     }
@@ -92,6 +100,15 @@ impl Routes {
     pub(crate) fn admin_scoped(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
         let (endpoint, resp) = if req.path == DIAGNOSTICS_PATH {
             (Endpoint::Diagnostics, self.diagnostics(req, vis))
+        } else if req.path == VIEW_API_PATH {
+            (Endpoint::View, self.view(req, vis))
+        } else if let Some(page) = asset(req.path) {
+            let resp = if req.method == "GET" {
+                page
+            } else {
+                ApiResponse::method_not_allowed(ALLOW)
+            };
+            (Endpoint::ViewPage, resp)
         } else {
             (Endpoint::Other, ApiResponse::not_found())
         };
@@ -139,6 +156,36 @@ impl Routes {
                 Ok((limit, after)) => self.summary_page(limit, after.as_deref()),
                 Err(msg) => ApiResponse::json_error(400, msg),
             },
+        }
+    }
+
+    /// The live view's data for one cluster. Out-of-scope and unknown clusters answer the
+    /// same `404`.
+    fn view(&self, req: &ApiRequest<'_>, vis: Visibility<'_>) -> ApiResponse {
+        if req.method != "GET" {
+            return ApiResponse::method_not_allowed(ALLOW);
+        }
+        match cluster_id_from_query(req.query) {
+            ClusterIdParam::Missing => {
+                ApiResponse::json_error(400, "missing query parameter cluster_id")
+            }
+            ClusterIdParam::Invalid(msg) => ApiResponse::json_error(400, msg),
+            ClusterIdParam::Valid(id) if !vis.allows(&id) => {
+                ApiResponse::json_error(404, "unknown cluster")
+            }
+            ClusterIdParam::Valid(id) => {
+                let snap = self.store.snapshot();
+                match snap.report(&id) {
+                    Some(report) => cluster_view(
+                        report,
+                        snap.published_at(),
+                        snap.generation(),
+                        self.store.history(),
+                        &self.board,
+                    ),
+                    None => ApiResponse::json_error(404, "unknown cluster"),
+                }
+            }
         }
     }
 
@@ -231,9 +278,9 @@ struct SummaryPage<'a> {
     clusters: Vec<ClusterSummary<'a>>,
 }
 
-/// One cluster without its node list (admin summary).
+/// One cluster without its node list (admin summary; the live view flattens it in).
 #[derive(Serialize)]
-struct ClusterSummary<'a> {
+pub(crate) struct ClusterSummary<'a> {
     cluster_id: &'a str,
     threshold: Option<f64>,
     quorum_met: bool,
@@ -254,7 +301,7 @@ struct ClusterSummary<'a> {
 }
 
 impl<'a> ClusterSummary<'a> {
-    fn of(r: &'a ClusterReport) -> Self {
+    pub(crate) fn of(r: &'a ClusterReport) -> Self {
         let d = &r.diagnostics;
         ClusterSummary {
             cluster_id: &r.cluster_id,
@@ -625,6 +672,63 @@ mod tests {
                 .status,
             200
         );
+    }
+
+    #[test]
+    fn view_shows_one_cluster_in_scope_and_answers_others_as_unknown() {
+        let r = routes();
+        let resp = r.admin(&get(VIEW_API_PATH, Some("cluster_id=prod")));
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.content_type, "application/json");
+        let v = body_json(&resp);
+        assert_eq!(v["cluster_id"], "prod");
+        assert_eq!(v["threshold"], 0.870348);
+        assert_eq!(v["panic_mode"], true);
+        assert_eq!(v["generation"], 1);
+        // Published once at 50 s: gpu-node-03 has been a straggler since then.
+        let nodes = v["nodes"].as_array().unwrap();
+        assert_eq!(nodes[1]["node_id"], "gpu-node-03");
+        assert_eq!(nodes[1]["straggler_since_unix_nano"], 50_000_000_000u64);
+        assert_eq!(nodes[0]["straggler_since_unix_nano"], Value::Null);
+        let h = v["history"].as_array().unwrap();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0]["t_unix_nano"], 50_000_000_000u64);
+        assert_eq!(h[0]["straggler_count"], 1);
+        assert_eq!(v["peer_lag"], json!([]));
+        assert_eq!(v["waiting_cost"], json!([]));
+
+        let only_lost = |c: &str| c == "lost";
+        let vis = Visibility::Only(&only_lost);
+        let a = r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=prod")), vis);
+        let b = r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=never-seen")), vis);
+        assert_eq!(
+            (a.status, &a.body, &a.headers),
+            (b.status, &b.body, &b.headers)
+        );
+        assert_eq!(a.status, 404);
+        assert_eq!(
+            r.admin_scoped(&get(VIEW_API_PATH, Some("cluster_id=lost")), vis)
+                .status,
+            200
+        );
+        // The page files see nothing, whoever asks.
+        let page = r.admin_scoped(&get("/view/", None), component::api::NOTHING);
+        assert_eq!(page.status, 200);
+        assert_eq!(page.content_type, "text/html; charset=utf-8");
+        let resp = r.admin(&get(VIEW_API_PATH, None));
+        assert_eq!(resp.status, 400);
+        assert_eq!(
+            body_json(&resp),
+            json!({"error": "missing query parameter cluster_id"})
+        );
+        // Not on the agent listener.
+        assert_eq!(
+            r.agent(&get(VIEW_API_PATH, Some("cluster_id=prod"))).status,
+            404
+        );
+        assert_eq!(r.agent(&get("/view/", None)).status, 404);
+        assert_eq!(r.counters().get(Endpoint::View, 200), 2);
+        assert_eq!(r.counters().get(Endpoint::ViewPage, 200), 1);
     }
 
     #[test]

@@ -35,12 +35,13 @@ use component::wire::http::{
 use component::{MetricFamily, Timestamp};
 use foldhash::quality::RandomState;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::cluster_id::{ClusterIdParam, cluster_id_from_query, validate_cluster_id};
 use crate::config::DEFAULT_MAX_CLUSTERS;
 use crate::metrics;
 use crate::threshold_text;
+use crate::view::ViewHistory;
 
 /// The GET body for a cluster with nothing computed (spec section 2.2, cold-start shape).
 pub const COLD_START_BODY: &[u8] = br#"{"threshold":0,"quorum_met":false}"#;
@@ -248,6 +249,8 @@ pub struct ThresholdStore {
     retired: Mutex<Vec<Arc<Snapshot>>>,
     max_clusters: usize,
     counters: StoreCounters,
+    /// The live view's history rings, written by publishes (see [`crate::view`]).
+    history: RwLock<ViewHistory>,
 }
 
 impl fmt::Debug for ThresholdStore {
@@ -278,6 +281,7 @@ impl ThresholdStore {
             retired: Mutex::new(Vec::new()),
             max_clusters: max_clusters.max(1),
             counters: StoreCounters::default(),
+            history: RwLock::new(ViewHistory::default()),
         }
     }
 
@@ -344,6 +348,11 @@ impl ThresholdStore {
         self.current.load_full()
     }
 
+    /// The live view's history rings.
+    pub(crate) fn history(&self) -> &RwLock<ViewHistory> {
+        &self.history
+    }
+
     /// Clusters in the current published state.
     pub fn published_clusters(&self) -> usize {
         self.current.load().clusters.len()
@@ -387,6 +396,9 @@ impl ThresholdStore {
                 clusters.insert(id, entry);
             }
         }
+        self.history
+            .write()
+            .record(clusters.values().map(|e| &e.report), computed_at);
         let mut sorted_ids: Vec<Arc<str>> = clusters.keys().cloned().collect();
         sorted_ids.sort_unstable();
         let stored = clusters.len();
@@ -458,6 +470,13 @@ impl ThresholdStore {
                 "computed_at of the last threshold publish, Unix seconds (0 before the first).",
             )
             .with(&[], snap.published_at.map_or(0.0, Timestamp::as_secs_f64)),
+        );
+        out.push(
+            MetricFamily::gauge(
+                metrics::VIEW_HISTORY_OVER_CAP,
+                "Published clusters the live view keeps no history for (over its cluster cap).",
+            )
+            .with(&[], self.history.read().over_cap() as f64),
         );
         out.push(
             MetricFamily::counter(

@@ -210,6 +210,7 @@ fn telemetry_names_every_family_once() {
         (metrics::LAST_PUBLISH_TIMESTAMP_SECONDS, MetricType::Gauge),
         (metrics::PUBLISHES_TOTAL, MetricType::Counter),
         (metrics::PUBLISH_DROPPED_TOTAL, MetricType::Counter),
+        (metrics::VIEW_HISTORY_OVER_CAP, MetricType::Gauge),
     ] {
         let f: Vec<_> = fams.iter().filter(|f| f.name == name).collect();
         assert_eq!(f.len(), 1, "{name} in {names:?}");
@@ -219,5 +220,5 @@ fn telemetry_names_every_family_once() {
             assert!(name.ends_with("_total"), "{name}");
         }
     }
-    assert_eq!(fams.len(), 7, "{names:?}");
+    assert_eq!(fams.len(), 8, "{names:?}");
 }

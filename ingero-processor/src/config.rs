@@ -51,6 +51,9 @@ pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 pub const DEFAULT_MAX_NODES_PER_CLUSTER: u32 = 65_536;
 /// `limits.max_nodes_total`: node records across all clusters.
 pub const DEFAULT_MAX_NODES_TOTAL: u32 = 262_144;
+/// `limits.reserved_nodes_per_cluster` when unset: a quarter of the fair share
+/// (`max_nodes_total / max_clusters / 4`, 1024 with the defaults).
+pub const DEFAULT_RESERVED_SHARE_DIVISOR: u32 = 4;
 /// `diagnostics.max_nodes_per_cluster`: nodes listed per cluster in the published diagnostics.
 pub const DEFAULT_DIAGNOSTICS_MAX_NODES: u32 = 1_000;
 
@@ -128,6 +131,22 @@ pub struct LimitsConfig {
     pub max_clusters: u32,
     pub max_nodes_per_cluster: u32,
     pub max_nodes_total: u32,
+    /// Node records each cluster may always hold, whoever fills the rest of
+    /// `max_nodes_total`; unset: [`LimitsConfig::reserved_nodes`]'s default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_nodes_per_cluster: Option<u32>,
+}
+
+impl LimitsConfig {
+    /// The effective `reserved_nodes_per_cluster`: the configured value, else
+    /// `max_nodes_total / max_clusters / 4`, never above `max_nodes_per_cluster`.
+    pub fn reserved_nodes(&self) -> u32 {
+        self.reserved_nodes_per_cluster
+            .unwrap_or(
+                self.max_nodes_total / self.max_clusters.max(1) / DEFAULT_RESERVED_SHARE_DIVISOR,
+            )
+            .min(self.max_nodes_per_cluster)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,6 +228,7 @@ impl Default for LimitsConfig {
             max_clusters: DEFAULT_MAX_CLUSTERS,
             max_nodes_per_cluster: DEFAULT_MAX_NODES_PER_CLUSTER,
             max_nodes_total: DEFAULT_MAX_NODES_TOTAL,
+            reserved_nodes_per_cluster: None,
         }
     }
 }
@@ -402,6 +422,28 @@ impl ComponentConfig for IngeroConfig {
             1,
             MAX_NODES_LIMIT,
         );
+        if let Some(r) = self.limits.reserved_nodes_per_cluster {
+            if r > self.limits.max_nodes_per_cluster {
+                e.push(
+                    "limits.reserved_nodes_per_cluster",
+                    format!(
+                        "must be <= limits.max_nodes_per_cluster ({}), got {r}",
+                        self.limits.max_nodes_per_cluster
+                    ),
+                );
+            }
+            if u64::from(r) * u64::from(self.limits.max_clusters)
+                > u64::from(self.limits.max_nodes_total)
+            {
+                e.push(
+                    "limits.reserved_nodes_per_cluster",
+                    format!(
+                        "times limits.max_clusters ({}) must be <= limits.max_nodes_total ({}), got {r}",
+                        self.limits.max_clusters, self.limits.max_nodes_total
+                    ),
+                );
+            }
+        }
         if u64::from(self.limits.max_nodes_per_cluster) < self.quorum.statistical_min {
             e.push(
                 "limits.max_nodes_per_cluster",
@@ -479,5 +521,27 @@ mod tests {
         assert_eq!(err.0[0].path, "quorum.expected_window");
         c.quorum.expected_window = Duration::from_secs(50);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_node_reserve_defaults_to_a_quarter_share_and_must_fit_the_total() {
+        let mut c = IngeroConfig::default();
+        assert_eq!(c.limits.reserved_nodes(), 1024);
+        c.limits.max_nodes_total = 10;
+        assert_eq!(c.limits.reserved_nodes(), 0);
+        c.limits.max_nodes_total = DEFAULT_MAX_NODES_TOTAL;
+        c.limits.reserved_nodes_per_cluster = Some(4097);
+        let err = c.validate().unwrap_err();
+        let paths: Vec<_> = err.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["limits.reserved_nodes_per_cluster"]);
+        assert!(err.0[0].message.contains("max_nodes_total (262144)"));
+        c.limits.reserved_nodes_per_cluster = Some(4096);
+        c.validate().unwrap();
+        assert_eq!(c.limits.reserved_nodes(), 4096);
+        c.limits.max_nodes_per_cluster = 100;
+        assert_eq!(
+            c.validate().unwrap_err().0[0].path,
+            "limits.reserved_nodes_per_cluster"
+        );
     }
 }

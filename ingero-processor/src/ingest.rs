@@ -40,6 +40,8 @@ pub struct IngestLimits {
     pub max_nodes_per_cluster: u32,
     /// `limits.max_nodes_total`.
     pub max_nodes_total: u32,
+    /// The effective `limits.reserved_nodes_per_cluster`.
+    pub reserved_nodes_per_cluster: u32,
 }
 
 /// The cluster map and counters of the push path. Every method takes `&self`: a read lock
@@ -125,7 +127,11 @@ pub fn validate_point(
 impl Ingest {
     pub fn new(limits: IngestLimits) -> Self {
         Ingest {
-            budget: NodeBudget::new(to_usize(limits.max_nodes_total)),
+            budget: NodeBudget::with_reserve(
+                to_usize(limits.max_nodes_total),
+                to_usize(limits.reserved_nodes_per_cluster),
+                to_usize(limits.max_clusters),
+            ),
             limits,
             clusters: RwLock::new(HashMap::new()),
             counters: Counters::default(),
@@ -302,6 +308,20 @@ impl Ingest {
                 ctx,
                 RejectReason::IdTooLong,
                 format!("cluster or node id longer than {MAX_ID_BYTES} bytes"),
+                number_points,
+            );
+            return;
+        }
+        // The id character rule (no control, line-break or invisible format characters),
+        // also enforced by the Rust host's ingest screen; here for every host.
+        if let Err(why) = component::cluster_id::validate_cluster_id(cluster_id)
+            .and_then(|()| component::cluster_id::validate_node_id(node_id))
+        {
+            self.reject(
+                out,
+                ctx,
+                RejectReason::BadId,
+                why.to_string(),
                 number_points,
             );
             return;

@@ -53,10 +53,11 @@ pub enum RejectReason {
     BadState,
     IdTooLong,
     UnsupportedType,
+    BadId,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 8] = [
+    pub const ALL: [RejectReason; 9] = [
         RejectReason::NoValue,
         RejectReason::NonFinite,
         RejectReason::OutOfRange,
@@ -65,6 +66,7 @@ impl RejectReason {
         RejectReason::BadState,
         RejectReason::IdTooLong,
         RejectReason::UnsupportedType,
+        RejectReason::BadId,
     ];
 
     pub fn label(self) -> &'static str {
@@ -76,6 +78,7 @@ impl RejectReason {
             RejectReason::MissingNodeId => "missing_node_id",
             RejectReason::BadState => "bad_state",
             RejectReason::IdTooLong => "id_too_long",
+            RejectReason::BadId => "bad_id",
             RejectReason::UnsupportedType => "unsupported_type",
         }
     }

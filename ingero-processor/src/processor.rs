@@ -62,6 +62,7 @@ impl IngeroProcessor {
             max_clusters: cfg.limits.max_clusters,
             max_nodes_per_cluster: cfg.limits.max_nodes_per_cluster,
             max_nodes_total: cfg.limits.max_nodes_total,
+            reserved_nodes_per_cluster: cfg.limits.reserved_nodes(),
         };
         Ok(IngeroProcessor {
             settings,

@@ -52,33 +52,63 @@ pub type CohortId = u16;
 /// grouping disabled, or the cohort cap reached).
 pub const CLUSTER_WIDE_COHORT: CohortId = 0;
 
-/// A node-record budget shared by every cluster (`limits.max_nodes_total`).
+/// A node-record budget shared by every cluster (`limits.max_nodes_total`), with a share
+/// reserved for each cluster (`limits.reserved_nodes_per_cluster`): a cluster's first
+/// `reserved` nodes never count against the shared pool, so no cluster (or tenant) filling
+/// the pool can refuse another cluster's first `reserved` nodes. The pool is what the
+/// reservations of `max_clusters` clusters leave of `max_nodes_total`, so the total never
+/// exceeds `max_nodes_total`. Which part a node uses depends only on its cluster's count
+/// (the first `reserved` are reserved), so taking and giving back stay consistent.
 #[derive(Debug)]
 pub struct NodeBudget {
     used: AtomicUsize,
-    max: usize,
+    shared_used: AtomicUsize,
+    shared_max: usize,
+    reserved: usize,
 }
 
 impl NodeBudget {
+    /// A budget of `max` records, all shared (no reservation).
     pub fn new(max: usize) -> Self {
+        NodeBudget::with_reserve(max, 0, 0)
+    }
+
+    /// `max` records in all, `reserved` of them set aside for each of up to `clusters`
+    /// clusters (the caller validates `reserved * clusters <= max`).
+    pub fn with_reserve(max: usize, reserved: usize, clusters: usize) -> Self {
         NodeBudget {
             used: AtomicUsize::new(0),
-            max,
+            shared_used: AtomicUsize::new(0),
+            shared_max: max.saturating_sub(reserved.saturating_mul(clusters)),
+            reserved,
         }
     }
 
-    fn try_take(&self) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.max).then_some(u + 1)
-            })
-            .is_ok()
+    /// Take a record for a new node of a cluster holding `held` nodes.
+    fn try_take(&self, held: usize) -> bool {
+        if held >= self.reserved
+            && self
+                .shared_used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                    (u < self.shared_max).then_some(u + 1)
+                })
+                .is_err()
+        {
+            return false;
+        }
+        self.used.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
-    fn give_back(&self, n: usize) {
-        if n > 0 {
-            self.used.fetch_sub(n, Ordering::AcqRel);
+    /// Give back the record of one node of a cluster that held `held` nodes with it.
+    fn give_back(&self, held: usize) {
+        if held == 0 {
+            return;
         }
+        if held > self.reserved {
+            self.shared_used.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.used.fetch_sub(1, Ordering::AcqRel);
     }
 
     pub fn used(&self) -> usize {
@@ -506,9 +536,9 @@ impl NodeTable {
         {
             return RecordOutcome::NodeCap;
         }
-        if !budget.try_take()
+        if !budget.try_take(self.index.len())
             && (!self.evict_one(u.received_at.saturating_sub(limits.ttl_nanos), budget)
-                || !budget.try_take())
+                || !budget.try_take(self.index.len()))
         {
             return RecordOutcome::TotalCap;
         }
@@ -525,7 +555,7 @@ impl NodeTable {
             Some(s) => s,
             None => {
                 let Ok(s) = u32::try_from(self.slots.len()) else {
-                    budget.give_back(1);
+                    budget.give_back(self.index.len() + 1);
                     return RecordOutcome::NodeCap;
                 };
                 self.slots.push(NodeRecord {
@@ -579,12 +609,13 @@ impl NodeTable {
         // Keep the generation: the next occupant takes the one after it.
         rec.sample.set_flags(VACANT);
         if let Some(id) = slot_id.take() {
+            let held = self.index.len();
             self.index.remove(&id);
             self.cohorts.release(cohort);
             if let Ok(slot) = u32::try_from(slot) {
                 self.free.push(slot);
             }
-            budget.give_back(1);
+            budget.give_back(held);
         }
     }
 
@@ -854,6 +885,31 @@ mod tests {
             .collect();
         assert!(!ids.contains(&"old".to_string()));
         assert!(ids.contains(&"d".to_string()));
+    }
+
+    #[test]
+    fn reserved_records_do_not_count_against_the_shared_pool() {
+        // 10 in all, 3 reserved for each of 2 clusters: a pool of 4.
+        let b = NodeBudget::with_reserve(10, 3, 2);
+        // Cluster one: 3 reserved, then 4 from the pool, then refused.
+        for held in 0..7 {
+            assert!(b.try_take(held), "held {held}");
+        }
+        assert!(!b.try_take(7));
+        // Cluster two still has its 3.
+        for held in 0..3 {
+            assert!(b.try_take(held));
+        }
+        assert!(!b.try_take(3));
+        assert_eq!(b.used(), 10);
+        // Cluster one gives back a pooled record: cluster two may take it.
+        b.give_back(7);
+        assert!(b.try_take(3));
+        assert_eq!(b.used(), 10);
+        // Giving back reserved records leaves the pool as it is.
+        b.give_back(3);
+        assert!(!b.try_take(4));
+        assert_eq!(b.used(), 9);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use component::otlp::{ResourceMetrics, get_str, resource_attrs};
+use component::view::{ClusterViewSource, PeerLagView, find_view_board};
 use component::wire::resource;
 use component::{
     BatchContext, ConfigErrors, Host, MetricFamily, ProcessOutcome, Processor, StartError,
@@ -21,7 +22,7 @@ use crate::metrics::{
     RANK_BEHIND_RATIO, RANK_LAG_PERIOD_STEPS, RANK_LAG_SECONDS, RANK_SERIES, TRACKED_COMMS,
 };
 use crate::output;
-use crate::report::{comm_reports, named_ranks};
+use crate::report::{comm_reports, named_ranks, peer_lag_view};
 use crate::settings::Settings;
 use crate::tracker::{ClusterTracker, Transition};
 
@@ -29,6 +30,22 @@ use crate::tracker::{ClusterTracker, Transition};
 const LOG_TRANSITIONS_PER_TICK: usize = 16;
 
 type Tracker = Arc<Mutex<ClusterTracker>>;
+type Trackers = Arc<RwLock<HashMap<Arc<str>, Tracker>>>;
+
+/// What the live view reads: the trackers (shared with the processor) and the settings.
+#[derive(Debug)]
+struct LiveView {
+    clusters: Trackers,
+    settings: Settings,
+}
+
+impl ClusterViewSource for LiveView {
+    fn peer_lag(&self, cluster: &str) -> Option<PeerLagView> {
+        let t = self.clusters.read().get(cluster).cloned()?;
+        let t = t.lock();
+        Some(peer_lag_view(&t, &self.settings))
+    }
+}
 
 /// The `nccl_peer_lag` processor. Every method takes `&self`; state is behind one mutex per
 /// cluster (batches of different clusters never contend) and a read-mostly cluster map.
@@ -36,8 +53,9 @@ type Tracker = Arc<Mutex<ClusterTracker>>;
 pub struct NcclPeerLagProcessor {
     cfg: NcclConfig,
     settings: Settings,
-    clusters: RwLock<HashMap<Arc<str>, Tracker>>,
+    clusters: Trackers,
     counters: Counters,
+    view: Arc<LiveView>,
 }
 
 impl NcclPeerLagProcessor {
@@ -45,10 +63,16 @@ impl NcclPeerLagProcessor {
     pub fn new(cfg: NcclConfig) -> Result<Self, ConfigErrors> {
         use component::ComponentConfig;
         cfg.validate()?;
+        let settings = Settings::new(&cfg);
+        let clusters: Trackers = Arc::default();
         Ok(NcclPeerLagProcessor {
-            settings: Settings::new(&cfg),
+            view: Arc::new(LiveView {
+                clusters: Arc::clone(&clusters),
+                settings: settings.clone(),
+            }),
+            settings,
             cfg,
-            clusters: RwLock::new(HashMap::new()),
+            clusters,
             counters: Counters::default(),
         })
     }
@@ -195,7 +219,12 @@ pub fn create(cfg: &component::ConfigValue) -> Result<NcclPeerLagProcessor, Conf
 }
 
 impl Processor for NcclPeerLagProcessor {
-    fn start(&self, _host: &dyn Host) -> Result<(), StartError> {
+    /// Registers the peer-lag heat map with the live view, when an extension serves one.
+    fn start(&self, host: &dyn Host) -> Result<(), StartError> {
+        if let Some((_, board)) = find_view_board(host) {
+            let view: Arc<dyn ClusterViewSource> = self.view.clone();
+            board.register(view);
+        }
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use component::view::{MAX_VIEW_RANKS, MAX_VIEW_STREAMS, PeerLagStream, PeerLagView, RankLagCell};
 use serde::Serialize;
 
 use crate::ingest::{OpTypes, format_comm_hash};
@@ -201,4 +202,70 @@ pub fn comm_reports(t: &ClusterTracker, s: &Settings) -> (Vec<CommReport>, usize
     let left_out = out.len().saturating_sub(DIAG_MAX_COMMS);
     out.truncate(DIAG_MAX_COMMS);
     (out.into_iter().map(|x| x.2).collect(), left_out)
+}
+
+/// The cluster's peer-lag heat map for the live view: every rank of every stream (rank
+/// order), streams worst first, capped at [`MAX_VIEW_STREAMS`] streams of
+/// [`MAX_VIEW_RANKS`] ranks.
+pub fn peer_lag_view(t: &ClusterTracker, s: &Settings) -> PeerLagView {
+    let p = s.rank_params();
+    // (named ranks, behind steps, stream)
+    let mut all: Vec<(usize, usize, PeerLagStream)> = Vec::new();
+    for (&comm_id, comm) in t.comms() {
+        for (op, st) in comm.streams.iter().enumerate() {
+            let Some(st) = st else { continue };
+            let mut named = 0;
+            let mut behind = 0;
+            let mut ranks = Vec::new();
+            let mut seen = 0usize;
+            for (r, w) in st.ranks.iter().enumerate() {
+                let Some(w) = w else { continue };
+                seen += 1;
+                let report = RankReport::new(
+                    comm_id,
+                    op as u8,
+                    r as u32,
+                    comm.rank_nodes.get(r).cloned().flatten(),
+                    w,
+                    &p,
+                );
+                named += usize::from(report.named);
+                behind += report.behind_steps;
+                if ranks.len() < MAX_VIEW_RANKS {
+                    ranks.push(RankLagCell {
+                        rank: report.rank,
+                        node_id: report.node_id,
+                        median_lag_ms: report.median_lag_ms,
+                        behind_ratio: report.behind_ratio,
+                        period_steps: report.period_steps,
+                        named: report.named,
+                    });
+                }
+            }
+            all.push((
+                named,
+                behind,
+                PeerLagStream {
+                    comm_id_hash: format_comm_hash(comm_id),
+                    op_type: s.ops.name(op as u8).to_string(),
+                    nranks: comm.nranks,
+                    steps: st.steps,
+                    ranks_left_out: seen - ranks.len(),
+                    ranks,
+                },
+            ));
+        }
+    }
+    all.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(b.1.cmp(&a.1))
+            .then(a.2.comm_id_hash.cmp(&b.2.comm_id_hash))
+            .then(a.2.op_type.cmp(&b.2.op_type))
+    });
+    let streams_left_out = all.len().saturating_sub(MAX_VIEW_STREAMS);
+    all.truncate(MAX_VIEW_STREAMS);
+    PeerLagView {
+        streams: all.into_iter().map(|x| x.2).collect(),
+        streams_left_out,
+    }
 }

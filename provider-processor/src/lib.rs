@@ -44,6 +44,7 @@ pub mod provider;
 pub mod rates;
 pub mod resolve;
 pub mod rules;
+mod view;
 pub mod watch;
 
 pub use config::ProviderConfig;

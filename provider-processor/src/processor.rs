@@ -70,7 +70,9 @@ pub struct ProviderLookupProcessor {
     rules_reloads: ReloadCounters,
     rates_reloads: ReloadCounters,
     last_reload_error: Mutex<Option<String>>,
-    ledger: Mutex<CostLedger>,
+    ledger: Arc<Mutex<CostLedger>>,
+    /// The cost of waiting as the live view reads it (shares `ledger`).
+    view: Arc<crate::view::LiveCost>,
     /// Agent-reported providers by (cluster, node), kept in the ledger's node map.
     unknown_models: Mutex<UnknownModels>,
     resolved: [AtomicU64; 4],
@@ -176,7 +178,9 @@ impl ProviderLookupProcessor {
             return Err(ConfigError::new("rates_file", "no rate table (this is a bug)").into());
         };
 
-        let ledger = CostLedger::new(LedgerSettings::from_config(&cfg));
+        let ledger = Arc::new(Mutex::new(CostLedger::new(LedgerSettings::from_config(
+            &cfg,
+        ))));
         Ok(ProviderLookupProcessor {
             aliases,
             default_provider,
@@ -188,7 +192,10 @@ impl ProviderLookupProcessor {
             rules_reloads: ReloadCounters::default(),
             rates_reloads: ReloadCounters::default(),
             last_reload_error: Mutex::new(None),
-            ledger: Mutex::new(ledger),
+            view: Arc::new(crate::view::LiveCost {
+                ledger: Arc::clone(&ledger),
+            }),
+            ledger,
             unknown_models: Mutex::new(UnknownModels::default()),
             resolved: Default::default(),
             dropped: Mutex::new(BTreeMap::new()),
@@ -440,8 +447,12 @@ impl ProviderLookupProcessor {
 }
 
 impl Processor for ProviderLookupProcessor {
-    fn start(&self, _host: &dyn Host) -> Result<(), StartError> {
+    fn start(&self, host: &dyn Host) -> Result<(), StartError> {
         let first = !self.started.swap(true, Ordering::SeqCst);
+        if let Some((_, board)) = component::view::find_view_board(host) {
+            let view: Arc<dyn component::view::ClusterViewSource> = self.view.clone();
+            board.register(view);
+        }
         if first {
             match self.rules_fingerprint() {
                 Some(fp) => tracing::info!(

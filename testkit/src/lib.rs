@@ -8,6 +8,8 @@
 
 #[cfg(feature = "bench")]
 pub mod cpu_time;
+#[cfg(feature = "push")]
+pub mod push;
 
 use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, InstrumentationScope, KeyValue,

@@ -21,6 +21,9 @@ pub const DEFAULT_RESOURCE_TO_TELEMETRY: bool = true;
 pub const DEFAULT_ADD_METRIC_SUFFIXES: bool = true;
 /// Most series held at once; new series beyond it are dropped and counted.
 pub const DEFAULT_MAX_SERIES: usize = 2_000_000;
+/// `max_series_per_cluster`: one cluster (tenant) may hold at most half of the default
+/// `max_series`, so no one tenant can fill the page for the others.
+pub const DEFAULT_MAX_SERIES_PER_CLUSTER: usize = 1_000_000;
 /// Attributes left out of label sets by default: values the Ingero agents put on points
 /// that change with every point (the NCCL operation sequence number of each collective;
 /// the UUID, score and threshold of each straggler event). As labels each would start a
@@ -89,6 +92,9 @@ pub struct PrometheusExporterConfig {
     pub translation_strategy: Option<TranslationStrategy>,
     /// Most series held; points that would create more are dropped and counted.
     pub max_series: usize,
+    /// Most series held for resources of one `ingero.cluster.id`; points that would
+    /// create more for that cluster are dropped and counted (`cluster_series_limit`).
+    pub max_series_per_cluster: usize,
     /// Bearer-token check on the scrape endpoint (`auth: {authenticator: ingero_auth}`),
     /// enforced by the host; a scrape needs a token scoped to every cluster (`"*"`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +115,7 @@ impl Default for PrometheusExporterConfig {
             add_metric_suffixes: DEFAULT_ADD_METRIC_SUFFIXES,
             translation_strategy: None,
             max_series: DEFAULT_MAX_SERIES,
+            max_series_per_cluster: DEFAULT_MAX_SERIES_PER_CLUSTER,
             auth: None,
             max_connections: 1024,
         }
@@ -197,6 +204,9 @@ impl ComponentConfig for PrometheusExporterConfig {
         }
         if self.max_series == 0 {
             errs.push("max_series", "must be >= 1");
+        }
+        if self.max_series_per_cluster == 0 {
+            errs.push("max_series_per_cluster", "must be >= 1");
         }
         errs.into_result()
     }

@@ -4,7 +4,8 @@
 //! Locks, always taken in this order: `gc` (expire/compaction/shutdown only), `gate`
 //! (renders share it; compaction takes it exclusively, so ids never change under a
 //! render), `interner` (read for lookups, write only when something is new), then one
-//! shard mutex at a time (all of them only during compaction).
+//! shard mutex at a time (all of them only during compaction). `cluster_series` is taken
+//! alone, never while another of these is waited for.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -72,7 +73,27 @@ pub struct PrometheusExporter {
     shards: Box<[Mutex<Shard>]>,
     series: AtomicUsize,
     resources: AtomicUsize,
+    /// Series held per cluster (escaped `ingero_cluster_id` label value): raised by
+    /// `consume` as series are created, recounted from the store by `expire`.
+    cluster_series: Mutex<HashMap<Box<str>, usize>>,
     counters: Counters,
+}
+
+/// The resource label whose value names a series' cluster.
+const CLUSTER_LABEL: &str = "ingero_cluster_id";
+
+/// The cluster of a resource as its label value is interned (escaped), if it names one.
+fn cluster_key(rm: &ResourceMetrics) -> Option<std::borrow::Cow<'_, str>> {
+    let c = component::otlp::get_str(
+        component::otlp::resource_attrs(rm),
+        component::wire::resource::CLUSTER_ID,
+    )?;
+    if !crate::text::needs_escape(c) {
+        return Some(std::borrow::Cow::Borrowed(c));
+    }
+    let mut esc = String::new();
+    escape_label_value(c, &mut esc);
+    Some(std::borrow::Cow::Owned(esc))
 }
 
 fn secs(t: Timestamp) -> u32 {
@@ -114,6 +135,7 @@ impl PrometheusExporter {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             series: AtomicUsize::new(0),
             resources: AtomicUsize::new(0),
+            cluster_series: Mutex::new(HashMap::new()),
             counters: Counters::default(),
         })
     }
@@ -137,6 +159,7 @@ impl PrometheusExporter {
         }
         self.series.store(0, Relaxed);
         self.resources.store(0, Relaxed);
+        self.cluster_series.lock().clear();
     }
 
     /// Series held now (including expired ones `expire` has not removed yet).
@@ -202,14 +225,34 @@ impl PrometheusExporter {
             let points = component::otlp::count_points(std::slice::from_ref(rm));
             stats.points += points;
             let mut drops = DropCounts::default();
-            let capped = self.series.load(Relaxed) >= self.cfg.max_series;
+            // Per-cluster room only with promoted resource labels (the cluster is a label).
+            let cluster = cluster_key(rm).filter(|_| self.settings.resource_to_telemetry);
+            let room = match &cluster {
+                Some(c) => {
+                    let held = self.cluster_series.lock().get(c.as_ref()).copied();
+                    self.cfg
+                        .max_series_per_cluster
+                        .saturating_sub(held.unwrap_or(0))
+                }
+                None => usize::MAX,
+            };
+            let capped = if self.series.load(Relaxed) >= self.cfg.max_series {
+                Some(DropReason::SeriesLimit)
+            } else if room == 0 {
+                Some(DropReason::ClusterSeriesLimit)
+            } else {
+                None
+            };
             let interner = self.interner.read();
             let mut lk = Lookup::Read {
                 interner: &interner,
                 capped,
             };
+            let mut created = 0;
             if translate(&mut lk, &self.settings, rm, now_s, sc, plan, &mut drops).is_ok() {
-                stats.stored += self.apply(plan, now_s, &mut drops);
+                let (stored, new) = self.apply(plan, now_s, room, &mut drops);
+                stats.stored += stored;
+                created = new;
                 drop(interner);
             } else {
                 drop(interner);
@@ -227,11 +270,24 @@ impl PrometheusExporter {
                 .is_ok();
                 let _r = RwLockWriteGuard::downgrade(w);
                 if ok {
-                    stats.stored += self.apply(plan, now_s, &mut drops);
+                    let (stored, new) = self.apply(plan, now_s, room, &mut drops);
+                    stats.stored += stored;
+                    created = new;
                 } else {
                     // The write view never asks for itself; count rather than assume.
                     drops = DropCounts::default();
                     drops.add(DropReason::InternerFull, points);
+                }
+            }
+            if created > 0
+                && let Some(c) = cluster
+            {
+                let mut held = self.cluster_series.lock();
+                match held.get_mut(c.as_ref()) {
+                    Some(n) => *n += created,
+                    None => {
+                        held.insert(Box::from(c.as_ref()), created);
+                    }
                 }
             }
             for (t, d) in total.0.iter_mut().zip(drops.0.iter()) {
@@ -253,20 +309,73 @@ impl PrometheusExporter {
         stats
     }
 
-    /// Store a translated plan (caller holds an interner guard, so ids are current).
-    fn apply(&self, plan: &mut ResourcePlan, now_s: u32, drops: &mut DropCounts) -> u64 {
+    /// Store a translated plan (caller holds an interner guard, so ids are current);
+    /// `room`: new series the resource's cluster may still create. Returns (points stored,
+    /// series created).
+    fn apply(
+        &self,
+        plan: &mut ResourcePlan,
+        now_s: u32,
+        room: usize,
+        drops: &mut DropCounts,
+    ) -> (u64, usize) {
         if plan.resource == NONE || plan.updates.is_empty() {
-            return 0;
+            return (0, 0);
         }
         let limits = Limits {
             max_series: self.cfg.max_series,
             series: &self.series,
             resources: &self.resources,
+            cluster_room: room,
+            created: Default::default(),
         };
         let Some(shard) = self.shards.get(shard_of(plan.resource)) else {
-            return 0;
+            return (0, 0);
         };
-        shard.lock().apply(plan, now_s, self.exp_s, &limits, drops)
+        let stored = shard.lock().apply(plan, now_s, self.exp_s, &limits, drops);
+        (stored, limits.created.get())
+    }
+
+    /// Recount the series each cluster holds from the store (after expiry). Caller holds
+    /// `gc`, so set ids cannot be renumbered under it.
+    fn recount_clusters(&self) {
+        let mut counts: HashMap<Box<str>, usize> = HashMap::new();
+        {
+            let interner = self.interner.read();
+            if let Some(name) = interner.strings.get(CLUSTER_LABEL) {
+                for shard in self.shards.iter() {
+                    let shard = shard.lock();
+                    for (set, entry) in &shard.resources {
+                        let value = interner
+                            .sets
+                            .resolve(*set)
+                            .iter()
+                            .find(|p| p[0] == name)
+                            .map(|p| interner.strings.resolve(p[1]));
+                        if let Some(v) = value {
+                            match counts.get_mut(v) {
+                                Some(n) => *n += entry.series.len(),
+                                None => {
+                                    counts.insert(Box::from(v), entry.series.len());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        *self.cluster_series.lock() = counts;
+    }
+
+    /// Series held by `cluster` as last counted (tests, telemetry).
+    pub fn cluster_series(&self, cluster: &str) -> usize {
+        let mut esc = String::new();
+        escape_label_value(cluster, &mut esc);
+        self.cluster_series
+            .lock()
+            .get(esc.as_str())
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Remove series not updated within `metric_expiration` of `now`, then, when enough
@@ -284,6 +393,7 @@ impl PrometheusExporter {
         }
         self.series.fetch_sub(removed, Relaxed);
         self.resources.fetch_sub(removed_res, Relaxed);
+        self.recount_clusters();
         self.counters
             .series_expired
             .fetch_add(removed as u64, Relaxed);

@@ -41,10 +41,13 @@ pub enum DropReason {
     FamilyLimit,
     /// The intern tables reached their 4 GiB address space (practically unreachable).
     InternerFull,
+    /// It would have created a series beyond `max_series_per_cluster` for its resource's
+    /// `ingero.cluster.id`.
+    ClusterSeriesLimit,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 13] = [
         DropReason::SeriesLimit,
         DropReason::UnsupportedType,
         DropReason::InvalidTemporality,
@@ -57,6 +60,7 @@ impl DropReason {
         DropReason::InvalidHistogram,
         DropReason::FamilyLimit,
         DropReason::InternerFull,
+        DropReason::ClusterSeriesLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +77,7 @@ impl DropReason {
             DropReason::InvalidHistogram => "invalid_histogram",
             DropReason::FamilyLimit => "family_limit",
             DropReason::InternerFull => "interner_full",
+            DropReason::ClusterSeriesLimit => "cluster_series_limit",
         }
     }
 
@@ -283,6 +288,11 @@ pub struct Limits<'a> {
     pub max_series: usize,
     pub series: &'a AtomicUsize,
     pub resources: &'a AtomicUsize,
+    /// New series the resource's cluster may still create (`max_series_per_cluster` less
+    /// what it holds); `usize::MAX` for a resource without a cluster.
+    pub cluster_room: usize,
+    /// New series created by this `apply` (the caller adds them to the cluster's count).
+    pub created: std::cell::Cell<usize>,
 }
 
 fn bump(counts: &mut Vec<u32>, f: FamilyId, up: bool) {
@@ -400,6 +410,10 @@ impl Shard {
                     stored += 1;
                 }
                 None => {
+                    if limits.created.get() >= limits.cluster_room {
+                        drops.add(DropReason::ClusterSeriesLimit, 1);
+                        continue;
+                    }
                     let prev = limits.series.fetch_add(1, Ordering::Relaxed);
                     if prev >= limits.max_series {
                         limits.series.fetch_sub(1, Ordering::Relaxed);
@@ -425,6 +439,7 @@ impl Shard {
                         entry.mask |= 1u64 << u.family;
                     }
                     bump(family_counts, u.family, true);
+                    limits.created.set(limits.created.get() + 1);
                     stored += 1;
                 }
             }
@@ -505,6 +520,47 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_at_its_room_updates_but_creates_nothing() {
+        let series = AtomicUsize::new(0);
+        let resources = AtomicUsize::new(0);
+        let limits = Limits {
+            max_series: 100,
+            series: &series,
+            resources: &resources,
+            cluster_room: 2,
+            created: Default::default(),
+        };
+        let mut shard = Shard::default();
+        let mut drops = DropCounts::default();
+        let updates = |t| {
+            vec![
+                num(0, 0, t, 1.0, false),
+                num(1, 0, t, 2.0, false),
+                num(2, 0, t, 3.0, false),
+            ]
+        };
+        assert_eq!(
+            shard.apply(&mut plan(1, updates(10)), 10, 60, &limits, &mut drops),
+            2
+        );
+        assert_eq!(limits.created.get(), 2);
+        assert_eq!(drops.get(DropReason::ClusterSeriesLimit), 1);
+        assert_eq!(drops.get(DropReason::SeriesLimit), 0);
+        // The next push, with no room left: the two held series still update.
+        let full = Limits {
+            cluster_room: 0,
+            created: Default::default(),
+            ..limits
+        };
+        assert_eq!(
+            shard.apply(&mut plan(1, updates(11)), 11, 60, &full, &mut drops),
+            2
+        );
+        assert_eq!(drops.get(DropReason::ClusterSeriesLimit), 2);
+        assert_eq!(series.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn updates_in_place_and_caps_new_series() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
@@ -512,6 +568,8 @@ mod tests {
             max_series: 3,
             series: &series,
             resources: &resources,
+            cluster_room: usize::MAX,
+            created: Default::default(),
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -570,6 +628,8 @@ mod tests {
             max_series: 10,
             series: &series,
             resources: &resources,
+            cluster_room: usize::MAX,
+            created: Default::default(),
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -617,6 +677,8 @@ mod tests {
             max_series: 10,
             series: &series,
             resources: &resources,
+            cluster_room: usize::MAX,
+            created: Default::default(),
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -662,6 +724,8 @@ mod tests {
             max_series: 10,
             series: &series,
             resources: &resources,
+            cluster_room: usize::MAX,
+            created: Default::default(),
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();

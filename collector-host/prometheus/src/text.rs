@@ -113,10 +113,10 @@ mod tests {
     }
 
     #[test]
-    fn label_values_escape_backslash_quote_newline() {
+    fn label_values_escape_backslash_quote_newline_and_replace_controls() {
         let mut s = String::new();
         escape_label_value("a\\b\"c\nd\te", &mut s);
-        assert_eq!(s, "a\\\\b\\\"c\\nd\te");
+        assert_eq!(s, "a\\\\b\\\"c\\nd\u{FFFD}e");
         let mut plain = String::new();
         escape_label_value("plain", &mut plain);
         assert_eq!(plain, "plain");

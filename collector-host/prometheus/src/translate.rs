@@ -77,11 +77,11 @@ impl From<DropReason> for Fail {
 /// A view of the intern tables: shared (lookups only) or exclusive (inserts).
 #[derive(Debug)]
 pub enum Lookup<'a> {
-    /// `capped`: the series limit is reached, so anything new is refused rather than
-    /// interned (a new label set can only mean a new series).
+    /// `capped`: a series limit is reached (the reason says which), so anything new is
+    /// refused rather than interned (a new label set can only mean a new series).
     Read {
         interner: &'a Interner,
-        capped: bool,
+        capped: Option<DropReason>,
     },
     Write(&'a mut Interner),
 }
@@ -96,7 +96,9 @@ impl Lookup<'_> {
 
     fn miss(&self) -> Fail {
         match self {
-            Lookup::Read { capped: true, .. } => Fail::Drop(DropReason::SeriesLimit),
+            Lookup::Read {
+                capped: Some(r), ..
+            } => Fail::Drop(*r),
             _ => Fail::NeedWrite,
         }
     }

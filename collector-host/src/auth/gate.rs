@@ -129,11 +129,27 @@ pub fn guard(inner: Handler, auth: ListenerAuth, action: Action, need_all: bool)
 /// An extension's API listener behind the gate: threshold reads (`admin: false`) or
 /// diagnostics (`admin: true`). The route gets the caller's [`Visibility`]: out-of-scope
 /// clusters answer exactly as unknown ones (and are audited as `forbidden`).
-pub fn api_listener(route: ApiRoute, admin: bool, auth: ListenerAuth) -> Handler {
+///
+/// Paths under `public_prefix` (static pages that hold no data) skip the token check and are
+/// routed for a caller that sees no cluster.
+pub fn api_listener(
+    route: ApiRoute,
+    admin: bool,
+    public_prefix: Option<&'static str>,
+    auth: ListenerAuth,
+) -> Handler {
     Arc::new(move |req: Request<Incoming>, peer| {
         let route = route.clone();
         let auth = auth.clone();
         Box::pin(async move {
+            if public_prefix.is_some_and(|p| req.uri().path().starts_with(p)) {
+                let api = ApiRequest {
+                    method: req.method().as_str(),
+                    path: req.uri().path(),
+                    query: req.uri().query(),
+                };
+                return api_response(route(&api, component::api::NOTHING));
+            }
             let action = if admin {
                 Action::Diagnostics
             } else {
@@ -168,16 +184,19 @@ pub fn api_listener(route: ApiRoute, admin: bool, auth: ListenerAuth) -> Handler
                 path: req.uri().path(),
                 query,
             };
-            let out = route(&api, vis);
-            let mut r = response(out.status, out.content_type, out.body);
-            for (k, v) in out.headers {
-                if let Ok(v) = HeaderValue::from_str(&v) {
-                    r.headers_mut().insert(k, v);
-                }
-            }
-            r
+            api_response(route(&api, vis))
         })
     })
+}
+
+fn api_response(out: component::api::ApiResponse) -> http::Response<Body> {
+    let mut r = response(out.status, out.content_type, out.body);
+    for (k, v) in out.headers {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            r.headers_mut().insert(k, v);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 mod listeners;
 pub mod model;
+pub mod payload_limits;
 pub mod source;
 pub mod tls;
 
@@ -534,8 +535,9 @@ fn check_auth_refs(
     errs: &mut ConfigErrors,
     s: &Sections,
     extensions: &[(ComponentId, ExtensionPlan)],
+    telemetry: &TelemetryConfig,
 ) {
-    for (path, r) in auth_refs(&s.receivers, &s.exporters, extensions) {
+    for (path, r) in auth_refs(&s.receivers, &s.exporters, extensions, telemetry) {
         let path = format!("{path}.auth.authenticator");
         match ComponentId::parse(&r.authenticator) {
             Ok(aid) => match extensions.iter().find(|(e, _)| e == &aid) {
@@ -578,7 +580,7 @@ impl Plan {
                 "at most one pull reader is supported",
             );
         }
-        check_auth_refs(&mut errs, &sections, &extensions);
+        check_auth_refs(&mut errs, &sections, &extensions, &telemetry);
         let decls = listener_decls(
             &sections.receivers,
             &sections.exporters,
@@ -630,8 +632,17 @@ fn auth_refs<'a>(
     receivers: &'a BTreeMap<ComponentId, ReceiverPlan>,
     exporters: &'a BTreeMap<ComponentId, ExporterPlan>,
     extensions: &'a [(ComponentId, ExtensionPlan)],
+    telemetry: &'a TelemetryConfig,
 ) -> Vec<(String, &'a component::config::AuthRef)> {
     let mut out = Vec::new();
+    for (i, r) in telemetry.metrics.readers.iter().enumerate() {
+        if let Some(a) = &r.pull.exporter.prometheus.auth {
+            out.push((
+                format!("service.telemetry.metrics.readers.{i}.pull.exporter.prometheus"),
+                a,
+            ));
+        }
+    }
     for (id, ReceiverPlan::Otlp(c)) in receivers {
         if let Some(r) = c.protocols.http.as_ref().and_then(|h| h.auth.as_ref()) {
             out.push((format!("receivers.{id}.protocols.http"), r));

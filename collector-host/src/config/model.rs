@@ -7,6 +7,7 @@ use std::time::Duration;
 use component::config::{AuthRef, ComponentConfig, ConfigErrors, check, duration};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use super::payload_limits::PayloadLimits;
 pub use super::tls::ServerTlsConfig;
 
 /// Treat a present key with a null value (`grpc:` in YAML) as "enabled with defaults".
@@ -191,6 +192,8 @@ pub struct OtlpProtocols {
 #[serde(deny_unknown_fields, default)]
 pub struct OtlpReceiverConfig {
     pub protocols: OtlpProtocols,
+    /// Sizes a decoded metrics export may carry (an Ingero addition to otelcol's keys).
+    pub limits: PayloadLimits,
 }
 
 impl ComponentConfig for OtlpReceiverConfig {
@@ -199,6 +202,7 @@ impl ComponentConfig for OtlpReceiverConfig {
         if self.protocols.grpc.is_none() && self.protocols.http.is_none() {
             e.push("protocols", "must enable at least one of grpc, http");
         }
+        self.limits.validate(&mut e, "limits");
         if let Some(h) = &self.protocols.http {
             check_endpoint(&mut e, "protocols.http.endpoint", &h.endpoint);
             if h.max_request_body_size == 0 {
@@ -516,6 +520,10 @@ pub struct PromPullExporter {
     pub port: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
+    /// Bearer-token check (`auth: {authenticator: ingero_auth}`, an Ingero addition): as
+    /// on the prometheus exporter, a scrape needs a token scoped to every cluster (`"*"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthRef>,
 }
 
 impl Default for PromPullExporter {
@@ -524,6 +532,7 @@ impl Default for PromPullExporter {
             host: "127.0.0.1".into(),
             port: 8888,
             tls: None,
+            auth: None,
         }
     }
 }

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
-use http_body_util::{BodyExt, Full};
 use parking_lot::Mutex;
+use testkit::push::{Encoding, PushError, Sender, Target, connect};
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum Enc {
@@ -167,8 +167,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let avg_body =
         payloads.bodies.iter().map(|(_, b)| b.len()).sum::<usize>() / payloads.bodies.len().max(1);
     let ct = match args.encoding {
-        Enc::Json => "application/json",
-        Enc::Protobuf => "application/x-protobuf",
+        Enc::Json => Encoding::Json,
+        Enc::Protobuf => Encoding::Protobuf,
     };
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -276,47 +276,16 @@ fn percentiles(us: &[u32]) -> serde_json::Value {
     serde_json::json!({"p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99), "p999": pct(0.999), "max": pct(1.0)})
 }
 
-/// Where connections go: the socket address and the request target prefix.
-#[derive(Clone)]
-struct Target {
-    host: String,
-    authority: http::HeaderValue,
-    path: String,
-}
-
-impl Target {
-    fn parse(base: &str) -> anyhow::Result<Self> {
-        let uri: http::Uri = base.parse()?;
-        if uri.scheme_str() != Some("http") {
-            anyhow::bail!("--endpoint must be an http:// URL (got {base:?})");
-        }
-        let Some(auth) = uri.authority() else {
-            anyhow::bail!("--endpoint has no host:port (got {base:?})");
-        };
-        let host = format!("{}:{}", auth.host(), auth.port_u16().unwrap_or(80));
-        Ok(Target {
-            host,
-            authority: http::HeaderValue::from_str(auth.as_str())?,
-            path: format!("{}/v1/metrics", uri.path().trim_end_matches('/')),
-        })
-    }
-}
-
 /// The request target and body of each payload in `agents`.
 fn requests(target: &Target, payloads: &Payloads, agents: &[usize]) -> Vec<(http::Uri, Bytes)> {
     agents
         .iter()
         .filter_map(|&a| {
             let (cluster, body) = payloads.bodies.get(a)?;
-            let uri = format!("{}?cluster_id={cluster}", target.path)
-                .parse()
-                .ok()?;
-            Some((uri, body.clone()))
+            Some((target.uri_for(cluster)?, body.clone()))
         })
         .collect()
 }
-
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// One push: `Ok((2xx, threshold headers present))`, or the error that ended the
 /// connection.
@@ -324,23 +293,10 @@ async fn push(
     sender: &mut Sender,
     target: &Target,
     (uri, body): &(http::Uri, Bytes),
-    ct: &'static str,
-) -> Result<(bool, bool), hyper::Error> {
-    let mut req = http::Request::new(Full::new(body.clone()));
-    *req.method_mut() = http::Method::POST;
-    *req.uri_mut() = uri.clone();
-    let h = req.headers_mut();
-    h.insert(http::header::HOST, target.authority.clone());
-    h.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(ct),
-    );
-    sender.ready().await?;
-    let resp = sender.send_request(req).await?;
-    let headers = resp.headers().contains_key("x-ingero-threshold");
-    let ok = resp.status().is_success();
-    resp.into_body().collect().await?;
-    Ok((ok, headers))
+    enc: Encoding,
+) -> Result<(bool, bool), PushError> {
+    let a = testkit::push::push(sender, target, uri, body.clone(), enc).await?;
+    Ok((a.ok(), a.threshold.is_some()))
 }
 
 /// One connection pushing back to back until `stop`, cycling through the payloads
@@ -351,7 +307,7 @@ async fn closed_loop(
     conns: usize,
     target: Target,
     payloads: Arc<Payloads>,
-    ct: &'static str,
+    ct: Encoding,
     stop: Arc<AtomicBool>,
 ) -> Tally {
     let n = payloads.bodies.len().max(1);
@@ -405,7 +361,7 @@ async fn paced_loop(
     (w, conns): (usize, usize),
     target: Target,
     payloads: Arc<Payloads>,
-    ct: &'static str,
+    ct: Encoding,
     (t0, interval, end): (Instant, Duration, Instant),
     stop: Arc<AtomicBool>,
 ) -> Tally {
@@ -454,13 +410,4 @@ async fn paced_loop(
         }
     }
     t
-}
-
-async fn connect(host: &str) -> anyhow::Result<Sender> {
-    let stream = tokio::net::TcpStream::connect(host).await?;
-    stream.set_nodelay(true)?;
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    Ok(sender)
 }

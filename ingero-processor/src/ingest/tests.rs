@@ -17,6 +17,7 @@ fn limits(max_clusters: u32, max_nodes: u32, max_total: u32) -> IngestLimits {
         max_clusters,
         max_nodes_per_cluster: max_nodes,
         max_nodes_total: max_total,
+        reserved_nodes_per_cluster: 0,
     }
 }
 
@@ -370,6 +371,39 @@ fn caps_refuse_points_with_partial_success_and_count_them() {
     );
     assert_eq!(ing.counters().dropped(DropReason::CapNodesTotal), 1);
     assert_eq!(ing.budget().used(), 2);
+}
+
+#[test]
+fn one_cluster_filling_the_shared_pool_leaves_every_cluster_its_reserve() {
+    // 4 clusters x 2 reserved = 8 of 12; a shared pool of 4.
+    let mut l = limits(4, 10, 12);
+    l.reserved_nodes_per_cluster = 2;
+    let ing = Ingest::new(l);
+    let mut out = ProcessOutcome::default();
+    // A noisy cluster takes its reserve and the whole pool: 6 nodes, the 7th refused.
+    for i in 0..7 {
+        ing.resource(
+            &active("noisy", &format!("n{i}"), 0.9),
+            &ctx(None, T0),
+            &mut out,
+        );
+    }
+    assert_eq!(out.rejected_points, 1);
+    assert_eq!(
+        out.message.as_deref(),
+        Some("node cap reached (limits.max_nodes_total = 12)")
+    );
+    // Every other cluster still gets its two reserved nodes, and no more.
+    for cl in ["a", "b", "c"] {
+        let mut out = ProcessOutcome::default();
+        for n in ["x", "y", "z"] {
+            ing.resource(&active(cl, n, 0.9), &ctx(None, T0), &mut out);
+        }
+        assert_eq!(out.rejected_points, 1, "cluster {cl}");
+        assert_eq!(stored(&ing, cl).len(), 2);
+    }
+    assert_eq!(ing.budget().used(), 12);
+    assert_eq!(ing.counters().dropped(DropReason::CapNodesTotal), 4);
 }
 
 #[test]

@@ -49,17 +49,8 @@ pub const NOISE_ALPHA: f64 = 0.05;
 const MEAN_ABS_DEV_TO_SIGMA: f64 = 1.2533;
 
 /// Which rule classifies (`health.classifier`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Rule {
     #[default]

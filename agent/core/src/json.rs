@@ -193,23 +193,23 @@ pub fn encode(req: &ExportMetricsServiceRequest) -> Result<Vec<u8>, serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::payload::{CgroupSeries, HealthContext, health_request, straggler_request};
     use crate::health::core::StragglerEmission;
     use crate::health::mode::DetectionMode;
     use crate::health::state::NodeState;
+    use crate::payload::{CgroupSeries, HealthContext, health_request, straggler_request};
     use component::Timestamp;
 
     /// Golden file: the exact bytes of a health push with every optional part present.
     #[test]
     fn health_push_json_matches_golden() {
-        let id = crate::fleet::payload::tests::identity();
+        let id = crate::payload::tests::identity();
         let cg = [CgroupSeries {
             cgroup_path_hash: "0123456789abcdef".into(),
             kernel_launches: 12,
             cpu_stall_nanos: 34,
             memcpy_bytes: vec![("h2d", 56)],
         }];
-        let gpu = crate::fleet::payload::GpuInfo {
+        let gpu = crate::payload::GpuInfo {
             model: "NVIDIA H100 80GB HBM3".into(),
             count: 8,
         };
@@ -220,11 +220,7 @@ mod tests {
             per_cgroup: &cg,
             now: Timestamp::from_nanos(1_779_185_472_000_000_001),
         };
-        let req = health_request(
-            &crate::fleet::payload::tests::report(NodeState::Active),
-            &ctx,
-        )
-        .unwrap();
+        let req = health_request(&crate::payload::tests::report(NodeState::Active), &ctx).unwrap();
         let got = String::from_utf8(encode(&req).unwrap()).unwrap();
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -247,7 +243,7 @@ mod tests {
             mode: DetectionMode::Fleet,
             dominant_signal: "unknown",
         };
-        let mut id = crate::fleet::payload::tests::identity();
+        let mut id = crate::payload::tests::identity();
         id.world_size = 0;
         let req = straggler_request(&id, &e, "9b2c", Timestamp::from_secs(1));
         let v: serde_json::Value = serde_json::from_slice(&encode(&req).unwrap()).unwrap();

@@ -1,0 +1,569 @@
+//! The payload screen of the ingest path: what every decoded export goes through before
+//! auth checks its clusters and before any pipeline sees it.
+//!
+//! - **One cluster identity per resource** ([`component::cluster_identity`]): a resource
+//!   whose cluster-id attributes conflict, are not strings or break the id rule is dropped
+//!   with all its points; agreeing duplicates and aliases collapse to one
+//!   `ingero.cluster.id`; a point naming another cluster than its resource is dropped.
+//!
+//! - **Sizes** ([`PayloadLimits`], `receivers.otlp.limits`): a resource with an over-long
+//!   attribute key or value, or more attributes than a series may have, is dropped with its
+//!   points; so is a metric with an over-long name, unit or description; a point whose
+//!   attributes are too long or too many (with its resource's) is dropped; a resource
+//!   with more metrics than `max_metrics_per_resource` is dropped whole.
+//!
+//! - **Node ids**: a resource whose `ingero.node.id` is not a string or breaks the id rule
+//!   (`component::cluster_id::validate_node_id`: no control, line-break or invisible
+//!   format characters, at most 256 bytes) is dropped with its points.
+//!
+//! Dropped points are counted by reason and answered with OTLP partial success; the rest
+//! of the batch goes on. Traces and logs carry no partial success here: a resource whose
+//! cluster identity is refused refuses the whole request (400 / `INVALID_ARGUMENT`).
+
+use component::cluster_id::validate_node_id;
+use component::cluster_identity;
+use component::middleware::{Refusal, RefusalCode};
+use component::otlp::{
+    AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind, get_str,
+};
+use component::wire::resource::{CLUSTER_ID, NODE_ID};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use crate::config::model::PayloadLimits;
+
+/// What the screen dropped from one export.
+#[derive(Debug, Default)]
+pub struct Screened {
+    /// Data points dropped.
+    pub dropped: u64,
+    /// Per reason (telemetry label), points dropped.
+    pub by_reason: Vec<(&'static str, u64)>,
+    /// The first refusal, for the partial-success message.
+    pub first: Option<String>,
+}
+
+impl Screened {
+    fn drop(&mut self, reason: &'static str, n: u64, why: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        self.dropped += n;
+        match self.by_reason.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, c)) => *c += n,
+            None => self.by_reason.push((reason, n)),
+        }
+        if self.first.is_none() {
+            self.first = Some(why());
+        }
+    }
+
+    /// The partial-success message: how many points the receiver refused and the first
+    /// reason (`None` when nothing was dropped).
+    pub fn message(&self) -> Option<String> {
+        let first = self.first.as_deref()?;
+        Some(format!(
+            "{} data point(s) refused by the receiver; first: {first}",
+            self.dropped
+        ))
+    }
+}
+
+/// The points of one metric, of whatever kind.
+fn point_count(m: &Metric) -> u64 {
+    (match &m.data {
+        Some(MetricKind::Gauge(g)) => g.data_points.len(),
+        Some(MetricKind::Sum(s)) => s.data_points.len(),
+        Some(MetricKind::Histogram(h)) => h.data_points.len(),
+        Some(MetricKind::ExponentialHistogram(h)) => h.data_points.len(),
+        Some(MetricKind::Summary(s)) => s.data_points.len(),
+        None => 0,
+    }) as u64
+}
+
+/// Keep the points of `m` for which `keep` (given the point's attributes) is true; returns
+/// how many were removed.
+fn retain_points(m: &mut Metric, keep: &mut dyn FnMut(&mut Vec<KeyValue>) -> bool) -> u64 {
+    macro_rules! retain {
+        ($points:expr) => {{
+            let before = $points.len();
+            $points.retain_mut(|p| keep(&mut p.attributes));
+            (before - $points.len()) as u64
+        }};
+    }
+    match &mut m.data {
+        Some(MetricKind::Gauge(g)) => retain!(g.data_points),
+        Some(MetricKind::Sum(s)) => retain!(s.data_points),
+        Some(MetricKind::Histogram(h)) => retain!(h.data_points),
+        Some(MetricKind::ExponentialHistogram(h)) => retain!(h.data_points),
+        Some(MetricKind::Summary(s)) => retain!(s.data_points),
+        None => 0,
+    }
+}
+
+/// Why a part of an export is over a [`PayloadLimits`] limit: the reason label and the
+/// client message (which quotes at most the first 64 bytes of a key, never a value).
+fn size_error(reason: &'static str, what: String) -> (&'static str, String) {
+    (reason, what)
+}
+
+/// A key as quoted in a message: at most its first 64 bytes.
+fn short(key: &str) -> &str {
+    let mut end = key.len().min(64);
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    &key[..end]
+}
+
+/// Size of an attribute value as the limit counts it, stopping once past `max`.
+fn value_size(v: Option<&AnyValue>, max: usize) -> usize {
+    let Some(kind) = v.and_then(|v| v.value.as_ref()) else {
+        return 0;
+    };
+    match kind {
+        AnyValueKind::StringValue(s) => s.len(),
+        AnyValueKind::BytesValue(b) => b.len(),
+        AnyValueKind::ArrayValue(a) => {
+            let mut n = 0usize;
+            for v in &a.values {
+                n = n.saturating_add(value_size(Some(v), max));
+                if n > max {
+                    break;
+                }
+            }
+            n
+        }
+        AnyValueKind::KvlistValue(l) => {
+            let mut n = 0usize;
+            for kv in &l.values {
+                n = n
+                    .saturating_add(kv.key.len())
+                    .saturating_add(value_size(kv.value.as_ref(), max));
+                if n > max {
+                    break;
+                }
+            }
+            n
+        }
+        _ => 8,
+    }
+}
+
+/// Check one attribute list (`inherited`: attributes the series already has from its
+/// resource).
+fn check_attrs(
+    attrs: &[KeyValue],
+    inherited: usize,
+    l: &PayloadLimits,
+) -> Result<(), (&'static str, String)> {
+    if attrs.len().saturating_add(inherited) > l.max_attributes_per_series {
+        return Err(size_error(
+            "too_many_attributes",
+            format!(
+                "{} attributes, more than limits.max_attributes_per_series = {}",
+                attrs.len() + inherited,
+                l.max_attributes_per_series
+            ),
+        ));
+    }
+    for kv in attrs {
+        if kv.key.len() > l.max_attribute_key_bytes {
+            return Err(size_error(
+                "attribute_key_too_long",
+                format!(
+                    "attribute key {:?}... is {} bytes, more than limits.max_attribute_key_bytes = {}",
+                    short(&kv.key),
+                    kv.key.len(),
+                    l.max_attribute_key_bytes
+                ),
+            ));
+        }
+        let n = value_size(kv.value.as_ref(), l.max_attribute_value_bytes);
+        if n > l.max_attribute_value_bytes {
+            return Err(size_error(
+                "attribute_value_too_long",
+                format!(
+                    "attribute {:?}: value over limits.max_attribute_value_bytes = {}",
+                    short(&kv.key),
+                    l.max_attribute_value_bytes
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Check a metric's name, unit and description.
+fn check_metric(m: &Metric, l: &PayloadLimits) -> Result<(), (&'static str, String)> {
+    if m.name.len() > l.max_metric_name_bytes {
+        return Err(size_error(
+            "metric_name_too_long",
+            format!(
+                "metric name {:?}... is {} bytes, more than limits.max_metric_name_bytes = {}",
+                short(&m.name),
+                m.name.len(),
+                l.max_metric_name_bytes
+            ),
+        ));
+    }
+    if m.unit.len() > l.max_metric_unit_bytes {
+        return Err(size_error(
+            "metric_unit_too_long",
+            format!(
+                "metric {:?}: unit is {} bytes, more than limits.max_metric_unit_bytes = {}",
+                short(&m.name),
+                m.unit.len(),
+                l.max_metric_unit_bytes
+            ),
+        ));
+    }
+    if m.description.len() > l.max_metric_description_bytes {
+        return Err(size_error(
+            "metric_description_too_long",
+            format!(
+                "metric {:?}: description is {} bytes, more than \
+                 limits.max_metric_description_bytes = {}",
+                short(&m.name),
+                m.description.len(),
+                l.max_metric_description_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Screen a metrics export in place. `request_cluster` is the cluster the request names
+/// (query, header or metadata): the identity of resources that name none.
+pub fn metrics(
+    req: &mut ExportMetricsServiceRequest,
+    request_cluster: Option<&str>,
+    limits: &PayloadLimits,
+) -> Screened {
+    let mut out = Screened::default();
+    let mut index = 0usize;
+    req.resource_metrics.retain_mut(|rm| {
+        let i = index;
+        index += 1;
+        let resource_points = |rm: &component::ResourceMetrics| -> u64 {
+            rm.scope_metrics
+                .iter()
+                .flat_map(|sm| &sm.metrics)
+                .map(point_count)
+                .sum()
+        };
+        let attrs = component::otlp::resource_attrs(rm);
+        if let Err((reason, why)) = check_attrs(attrs, 0, limits) {
+            out.drop(reason, resource_points(rm), || {
+                format!("resource {i}: {why}")
+            });
+            return false;
+        }
+        let metrics: usize = rm.scope_metrics.iter().map(|sm| sm.metrics.len()).sum();
+        if metrics > limits.max_metrics_per_resource {
+            out.drop("too_many_metrics", resource_points(rm), || {
+                format!(
+                    "resource {i}: {metrics} metrics, more than \
+                     limits.max_metrics_per_resource = {}",
+                    limits.max_metrics_per_resource
+                )
+            });
+            return false;
+        }
+        if let Some(r) = rm.resource.as_mut()
+            && let Err(e) = cluster_identity::settle_resource(&mut r.attributes)
+        {
+            out.drop(e.reason(), resource_points(rm), || {
+                format!("resource {i}: {e}")
+            });
+            return false;
+        }
+        if let Some(node) = component::otlp::find(component::otlp::resource_attrs(rm), NODE_ID)
+            && let Err(why) = match node {
+                AnyValueKind::StringValue(n) => validate_node_id(n),
+                _ => Err("node id is not a string"),
+            }
+        {
+            out.drop("node_id_invalid", resource_points(rm), || {
+                format!("resource {i}: {NODE_ID} refused: {why}")
+            });
+            return false;
+        }
+        let inherited = component::otlp::resource_attrs(rm).len();
+        let cluster = rm
+            .resource
+            .as_ref()
+            .and_then(|r| get_str(&r.attributes, CLUSTER_ID))
+            .or(request_cluster);
+        for sm in &mut rm.scope_metrics {
+            sm.metrics.retain_mut(|m| {
+                if let Err((reason, why)) = check_metric(m, limits) {
+                    out.drop(reason, point_count(m), || format!("resource {i}: {why}"));
+                    return false;
+                }
+                let mut first: Option<(&'static str, String)> = None;
+                let mut per_reason: Vec<(&'static str, u64)> = Vec::new();
+                retain_points(m, &mut |attrs| {
+                    let verdict = check_attrs(attrs, inherited, limits).and_then(|()| {
+                        cluster_identity::settle_point(attrs, cluster)
+                            .map_err(|e| (e.reason(), format!("data point attribute: {e}")))
+                    });
+                    match verdict {
+                        Ok(()) => true,
+                        Err((reason, why)) => {
+                            match per_reason.iter_mut().find(|(r, _)| *r == reason) {
+                                Some((_, n)) => *n += 1,
+                                None => per_reason.push((reason, 1)),
+                            }
+                            first.get_or_insert((reason, why));
+                            false
+                        }
+                    }
+                });
+                let name = short(&m.name);
+                for (reason, n) in per_reason {
+                    out.drop(reason, n, || {
+                        let why = first.as_ref().map(|f| f.1.as_str()).unwrap_or_default();
+                        format!("resource {i}, metric {name:?}: {why}")
+                    });
+                }
+                true
+            });
+        }
+        true
+    });
+    out
+}
+
+/// Check the resources of a traces or logs export: `Err` (the whole request is refused)
+/// when one's cluster identity is refused. Nothing is changed.
+pub fn resources<'a>(
+    mut resources: impl Iterator<Item = Option<&'a Resource>>,
+) -> Result<(), Refusal> {
+    resources.try_for_each(|r| {
+        let Some(r) = r else { return Ok(()) };
+        cluster_identity::resource_cluster(&r.attributes)
+            .map(|_| ())
+            .map_err(|e| Refusal::new(RefusalCode::InvalidArgument, e.reason(), e.to_string()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::otlp::{gauge_f64, kv_i64, kv_str, point_f64, resource_metrics};
+
+    fn push(resource: Vec<KeyValue>, points: Vec<Vec<KeyValue>>) -> component::ResourceMetrics {
+        let points = points.into_iter().map(|a| point_f64(a, 1, 0.5)).collect();
+        resource_metrics(
+            resource,
+            "ingero.health",
+            vec![gauge_f64("ingero.node.health_score", "1", points)],
+        )
+    }
+
+    #[test]
+    fn conflicting_resources_are_dropped_and_the_rest_kept() {
+        let good = push(
+            vec![kv_str(CLUSTER_ID, "a"), kv_str("ingero.node.id", "n1")],
+            vec![vec![], vec![]],
+        );
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                good.clone(),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(CLUSTER_ID, "b")],
+                    vec![vec![], vec![], vec![]],
+                ),
+                push(vec![kv_i64(CLUSTER_ID, 7)], vec![vec![]]),
+            ],
+        };
+        let s = metrics(&mut req, Some("a"), &PayloadLimits::default());
+        assert_eq!(s.dropped, 4);
+        assert_eq!(
+            s.by_reason,
+            [("cluster_id_conflict", 3), ("cluster_id_not_string", 1)]
+        );
+        assert_eq!(req.resource_metrics, [good]);
+        let msg = s.message().unwrap();
+        assert!(msg.starts_with("4 data point(s) refused"), "{msg}");
+        assert!(msg.contains("resource 1"), "{msg}");
+    }
+
+    #[test]
+    fn points_naming_another_cluster_are_dropped() {
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![push(
+                vec![kv_str("ingero_cluster_id", "a")],
+                vec![
+                    vec![kv_str("ingero.cluster.id", "b")],
+                    vec![kv_str("ingero.cluster.id", "a")],
+                    vec![],
+                ],
+            )],
+        };
+        let s = metrics(&mut req, None, &PayloadLimits::default());
+        assert_eq!(s.by_reason, [("cluster_id_conflict", 1)]);
+        let rm = &req.resource_metrics[0];
+        // The alias became the one canonical attribute.
+        assert_eq!(
+            get_str(&rm.resource.as_ref().unwrap().attributes, CLUSTER_ID),
+            Some("a")
+        );
+        let pts = component::otlp::number_points(&rm.scope_metrics[0].metrics[0]);
+        assert_eq!(pts.len(), 2);
+        assert!(pts.iter().all(|p| p.attributes.is_empty()));
+    }
+
+    #[test]
+    fn a_resource_without_cluster_takes_the_request_cluster_for_its_points() {
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![push(
+                vec![],
+                vec![vec![kv_str(CLUSTER_ID, "a")], vec![kv_str(CLUSTER_ID, "b")]],
+            )],
+        };
+        let s = metrics(&mut req, Some("a"), &PayloadLimits::default());
+        assert_eq!(s.dropped, 1);
+        let mut req2 = ExportMetricsServiceRequest {
+            resource_metrics: vec![push(vec![], vec![vec![kv_str(CLUSTER_ID, "a")]])],
+        };
+        assert_eq!(
+            metrics(&mut req2, None, &PayloadLimits::default()).dropped,
+            1
+        );
+    }
+
+    #[test]
+    fn over_limit_parts_are_dropped_at_their_level() {
+        let l = PayloadLimits::default();
+        let huge = "v".repeat(l.max_attribute_value_bytes + 1);
+        let mut long_name = push(vec![kv_str(CLUSTER_ID, "a")], vec![vec![], vec![]]);
+        long_name.scope_metrics[0].metrics[0].name = "m".repeat(l.max_metric_name_bytes + 1);
+        let mut long_unit = push(vec![kv_str(CLUSTER_ID, "a")], vec![vec![]]);
+        long_unit.scope_metrics[0].metrics[0].unit = "u".repeat(64);
+        let many: Vec<KeyValue> = (0..l.max_attributes_per_series)
+            .map(|k| kv_str(&format!("k{k}"), "v"))
+            .collect();
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                // Resource value too long: the resource's 3 points.
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str("note", &huge)],
+                    vec![vec![], vec![], vec![]],
+                ),
+                long_name,
+                long_unit,
+                // Point-level: one key too long, one point with too many attributes (the
+                // resource's one plus 64), one fine.
+                push(
+                    vec![kv_str(CLUSTER_ID, "a")],
+                    vec![vec![kv_str(&"k".repeat(257), "v")], many, vec![]],
+                ),
+            ],
+        };
+        let s = metrics(&mut req, None, &l);
+        assert_eq!(
+            s.by_reason,
+            [
+                ("attribute_value_too_long", 3),
+                ("metric_name_too_long", 2),
+                ("metric_unit_too_long", 1),
+                ("attribute_key_too_long", 1),
+                ("too_many_attributes", 1),
+            ]
+        );
+        assert_eq!(s.dropped, 8);
+        assert_eq!(component::otlp::count_points(&req.resource_metrics), 1);
+        let msg = s.message().unwrap();
+        assert!(msg.contains("max_attribute_value_bytes = 4096"), "{msg}");
+        assert!(msg.len() < 300, "the message must not quote values: {msg}");
+    }
+
+    #[test]
+    fn a_resource_with_too_many_metrics_is_dropped_whole() {
+        let l = PayloadLimits {
+            max_metrics_per_resource: 16,
+            ..PayloadLimits::default()
+        };
+        let mut rm = push(vec![kv_str(CLUSTER_ID, "a")], vec![vec![]]);
+        let m = rm.scope_metrics[0].metrics[0].clone();
+        rm.scope_metrics[0].metrics = vec![m; 17];
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![rm],
+        };
+        let s = metrics(&mut req, None, &l);
+        assert_eq!(s.by_reason, [("too_many_metrics", 17)]);
+        assert!(req.resource_metrics.is_empty());
+    }
+
+    #[test]
+    fn nested_values_count_their_members() {
+        let l = PayloadLimits::default();
+        let member = AnyValue {
+            value: Some(AnyValueKind::StringValue("x".repeat(1000))),
+        };
+        let array = |n: usize| KeyValue {
+            key: "arr".into(),
+            value: Some(AnyValue {
+                value: Some(AnyValueKind::ArrayValue(
+                    opentelemetry_proto::tonic::common::v1::ArrayValue {
+                        values: vec![member.clone(); n],
+                    },
+                )),
+            }),
+            ..Default::default()
+        };
+        assert!(check_attrs(&[array(4)], 0, &l).is_ok());
+        assert_eq!(
+            check_attrs(&[array(5)], 0, &l).unwrap_err().0,
+            "attribute_value_too_long"
+        );
+    }
+
+    #[test]
+    fn look_alike_and_control_node_ids_are_dropped() {
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1\u{202E}")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n\r1")],
+                    vec![vec![]],
+                ),
+                push(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_i64(NODE_ID, 1)],
+                    vec![vec![]],
+                ),
+                push(vec![kv_str(CLUSTER_ID, "a\u{200B}")], vec![vec![]]),
+            ],
+        };
+        let s = metrics(&mut req, None, &PayloadLimits::default());
+        assert_eq!(
+            s.by_reason,
+            [("node_id_invalid", 3), ("cluster_id_invalid", 1)]
+        );
+        assert_eq!(req.resource_metrics.len(), 1);
+    }
+
+    #[test]
+    fn traces_with_a_conflicting_resource_are_refused() {
+        let ok = Resource {
+            attributes: vec![kv_str(CLUSTER_ID, "a")],
+            ..Default::default()
+        };
+        let bad = Resource {
+            attributes: vec![kv_str(CLUSTER_ID, "a"), kv_str("ingero_cluster_id", "b")],
+            ..Default::default()
+        };
+        assert!(resources([Some(&ok), None].into_iter()).is_ok());
+        let r = resources([Some(&ok), Some(&bad)].into_iter()).unwrap_err();
+        assert_eq!(r.code, RefusalCode::InvalidArgument);
+        assert_eq!(r.reason, "cluster_id_conflict");
+    }
+}

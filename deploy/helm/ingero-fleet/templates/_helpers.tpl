@@ -1,0 +1,94 @@
+{{- define "ingero-fleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ingero-fleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "ingero-fleet.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "ingero-fleet.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "ingero-fleet.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ingero-fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ingero
+{{- end }}
+
+{{/* Selector of the Fleet pods (not the front end's). */}}
+{{- define "ingero-fleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ingero-fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: collector
+{{- end }}
+
+{{- define "ingero-fleet.frontEndSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "ingero-fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: front-end
+{{- end }}
+
+{{- define "ingero-fleet.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "ingero-fleet.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{- define "ingero-fleet.authSecret" -}}
+{{- default (printf "%s-auth" (include "ingero-fleet.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{/* The headless Service naming the sharded replicas. */}}
+{{- define "ingero-fleet.headless" -}}
+{{- printf "%s-replicas" (include "ingero-fleet.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Checks the values that cannot be expressed in a schema; fails the render otherwise. */}}
+{{- define "ingero-fleet.validate" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (or (not .Values.tls.cert) (not .Values.tls.key)) }}
+{{- fail "tls.enabled needs tls.existingSecret, or tls.cert and tls.key" }}
+{{- end }}
+{{- if and .Values.tls.enabled .Values.tls.requireClientCert (not .Values.tls.existingSecret) (not .Values.tls.clientCA) }}
+{{- fail "tls.requireClientCert needs tls.clientCA (or an existingSecret with ca.crt); set tls.requireClientCert=false for server-only TLS" }}
+{{- end }}
+{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) (not .Values.auth.tokensFile) }}
+{{- fail "auth.enabled needs auth.tokensFile (or auth.existingSecret with tokens.yaml)" }}
+{{- end }}
+{{- if not (regexMatch "^[0-9]+s$" (toString .Values.shutdownTimeout)) }}
+{{- fail "shutdownTimeout must be whole seconds, e.g. 10s (the pod's grace period is derived from it)" }}
+{{- end }}
+{{- if and .Values.sharding.enabled (lt (int .Values.sharding.replicas) 2) }}
+{{- fail "sharding.replicas must be at least 2 (one replica needs no front end: set sharding.enabled=false)" }}
+{{- end }}
+{{- end }}
+
+{{/* The second config file: TLS and auth blocks merged over `config`. */}}
+{{- define "ingero-fleet.overlay" -}}
+{{- $overlay := dict }}
+{{- if .Values.tls.enabled }}
+{{- $tls := dict "cert_file" "/etc/ingero/tls/tls.crt" "key_file" "/etc/ingero/tls/tls.key" "reload_interval" .Values.tls.reloadInterval }}
+{{- $agentTls := deepCopy $tls }}
+{{- if .Values.tls.requireClientCert }}
+{{- $_ := set $agentTls "client_ca_file" "/etc/ingero/tls/ca.crt" }}
+{{- end }}
+{{- $_ := set $overlay "receivers" (dict "otlp" (dict "protocols" (dict "grpc" (dict "tls" $agentTls) "http" (dict "tls" $agentTls)))) }}
+{{- $_ := set $overlay "extensions" (dict "ingero_threshold" (dict "tls" $agentTls)) }}
+{{- $_ := set $overlay "exporters" (dict "prometheus" (dict "tls" $tls)) }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+{{- $a := dict "auth" (dict "authenticator" "ingero_auth") }}
+{{- $recv := dict "otlp" (dict "protocols" (dict "grpc" $a "http" $a)) }}
+{{- $_ := set $overlay "receivers" (mergeOverwrite (default dict $overlay.receivers) $recv) }}
+{{- $ext := default dict $overlay.extensions }}
+{{- $_ := set $ext "ingero_threshold" (mergeOverwrite (default dict $ext.ingero_threshold) $a) }}
+{{- $_ := set $ext "ingero_auth" (dict "tokens_file" "/etc/ingero/auth/tokens.yaml" "audit_log" "stderr") }}
+{{- $_ := set $overlay "extensions" $ext }}
+{{- $svcExt := prepend (without .Values.config.service.extensions "ingero_auth") "ingero_auth" }}
+{{- $_ := set $overlay "service" (dict "extensions" $svcExt) }}
+{{- end }}
+{{- toYaml $overlay }}
+{{- end }}

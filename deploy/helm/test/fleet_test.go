@@ -1,0 +1,197 @@
+package helmtest
+
+import (
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const fleet = "ingero-fleet"
+
+func TestFleetDefaults(t *testing.T) {
+	objs := render(t, fleet, nil, nil)
+	for _, absent := range []string{"StatefulSet", "Ingress", "ServiceMonitor", "Secret"} {
+		if len(objs[absent]) != 0 {
+			t.Errorf("defaults render a %s: %v", absent, names(objs))
+		}
+	}
+	d := get[appsv1.Deployment](t, objs, "Deployment", fleet)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		t.Errorf("replicas %v, want 1 without sharding", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	checkRestricted(t, "fleet", pod)
+	if u := pod.SecurityContext.RunAsUser; u == nil || *u != 65532 {
+		t.Errorf("runAsUser %v, want the image's 65532", u)
+	}
+	if pod.Containers[0].ReadinessProbe == nil || pod.Containers[0].ReadinessProbe.HTTPGet.Port.StrVal != "health" {
+		t.Errorf("no readiness probe on the health_check port")
+	}
+	svc := get[corev1.Service](t, objs, "Service", fleet)
+	ports := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		ports[p.Name] = p.Port
+	}
+	for name, port := range map[string]int32{"otlp-grpc": 4317, "otlp-http": 4318, "threshold": 8080, "metrics": 8889, "telemetry": 8888} {
+		if ports[name] != port {
+			t.Errorf("Service port %s = %d, want %d", name, ports[name], port)
+		}
+	}
+	checkDefaultDenyEgress(t, get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", fleet))
+	pdb := get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", fleet)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntVal != 1 {
+		t.Errorf("PDB maxUnavailable %v", pdb.Spec.MaxUnavailable)
+	}
+	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
+	if strings.TrimSpace(cm.Data["overlay.yaml"]) != "{}" {
+		t.Errorf("defaults have an overlay: %q", cm.Data["overlay.yaml"])
+	}
+	validateFleetConfig(t, cm, d.Spec.Template.Spec.Containers[0].Args[4:])
+}
+
+func TestFleetProduction(t *testing.T) {
+	objs := render(t, fleet, []string{"ci/production-values.yaml"}, nil)
+	if len(objs["Deployment"]) != 1 { // only the front end
+		t.Errorf("Deployments: %v", names(objs))
+	}
+	ss := get[appsv1.StatefulSet](t, objs, "StatefulSet", fleet)
+	if *ss.Spec.Replicas != 3 || ss.Spec.ServiceName != fleet+"-replicas" {
+		t.Errorf("StatefulSet replicas %d service %q", *ss.Spec.Replicas, ss.Spec.ServiceName)
+	}
+	pod := ss.Spec.Template.Spec
+	checkRestricted(t, "fleet", pod)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g != 40 {
+		t.Errorf("grace period %v, want shutdownTimeout 20s + 20", g)
+	}
+	args := containerArgs(pod)
+	for _, want := range []string{"--shutdown-timeout 20s", "--set service.telemetry.logs.level=warn"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if ef := pod.Containers[0].EnvFrom; len(ef) != 1 || ef[0].SecretRef.Name != fleet+"-auth-tokens" {
+		t.Errorf("token env from %v", ef)
+	}
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && (v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o400) {
+			t.Errorf("secret volume %s mode %v, want 0400", v.Name, v.Secret.DefaultMode)
+		}
+	}
+
+	headless := get[corev1.Service](t, objs, "Service", fleet+"-replicas")
+	if headless.Spec.ClusterIP != "None" || !headless.Spec.PublishNotReadyAddresses {
+		t.Errorf("headless Service: clusterIP %q publishNotReady %v", headless.Spec.ClusterIP, headless.Spec.PublishNotReadyAddresses)
+	}
+	front := get[corev1.Service](t, objs, "Service", fleet)
+	if front.Spec.Selector["app.kubernetes.io/component"] != "front-end" {
+		t.Errorf("the agents' Service selects %v, not the front end", front.Spec.Selector)
+	}
+	fe := get[appsv1.Deployment](t, objs, "Deployment", fleet+"-front-end")
+	checkRestricted(t, "front end", fe.Spec.Template.Spec)
+	conf := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet+"-front-end").Data["nginx.conf"]
+	if !strings.Contains(conf, "hash $arg_cluster_id consistent;") {
+		t.Errorf("nginx.conf has no consistent hash on cluster_id:\n%s", conf)
+	}
+	for i := 0; i < 3; i++ {
+		for _, want := range []string{
+			"server unix:/run/nginx/ingero-fleet-" + string(rune('0'+i)) + ".sock",
+			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:8080;",
+			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:4318;",
+		} {
+			if !strings.Contains(conf, want) {
+				t.Errorf("nginx.conf lacks %q", want)
+			}
+		}
+	}
+	if strings.Contains(conf, "ingero-fleet-3") {
+		t.Errorf("nginx.conf names a fourth replica")
+	}
+
+	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", fleet)
+	checkDefaultDenyEgress(t, np)
+	from := np.Spec.Ingress[0].From
+	if len(from) != 3 || from[2].PodSelector.MatchLabels["app.kubernetes.io/component"] != "front-end" {
+		t.Errorf("Fleet ingress from %v: want the two namespaces and the front end", from)
+	}
+	fenp := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", fleet+"-front-end")
+	if len(fenp.Spec.Egress) != 2 || fenp.Spec.Egress[0].To[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "collector" {
+		t.Errorf("front end egress %v: want the replicas and DNS only", fenp.Spec.Egress)
+	}
+
+	ing := get[networkingv1.Ingress](t, objs, "Ingress", fleet)
+	paths := map[string]string{}
+	for _, p := range ing.Spec.Rules[0].HTTP.Paths {
+		paths[p.Path] = p.Backend.Service.Port.Name
+	}
+	if paths["/v1/"] != "otlp-http" || paths["/api/v1/threshold"] != "threshold" || len(ing.Spec.TLS) != 1 {
+		t.Errorf("Ingress paths %v tls %v", paths, ing.Spec.TLS)
+	}
+	sm := get[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor", fleet)
+	if len(sm.Spec.Endpoints) != 2 || sm.Spec.Endpoints[0].Scheme == nil || *sm.Spec.Endpoints[0].Scheme != "https" {
+		t.Errorf("ServiceMonitor endpoints %+v", sm.Spec.Endpoints)
+	}
+	if sm.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "collector" {
+		t.Errorf("ServiceMonitor selects %v: want the per-replica Service", sm.Spec.Selector.MatchLabels)
+	}
+	if len(objs["PodDisruptionBudget"]) != 2 {
+		t.Errorf("want PDBs for the replicas and the front end: %v", names(objs))
+	}
+
+	// The overlay: TLS (mTLS on the agent listeners) and auth on the receivers and API.
+	var overlay map[string]any
+	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["overlay.yaml"]), &overlay); err != nil {
+		t.Fatal(err)
+	}
+	js := string(mustJSON(t, overlay))
+	for _, want := range []string{
+		`"client_ca_file":"/etc/ingero/tls/ca.crt"`, `"authenticator":"ingero_auth"`,
+		`"tokens_file":"/etc/ingero/auth/tokens.yaml"`, `"extensions":["ingero_auth","ingero_threshold","health_check"]`,
+		`"reload_interval":"1m"`,
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("overlay lacks %s: %s", want, js)
+		}
+	}
+	tokens := get[corev1.Secret](t, objs, "Secret", fleet+"-auth")
+	var list []map[string]any
+	if err := yaml.UnmarshalStrict(tokens.Data["tokens.yaml"], &list); err != nil || len(list) != 2 {
+		t.Errorf("tokens.yaml: %v %v", err, list)
+	}
+}
+
+func TestFleetInlineTLSMakesTheSecret(t *testing.T) {
+	objs := render(t, fleet, nil, map[string]any{"tls": map[string]any{
+		"enabled": true, "cert": "CERT PEM", "key": "KEY PEM", "clientCA": "CA PEM"}})
+	s := get[corev1.Secret](t, objs, "Secret", fleet+"-tls")
+	if s.Type != corev1.SecretTypeTLS || string(s.Data["tls.crt"]) != "CERT PEM" || string(s.Data["ca.crt"]) != "CA PEM" {
+		t.Errorf("TLS Secret %v %v", s.Type, s.Data)
+	}
+}
+
+func TestFleetRefusals(t *testing.T) {
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": true}}, "tls.enabled needs")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": true, "cert": "c", "key": "k"}}, "tls.requireClientCert needs tls.clientCA")
+	renderFails(t, fleet, map[string]any{"auth": map[string]any{"enabled": true}}, "auth.enabled needs")
+	renderFails(t, fleet, map[string]any{"sharding": map[string]any{"enabled": true, "replicas": 1}}, "sharding.replicas must be at least 2")
+	renderFails(t, fleet, map[string]any{"shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}

@@ -1,0 +1,422 @@
+//! The fixed set of scenarios behind `docs/detection-quality.md`, run in process on the
+//! simulated clock ([`crate::run`]), and the Markdown they produce.
+//!
+//! Noise everywhere unless a row says otherwise ("standard noise"): Gaussian sigma 1 % of
+//! the score per node-tick, a per-node bias of sigma 0.3 %, and a 0.5 % chance per
+//! node-tick of a one-tick dip of 2 to 5 %. 10 s pushes, the agent's default 30-sample
+//! warm-up, Fleet's default config.
+
+use std::fmt::Write as _;
+
+use crate::record::{Report, median_p95};
+use crate::run::run_in_process;
+use crate::scenario::Scenario;
+
+/// The standard noise block.
+const NOISE: &str = r#"
+[noise]
+model = "gaussian"
+sigma = 0.01
+bias_sigma = 0.003
+dip_probability = 0.005
+dip_depth = [0.02, 0.05]
+"#;
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// Seeds per time-to-detect row.
+    pub seeds: u64,
+    /// Straggler episodes per seed.
+    pub episodes: usize,
+    /// Healthy node-ticks the false-positive rows aim at.
+    pub fp_node_ticks: u64,
+    /// Nodes of the large-cluster row.
+    pub large_nodes: usize,
+}
+
+impl Size {
+    /// The published run.
+    pub const FULL: Size = Size {
+        seeds: 3,
+        episodes: 12,
+        fp_node_ticks: 1_000_000,
+        large_nodes: 10_000,
+    };
+    /// The test's short run.
+    pub const SHORT: Size = Size {
+        seeds: 1,
+        episodes: 3,
+        fp_node_ticks: 20_000,
+        large_nodes: 512,
+    };
+}
+
+/// A scenario of `episodes` straggler episodes on distinct nodes of a `nodes`-node cluster:
+/// each drops by `drop` for 3 minutes, one every 6 minutes after a 10-minute warm-up, at
+/// a different second of the push interval each time.
+pub fn episodes_scenario(nodes: usize, drop: f64, episodes: usize, seed: u64) -> Scenario {
+    let mut t = format!(
+        "name = \"drop-{pct}-n{nodes}-s{seed}\"\nseed = {seed}\nduration = \"{dur}s\"\n\
+         push_interval = \"10s\"\n{NOISE}\n[[cohort]]\nname = \"train\"\nnodes = {nodes}\n",
+        pct = (drop * 100.0).round(),
+        dur = 610 + 360 * episodes,
+    );
+    for e in 0..episodes {
+        let node = (e * 37 + seed as usize * 11) % nodes;
+        // Onsets fall at different points of the push interval (not on Fleet's tick).
+        let onset = 600 + 360 * e + (e * 3 + seed as usize) % 10;
+        let _ = write!(
+            t,
+            "\n[[straggler]]\nnodes = [{node}]\ndrop = {drop}\nonset = \"{onset}s\"\nrecover = \"{}s\"\n",
+            onset + 180
+        );
+    }
+    parse(&t)
+}
+
+/// `nodes` healthy nodes for `node_ticks / nodes` push intervals, with `noise`.
+pub fn healthy_scenario(
+    name: &str,
+    nodes: usize,
+    node_ticks: u64,
+    noise: &str,
+    seed: u64,
+) -> Scenario {
+    let ticks = node_ticks.div_ceil(nodes as u64) + 1;
+    parse(&format!(
+        "name = \"{name}\"\nseed = {seed}\nduration = \"{}s\"\npush_interval = \"10s\"\n{noise}\n\
+         [[cohort]]\nname = \"train\"\nnodes = {nodes}\n",
+        ticks * 10
+    ))
+}
+
+/// A fraction of the cluster drops 15 % at once, at 10 minutes, for 10 minutes.
+pub fn breakdown_scenario(fraction: f64, seed: u64) -> Scenario {
+    parse(&format!(
+        "name = \"breakdown-{}\"\nseed = {seed}\nduration = \"20m\"\npush_interval = \"10s\"\n{NOISE}\n\
+         [[cohort]]\nname = \"train\"\nnodes = 64\n\n[[straggler]]\nfraction = {fraction}\n\
+         drop = 0.15\nonset = \"10m\"\n",
+        (fraction * 100.0).round()
+    ))
+}
+
+fn parse(text: &str) -> Scenario {
+    match Scenario::from_toml(text) {
+        Ok(s) => s,
+        // The texts above are fixed; a failure here is a bug in this file.
+        Err(e) => panic!("quality scenario does not parse: {e}\n{text}"),
+    }
+}
+
+/// A bundled scenario by name.
+pub fn bundled(name: &str) -> Scenario {
+    parse(crate::scenario::bundled(name).unwrap_or(""))
+}
+
+/// The second NCCL case of the seeds: rank 41 of a 64-rank all-reduce 80 ms behind on
+/// every collective.
+pub fn nccl_chronic() -> Scenario {
+    parse(
+        r#"
+name = "nccl-chronic"
+seed = 7
+duration = "10m"
+push_interval = "10s"
+[noise]
+sigma = 0.01
+[[cohort]]
+name = "train"
+nodes = 64
+[nccl]
+ranks = 64
+step = "1s"
+jitter_ms = 2.0
+[[nccl.late]]
+rank = 41
+lag_ms = 80.0
+every = 1
+onset = "2m"
+"#,
+    )
+}
+
+fn run(s: &Scenario) -> Result<Report, String> {
+    run_in_process(s, |_| {})
+}
+
+fn secs(v: Option<(f64, f64)>) -> String {
+    match v {
+        Some((m, p)) => format!("{m:.0} s / {p:.0} s"),
+        None => "none detected".into(),
+    }
+}
+
+/// Detections and misses of a set of runs: `(fleet times, agent times, episodes)`.
+fn ttd(reports: &[Report]) -> (Vec<f64>, Vec<f64>, usize) {
+    let mut fleet = Vec::new();
+    let mut agent = Vec::new();
+    let mut n = 0;
+    for r in reports {
+        for e in &r.episodes {
+            n += 1;
+            fleet.extend(e.fleet_detect_s);
+            agent.extend(e.agent_detect_s);
+        }
+    }
+    (fleet, agent, n)
+}
+
+fn fp_cells(r: &Report) -> String {
+    format!(
+        "{} | {} / {:.2} | {} / {:.2}",
+        r.fleet.healthy_node_ticks,
+        r.fleet.false_positive_node_ticks,
+        r.fleet.per_million(),
+        r.agent.false_positive_node_ticks,
+        r.agent.per_million(),
+    )
+}
+
+/// Everything the published table needs, measured.
+#[derive(Debug, Default)]
+pub struct Quality {
+    pub markdown: String,
+    /// Rows that missed a goal, in words.
+    pub missed: Vec<String>,
+}
+
+/// Run the fixed set and render it.
+pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, String> {
+    let mut q = Quality::default();
+    let md = &mut q.markdown;
+
+    // 1. Time to detect by drop.
+    let _ = writeln!(
+        md,
+        "### Time to detect, 64 nodes, 10 s pushes (in process, simulated clock)\n\n\
+         {} seeds x {} episodes per row; each episode drops one node for 3 minutes. Times are \
+         from the onset to the first Fleet tick (Fleet) or agent tick (agent) that flags the \
+         node; median / p95 over the detected episodes. Goal for 15 %: one push interval plus \
+         one tick (20 s).\n\n\
+         | drop | Fleet: detected | Fleet: median / p95 | agent: detected | agent: median / p95 | Fleet false-positive node-ticks (healthy node-ticks) |\n\
+         |---|---|---|---|---|---|",
+        size.seeds, size.episodes
+    );
+    for drop in [0.05, 0.10, 0.15, 0.30] {
+        progress(&format!("time to detect: {:.0} % drop", drop * 100.0));
+        let reports = (1..=size.seeds)
+            .map(|seed| run(&episodes_scenario(64, drop, size.episodes, seed)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (f, a, n) = ttd(&reports);
+        let fp: u64 = reports
+            .iter()
+            .map(|r| r.fleet.false_positive_node_ticks)
+            .sum();
+        let healthy: u64 = reports.iter().map(|r| r.fleet.healthy_node_ticks).sum();
+        let _ = writeln!(
+            md,
+            "| {:.0} % | {}/{n} | {} | {}/{n} | {} | {fp} ({healthy}) |",
+            drop * 100.0,
+            f.len(),
+            secs(median_p95(&f)),
+            a.len(),
+            secs(median_p95(&a)),
+        );
+        if drop == 0.15 {
+            let within = median_p95(&f).is_some_and(|(_, p95)| p95 <= 20.0) && f.len() == n;
+            if !within {
+                q.missed.push(format!(
+                    "15 % drop: Fleet p95 {} over {}/{n} detected, goal 20 s for all",
+                    secs(median_p95(&f)),
+                    f.len()
+                ));
+            }
+        }
+    }
+
+    // 2. False positives.
+    let _ = writeln!(
+        md,
+        "\n### False positives, healthy nodes only (in process, simulated clock)\n\n\
+         | noise | nodes | healthy node-ticks (Fleet) | Fleet: FP node-ticks / per million | agent: FP node-ticks / per million |\n\
+         |---|---|---|---|---|"
+    );
+    let heavy = "[noise]\nmodel = \"student_t\"\ndf = 3.0\nsigma = 0.007\nbias_sigma = 0.003\n\
+                 dip_probability = 0.005\ndip_depth = [0.02, 0.05]\n";
+    let warm = format!("{NOISE}warmup = \"5m\"\nwarmup_depth = 0.05\n");
+    for (label, noise, seed) in [
+        ("standard, 5 % warm-up ramp over 5 min", warm.as_str(), 11),
+        (
+            "heavy tails: Student-t df 3, scale 0.7 %, bias, dips",
+            heavy,
+            12,
+        ),
+    ] {
+        progress(&format!("false positives: {label}"));
+        let r = run(&healthy_scenario(
+            "healthy",
+            64,
+            size.fp_node_ticks,
+            noise,
+            seed,
+        ))?;
+        let _ = writeln!(md, "| {label} | 64 | {} |", fp_cells(&r));
+        if r.fleet.false_positive_node_ticks > 0 || r.agent.false_positive_node_ticks > 0 {
+            q.missed.push(format!(
+                "false positives with {label}: goal 0 in {}",
+                r.fleet.healthy_node_ticks
+            ));
+        }
+    }
+
+    // 3. Breakdown point.
+    let _ = writeln!(
+        md,
+        "\n### Breakdown point: a share of 64 nodes drops 15 % at once (in process)\n\n\
+         \"Correct\": every straggler flagged by Fleet within 10 minutes and no healthy node \
+         flagged. Panic ticks: Fleet ticks the cluster spent in panic mode.\n\n\
+         | stragglers | Fleet flagged | Fleet: median / p95 | healthy nodes flagged (node-ticks) | panic ticks | agent flagged | correct |\n\
+         |---|---|---|---|---|---|---|"
+    );
+    let mut broke_at = None;
+    for fraction in [0.10, 0.20, 0.30, 0.40, 0.45, 0.49] {
+        progress(&format!("breakdown: {:.0} %", fraction * 100.0));
+        let r = run(&breakdown_scenario(fraction, 21))?;
+        let (f, _, n) = ttd(std::slice::from_ref(&r));
+        let correct = f.len() == n && r.fleet.false_positive_node_ticks == 0;
+        if !correct && broke_at.is_none() {
+            broke_at = Some(fraction);
+        }
+        let _ = writeln!(
+            md,
+            "| {n} ({:.0} %) | {}/{n} | {} | {} | {} | {}/{n} | {} |",
+            fraction * 100.0,
+            f.len(),
+            secs(median_p95(&f)),
+            r.fleet.false_positive_node_ticks,
+            r.panic_ticks,
+            r.agent_detected(),
+            if correct { "yes" } else { "no" },
+        );
+    }
+    if let Some(f) = broke_at {
+        q.missed.push(format!(
+            "breakdown: not correct from {:.0} % stragglers (goal: 49 %)",
+            f * 100.0
+        ));
+    }
+
+    // 4. Large cluster.
+    let big = size.large_nodes;
+    progress(&format!("{big} nodes"));
+    let r = run(&episodes_scenario(big, 0.15, 5, 31))?;
+    let (f, a, n) = ttd(std::slice::from_ref(&r));
+    let _ = writeln!(
+        md,
+        "\n### {big} nodes, 15 % drop, 5 episodes (in process)\n\n\
+         | Fleet: detected | Fleet: median / p95 | agent: detected | agent: median / p95 | healthy node-ticks | Fleet: FP / per million | agent: FP / per million |\n\
+         |---|---|---|---|---|---|---|\n\
+         | {}/{n} | {} | {}/{n} | {} | {} |",
+        f.len(),
+        secs(median_p95(&f)),
+        a.len(),
+        secs(median_p95(&a)),
+        fp_cells(&r),
+    );
+    if f.len() < n || r.fleet.false_positive_node_ticks > 0 {
+        q.missed.push(format!(
+            "{big} nodes: {}/{n} detected, {} FP node-ticks",
+            f.len(),
+            r.fleet.false_positive_node_ticks
+        ));
+    }
+
+    // 5. Panic, churn and restart.
+    let _ = writeln!(
+        md,
+        "\n### Systemic slowdown, churn, Fleet restart (bundled scenarios, in process)\n\n\
+         Node-ticks inside the slowdown (and one grace of 5 push intervals after it) are \
+         counted apart: Fleet holds its threshold in panic mode and by design flags the nodes \
+         below it; the agents classify against that held threshold too.\n\n\
+         | scenario | what happens | stragglers detected (Fleet / agent) | Fleet: FP node-ticks / per million | agent: FP node-ticks / per million | panic ticks | flagged during the slowdown: Fleet / agent (of node-ticks) |\n\
+         |---|---|---|---|---|---|---|"
+    );
+    for name in ["panic", "churn-restart"] {
+        progress(name);
+        let s = bundled(name);
+        let r = run(&s)?;
+        let n = r.episodes.len();
+        let _ = writeln!(
+            md,
+            "| `{name}` | {} | {}/{n} / {}/{n} | {} / {:.2} | {} / {:.2} | {} | {} / {} ({}) |",
+            s.description,
+            r.fleet_detected(),
+            r.agent_detected(),
+            r.fleet.false_positive_node_ticks,
+            r.fleet.per_million(),
+            r.agent.false_positive_node_ticks,
+            r.agent.per_million(),
+            r.panic_ticks,
+            r.fleet.slowdown_flagged_node_ticks,
+            r.agent.slowdown_flagged_node_ticks,
+            r.fleet.slowdown_node_ticks,
+        );
+        if r.fleet.false_positive_node_ticks > 0 || r.fleet_detected() < n {
+            q.missed.push(format!(
+                "{name}: {} FP node-ticks, {}/{n} detected",
+                r.fleet.false_positive_node_ticks,
+                r.fleet_detected()
+            ));
+        }
+    }
+
+    // 6. NCCL.
+    let _ = writeln!(
+        md,
+        "\n### NCCL late ranks (in process)\n\n\
+         Goal: the late rank named, its lag within 10 % of the injected one, no other rank named.\n\n\
+         | case | injected | named after | reported lag | period found | lag within 10 % | other ranks named |\n\
+         |---|---|---|---|---|---|---|"
+    );
+    for (label, s) in [
+        (
+            "chronic (seeds: rank 41 of 64, 80 ms, every collective)",
+            nccl_chronic(),
+        ),
+        (
+            "periodic (seeds: rank 5 of 8, 290 ms, every 14 steps)",
+            bundled("nccl"),
+        ),
+    ] {
+        progress(label);
+        let r = run(&s)?;
+        for x in &r.nccl {
+            let _ = writeln!(
+                md,
+                "| {label} | rank {} {:.0} ms every {} | {} | {} | {} | {} | {} |",
+                x.rank,
+                x.injected_lag_ms,
+                x.injected_every,
+                x.named_after_s
+                    .map_or("not named".into(), |t| format!("{t:.0} s")),
+                x.reported_lag_ms
+                    .map_or("-".into(), |l| format!("{l:.1} ms")),
+                x.reported_period_steps
+                    .map_or("-".into(), |p| format!("{p} steps")),
+                if x.lag_within_10_percent { "yes" } else { "no" },
+                if r.nccl_wrongly_named.is_empty() {
+                    "none".into()
+                } else {
+                    format!("{:?}", r.nccl_wrongly_named)
+                },
+            );
+            let period_ok =
+                x.injected_every == 1 || x.reported_period_steps == Some(x.injected_every);
+            if !x.lag_within_10_percent || !period_ok || !r.nccl_wrongly_named.is_empty() {
+                q.missed.push(format!("NCCL {label}: not named correctly"));
+            }
+        }
+    }
+    Ok(q)
+}
