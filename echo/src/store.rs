@@ -80,6 +80,8 @@ pub enum StoreError {
     Query(#[from] duckdb::Error),
     #[error("cannot start the writer thread: {0}")]
     Thread(std::io::Error),
+    #[error("the store is shut down")]
+    Closed,
 }
 
 /// The store's counters (exported as `ingero_echo_*`).
@@ -115,9 +117,12 @@ pub struct Store {
     tx: Mutex<Option<SyncSender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
-    base: Mutex<Connection>,
-    // Dropped last: the database is closed before the lock is released.
-    _lock: DirLock,
+    /// `None` once shut down.
+    base: Mutex<Option<Connection>>,
+    /// Released by [`Store::shutdown`] after the writer stopped and this instance's
+    /// connections were closed, so a restart in the same process (or a new process while
+    /// this one is still exiting) can take the directory at once.
+    lock: Mutex<Option<DirLock>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -180,8 +185,8 @@ impl Store {
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(handle)),
             readers: Mutex::new(Vec::new()),
-            base: Mutex::new(conn),
-            _lock: lock,
+            base: Mutex::new(Some(conn)),
+            lock: Mutex::new(Some(lock)),
         }))
     }
 
@@ -245,7 +250,7 @@ impl Store {
     ) -> Result<T, StoreError> {
         let conn = match self.readers.lock().pop() {
             Some(c) => c,
-            None => self.base.lock().try_clone()?,
+            None => self.connection()?,
         };
         let out = f(&conn);
         let mut pool = self.readers.lock();
@@ -257,7 +262,10 @@ impl Store {
 
     /// A new connection on this instance (the SQL sandbox takes its own, for interrupts).
     pub fn connection(&self) -> Result<Connection, StoreError> {
-        Ok(self.base.lock().try_clone()?)
+        match self.base.lock().as_ref() {
+            Some(c) => Ok(c.try_clone()?),
+            None => Err(StoreError::Closed),
+        }
     }
 
     /// Stop taking batches, commit what is queued, checkpoint, stop the writer. Safe to
@@ -267,6 +275,9 @@ impl Store {
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
+        self.readers.lock().clear();
+        drop(self.base.lock().take());
+        drop(self.lock.lock().take());
     }
 }
 
