@@ -202,6 +202,12 @@ pub fn handle_text(tools: &ToolsSlot, text: &[u8], scope: &Scope) -> Option<Valu
 /// Serve MCP on stdin/stdout until stdin closes (the local user's process: every cluster).
 pub async fn serve_stdio(tools: ToolsSlot) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    // The extension starts before the exporter opens the store: a client that spawned
+    // `ingero-echo mcp` must not get "not open yet" for its first call. Read stdin only
+    // once the tools are attached (the service stops if the store cannot open).
+    while tools.get().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut out = tokio::io::stdout();
     loop {
