@@ -38,6 +38,8 @@ command -v llvm-strip >/dev/null 2>&1 || need_pkgs+=(llvm)
 # Packaging checks: Docker builds and runs the images, systemd-analyze checks the units.
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
+# ccache: see CXX below.
+command -v ccache >/dev/null 2>&1 || need_pkgs+=(ccache)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   $SUDO apt-get update -qq
@@ -49,6 +51,15 @@ if ! python3 -c 'import opentelemetry.exporter.otlp.proto.http, opentelemetry.ex
   log "installing Python OpenTelemetry SDK and OTLP exporters"
   python3 -m pip install -q --disable-pip-version-check \
     'opentelemetry-sdk>=1.27' 'opentelemetry-exporter-otlp-proto-http>=1.27' 'opentelemetry-exporter-otlp-proto-grpc>=1.27'
+fi
+
+# DuckDB's bundled C++ (ingero-echo) is compiled by its build script through cc-rs, about
+# 20 minutes on 2 cores. Cargo runs that build script again for every distinct set of
+# build-dependency fingerprints (clippy's check build, the test build, the bench build), so
+# the C++ compiler runs through ccache: the first build fills target/ccache and the later
+# ones hit it. Only CXX: cgo (go-shim) and the eBPF build keep their compilers.
+if command -v ccache >/dev/null 2>&1; then
+  export CXX="${CXX:-ccache c++}" CCACHE_DIR="${CCACHE_DIR:-$TARGET_DIR/ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-3G}"
 fi
 
 free_disk
@@ -67,6 +78,13 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 # The live cluster view in a real browser: Debian's Chromium driven by playwright-core from
 # npm (pinned, no browser download), both installed by the script; screenshots under
 # target/tmp/view-browser/ (the test prints their paths).
+# Fleet -> Echo through a real MCP client (Python `mcp`, pinned, in target/echo-mcp-venv):
+# six synthetic agents, one slow; find_outlier_nodes over streamable HTTP, then over stdio
+# after a restart on the same data directory.
+log "Fleet -> Echo end to end with the Python MCP client (scripts/echo-e2e.sh)"
+scripts/echo-e2e.sh > "$TARGET_DIR/echo-e2e.json" || { cat "$TARGET_DIR/echo-e2e.json"; exit 1; }
+tail -n 1 "$TARGET_DIR/echo-e2e.json"
+
 log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
 scripts/view-browser-deps.sh
 cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture

@@ -1,0 +1,186 @@
+//! The `echo` exporter: OTLP batches into the DuckDB store. A batch's delivery is pending
+//! until the writer committed it (the receiver answers only then); a full queue answers
+//! 503 / `UNAVAILABLE` with the configured retry delay.
+
+use std::sync::{Arc, OnceLock};
+
+use collector_host::pipeline::{Delivery, Exporter, Unavailable};
+use collector_host::registry::ExporterFactory;
+use component::factory::{Kind, Metadata};
+use component::{
+    ComponentId, ConfigErrors, ConfigValue, Host, MetricFamily, ProcessOutcome, ResourceMetrics,
+    Stability, StartError,
+};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use crate::config::StoreConfig;
+use crate::extension::EchoApi;
+use crate::rows;
+use crate::store::{Store, now_ns};
+
+pub static METADATA: Metadata = Metadata {
+    kind: Kind::Exporter,
+    type_name: crate::EXPORTER_TYPE,
+    aliases: &[],
+    stability: [
+        Some(Stability::Alpha),
+        Some(Stability::Alpha),
+        Some(Stability::Alpha),
+    ],
+    module: "echo/src/exporter.rs",
+    singleton: false,
+    host_tls: false,
+};
+
+/// Builds `echo` exporters.
+#[derive(Debug)]
+pub struct EchoExporterFactory;
+
+pub static EXPORTER_FACTORY: EchoExporterFactory = EchoExporterFactory;
+
+impl ExporterFactory for EchoExporterFactory {
+    fn metadata(&self) -> &'static Metadata {
+        &METADATA
+    }
+
+    fn create(
+        &self,
+        id: &ComponentId,
+        cfg: &ConfigValue,
+    ) -> Result<Arc<dyn Exporter>, ConfigErrors> {
+        let cfg: StoreConfig = component::config::decode(cfg)?;
+        Ok(Arc::new(EchoExporter {
+            id: id.to_string(),
+            cfg,
+            store: OnceLock::new(),
+        }))
+    }
+}
+
+/// One `echo` exporter: its store opens at start.
+#[derive(Debug)]
+pub struct EchoExporter {
+    id: String,
+    cfg: StoreConfig,
+    store: OnceLock<Arc<Store>>,
+}
+
+impl EchoExporter {
+    fn deliver(&self, rows: impl FnOnce() -> rows::Rows) -> Delivery {
+        match self.store.get() {
+            Some(s) => s.submit(rows()),
+            None => Delivery::Unavailable(Unavailable {
+                message: "the echo store is not open".into(),
+                retry_after: self.cfg.retry_after,
+            }),
+        }
+    }
+}
+
+impl Exporter for EchoExporter {
+    fn consume_metrics(&self, data: &[ResourceMetrics]) {
+        let _ = self.deliver_metrics(data);
+    }
+
+    fn deliver_metrics(&self, data: &[ResourceMetrics]) -> (ProcessOutcome, Delivery) {
+        (
+            ProcessOutcome::default(),
+            self.deliver(|| rows::from_metrics(data, None, now_ns())),
+        )
+    }
+
+    fn deliver_traces(&self, data: &ExportTraceServiceRequest) -> Delivery {
+        self.deliver(|| rows::from_traces(data, None, now_ns()))
+    }
+
+    fn deliver_logs(&self, data: &ExportLogsServiceRequest) -> Delivery {
+        self.deliver(|| rows::from_logs(data, None, now_ns()))
+    }
+
+    fn start(&self, host: &dyn Host) -> Result<(), StartError> {
+        let store = match self.store.get() {
+            Some(s) => s.clone(),
+            None => {
+                let s =
+                    Store::open(self.cfg.clone()).map_err(|e| StartError::Other(e.to_string()))?;
+                let _ = self.store.set(s.clone());
+                s
+            }
+        };
+        // The API listeners that serve this exporter's store.
+        for (_, ext) in host.extensions() {
+            if let Some(api) = ext.as_any().and_then(|a| a.downcast::<EchoApi>().ok())
+                && api.exporter_id() == self.id
+            {
+                api.attach(store.clone())
+                    .map_err(|e| StartError::Other(format!("cannot serve the store: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn telemetry(&self, out: &mut Vec<MetricFamily>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(s) = self.store.get() else { return };
+        let st = &s.stats;
+        let l = [("exporter", self.id.as_str())];
+        let c =
+            |name: &str, help: &str, v: u64| MetricFamily::counter(name, help).with(&l, v as f64);
+        out.push(c(
+            "ingero_echo_batches_committed_total",
+            "Batches committed (each acknowledged after its commit).",
+            st.batches_committed.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_rows_committed_total",
+            "Rows committed, all tables.",
+            st.rows_committed.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_commits_total",
+            "Write transactions committed (several batches each).",
+            st.commits.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_commit_failures_total",
+            "Write transactions that failed (their batches answered unavailable).",
+            st.commit_failures.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_refused_full_total",
+            "Batches answered 503 / UNAVAILABLE because the writer queue was full.",
+            st.refused_full.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_retention_deleted_rows_total",
+            "Rows deleted by retention (age or size).",
+            st.retention_deleted_rows.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_retention_failures_total",
+            "Retention checks that failed.",
+            st.retention_failures.load(Relaxed),
+        ));
+        out.push(
+            MetricFamily::gauge(
+                "ingero_echo_pending_batches",
+                "Batches queued for the writer.",
+            )
+            .with(&l, st.pending.load(Relaxed).max(0) as f64),
+        );
+        out.push(
+            MetricFamily::gauge(
+                "ingero_echo_database_used_bytes",
+                "Database bytes in use at the last retention check.",
+            )
+            .with(&l, st.used_bytes.load(Relaxed) as f64),
+        );
+    }
+
+    fn shutdown(&self) {
+        if let Some(s) = self.store.get() {
+            s.shutdown();
+        }
+    }
+}

@@ -1,0 +1,781 @@
+//! The query tools, the same set on the HTTP API and over MCP: input structs, the SQL
+//! behind each, and the JSON they answer. Every tool takes the caller's [`Scope`]: a
+//! cluster outside it answers exactly as an unknown cluster, listings leave it out, and
+//! `run_analysis` (arbitrary SQL) needs a token scoped to every cluster.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use duckdb::types::ValueRef;
+use duckdb::{Connection, params_from_iter};
+use provider_processor::provider::ProviderAliases;
+use provider_processor::rates::RateTable;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::QueryConfig;
+use crate::sandbox::{SandboxError, SqlSandbox};
+use crate::store::{Store, now_ns};
+
+pub const SUMMARY: &str = "fleet.cluster.summary";
+pub const EVENT_HISTORY: &str = "fleet.cluster.event_history";
+pub const FIND_OUTLIER_NODES: &str = "fleet.cluster.find_outlier_nodes";
+pub const NCCL: &str = "fleet.cluster.nccl";
+pub const GET_COST: &str = "fleet.cluster.get_cost";
+pub const RUN_ANALYSIS: &str = "fleet.cluster.run_analysis";
+pub const NCCL_TRACE: &str = "fleet.cluster.nccl_trace";
+pub const HISTORY: &str = "fleet.cluster.history";
+
+/// Every tool, in listing order.
+pub const TOOLS: [&str; 8] = [
+    SUMMARY,
+    EVENT_HISTORY,
+    FIND_OUTLIER_NODES,
+    NCCL,
+    GET_COST,
+    RUN_ANALYSIS,
+    NCCL_TRACE,
+    HISTORY,
+];
+
+/// The longest window a tool accepts.
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// Which clusters a caller may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Clusters(Vec<String>),
+}
+
+impl Scope {
+    pub fn allows(&self, cluster: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Clusters(c) => c.iter().any(|x| x == cluster),
+        }
+    }
+
+    pub fn is_all(&self) -> bool {
+        matches!(self, Scope::All)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ToolError {
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    #[error("invalid arguments: {0}")]
+    BadArgs(String),
+    #[error("unknown cluster {0:?}")]
+    UnknownCluster(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Sandbox(SandboxError),
+    #[error("store error: {0}")]
+    Store(String),
+}
+
+impl ToolError {
+    /// The HTTP status of the error.
+    pub fn status(&self) -> u16 {
+        match self {
+            ToolError::UnknownTool(_) | ToolError::UnknownCluster(_) => 404,
+            ToolError::BadArgs(_) => 400,
+            ToolError::Forbidden(_) => 403,
+            ToolError::Sandbox(SandboxError::Timeout(_)) => 408,
+            ToolError::Sandbox(SandboxError::Refused(_)) => 400,
+            ToolError::Sandbox(SandboxError::Failed(_)) => 422,
+            ToolError::Store(_) => 500,
+        }
+    }
+}
+
+impl From<duckdb::Error> for ToolError {
+    fn from(e: duckdb::Error) -> Self {
+        ToolError::Store(e.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for ToolError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ToolError::Store(e.to_string())
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SummaryArgs {
+    cluster_id: Option<String>,
+    window: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterArgs {
+    cluster_id: String,
+    window: Option<String>,
+    node_id: Option<String>,
+    op_type: Option<String>,
+    limit: Option<usize>,
+    step: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnalysisArgs {
+    sql: String,
+    max_rows: Option<usize>,
+}
+
+/// A DuckDB value as JSON (numbers as numbers; exotic types as their text).
+pub fn value_json(v: ValueRef<'_>) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Boolean(b) => json!(b),
+        ValueRef::TinyInt(i) => json!(i),
+        ValueRef::SmallInt(i) => json!(i),
+        ValueRef::Int(i) => json!(i),
+        ValueRef::BigInt(i) => json!(i),
+        ValueRef::HugeInt(i) => {
+            i64::try_from(i).map_or_else(|_| json!(i.to_string()), |i| json!(i))
+        }
+        ValueRef::UTinyInt(i) => json!(i),
+        ValueRef::USmallInt(i) => json!(i),
+        ValueRef::UInt(i) => json!(i),
+        ValueRef::UBigInt(i) => json!(i),
+        ValueRef::Float(f) => {
+            serde_json::Number::from_f64(f64::from(f)).map_or(Value::Null, Value::Number)
+        }
+        ValueRef::Double(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::String(hex::encode(b)),
+        other => Value::String(format!("{other:?}")),
+    }
+}
+
+fn f64_json(v: Option<f64>) -> Value {
+    v.and_then(serde_json::Number::from_f64)
+        .map_or(Value::Null, Value::Number)
+}
+
+/// Every tool of one store.
+pub struct Tools {
+    store: Arc<Store>,
+    sandbox: SqlSandbox,
+    cfg: QueryConfig,
+    rates: Option<RateTable>,
+}
+
+impl std::fmt::Debug for Tools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools").field("store", &self.store).finish()
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, ToolError> {
+    let args = if args.is_null() { json!({}) } else { args };
+    serde_json::from_value(args).map_err(|e| ToolError::BadArgs(e.to_string()))
+}
+
+impl Tools {
+    pub fn new(store: Arc<Store>, cfg: QueryConfig) -> Result<Tools, String> {
+        let rates = match RateTable::builtin(&ProviderAliases::builtin()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "the built-in GPU rate table did not load; get_cost uses no rates");
+                None
+            }
+        };
+        Ok(Tools {
+            store,
+            sandbox: SqlSandbox::new()?,
+            cfg,
+            rates,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Run a tool by name with JSON arguments for a caller that sees `scope`.
+    pub fn call(&self, name: &str, args: Value, scope: &Scope) -> Result<Value, ToolError> {
+        match name {
+            SUMMARY => {
+                let a: SummaryArgs = parse(args)?;
+                let w = self.window(a.window.as_deref())?;
+                if let Some(c) = &a.cluster_id {
+                    self.check_cluster(c, scope)?;
+                }
+                self.summary(a.cluster_id.as_deref(), w, scope)
+            }
+            RUN_ANALYSIS => {
+                let a: AnalysisArgs = parse(args)?;
+                if !scope.is_all() {
+                    return Err(ToolError::Forbidden(
+                        "run_analysis needs a token scoped to every cluster (\"*\"); scoped tokens use the other tools".into(),
+                    ));
+                }
+                let max = a
+                    .max_rows
+                    .unwrap_or(self.cfg.max_rows)
+                    .min(self.cfg.max_rows);
+                let r = self
+                    .sandbox
+                    .run(&self.store, &a.sql, max, self.cfg.timeout)
+                    .map_err(ToolError::Sandbox)?;
+                Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated}))
+            }
+            EVENT_HISTORY | FIND_OUTLIER_NODES | NCCL | GET_COST | NCCL_TRACE | HISTORY => {
+                let a: ClusterArgs = parse(args)?;
+                let w = self.window(a.window.as_deref())?;
+                self.check_cluster(&a.cluster_id, scope)?;
+                let limit = a.limit.unwrap_or(self.cfg.max_rows).min(self.cfg.max_rows);
+                match name {
+                    EVENT_HISTORY => {
+                        self.event_history(&a.cluster_id, w, a.node_id.as_deref(), limit)
+                    }
+                    FIND_OUTLIER_NODES => self.find_outlier_nodes(&a.cluster_id, w, limit),
+                    NCCL => self.nccl(&a.cluster_id, w, a.op_type.as_deref()),
+                    GET_COST => self.get_cost(&a.cluster_id, w),
+                    NCCL_TRACE => self.nccl_trace(&a.cluster_id, w, limit),
+                    _ => {
+                        let step = match a.step.as_deref() {
+                            None => (w / 60).max(Duration::from_secs(1)),
+                            Some(s) => component::config::parse_duration(s)
+                                .map_err(|e| ToolError::BadArgs(format!("step: {e}")))?,
+                        };
+                        if step.is_zero() {
+                            return Err(ToolError::BadArgs("step: must be > 0".into()));
+                        }
+                        self.history(&a.cluster_id, w, step)
+                    }
+                }
+            }
+            other => Err(ToolError::UnknownTool(other.to_string())),
+        }
+    }
+
+    fn window(&self, w: Option<&str>) -> Result<Duration, ToolError> {
+        let d = match w {
+            None => self.cfg.default_window,
+            Some(s) => component::config::parse_duration(s)
+                .map_err(|e| ToolError::BadArgs(format!("window: {e}")))?,
+        };
+        if d.is_zero() || d > MAX_WINDOW {
+            return Err(ToolError::BadArgs(
+                "window: must be > 0 and at most 366 days".into(),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// A cluster outside the scope answers exactly as one the store never saw.
+    fn check_cluster(&self, cluster: &str, scope: &Scope) -> Result<(), ToolError> {
+        if !scope.allows(cluster) || !self.known_clusters()?.contains(cluster) {
+            return Err(ToolError::UnknownCluster(cluster.to_string()));
+        }
+        Ok(())
+    }
+
+    fn known_clusters(&self) -> Result<HashSet<String>, ToolError> {
+        Ok(self.store.with_reader(|c| {
+            let mut st = c.prepare(
+                "SELECT DISTINCT cluster_id FROM health_scores WHERE cluster_id IS NOT NULL \
+                 UNION SELECT DISTINCT cluster_id FROM points WHERE cluster_id IS NOT NULL",
+            )?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+            rows.collect::<Result<HashSet<_>, _>>()
+        })?)
+    }
+
+    fn since(w: Duration) -> i64 {
+        now_ns().saturating_sub(i64::try_from(w.as_nanos()).unwrap_or(i64::MAX))
+    }
+
+    fn interval_s(&self) -> f64 {
+        self.cfg.straggler_sample_interval.as_secs_f64()
+    }
+
+    fn summary(
+        &self,
+        cluster: Option<&str>,
+        w: Duration,
+        scope: &Scope,
+    ) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let mut clusters: Vec<String> = match cluster {
+            Some(c) => vec![c.to_string()],
+            None => {
+                let mut v: Vec<String> = self
+                    .known_clusters()?
+                    .into_iter()
+                    .filter(|c| scope.allows(c))
+                    .collect();
+                v.sort();
+                v
+            }
+        };
+        clusters.truncate(self.cfg.max_rows);
+        let recent = now_ns().saturating_sub(
+            i64::try_from(self.cfg.straggler_sample_interval.as_nanos() * 3).unwrap_or(i64::MAX),
+        );
+        let mut out = Vec::new();
+        for c in &clusters {
+            let v = self.store.with_reader(|conn| {
+                let (nodes, points, avg, min, last): (i64, i64, Option<f64>, Option<f64>, Option<i64>) =
+                    conn.query_row(
+                        "SELECT count(DISTINCT node_id), count(*), avg(score)::DOUBLE, min(score)::DOUBLE, max(ts_ns) \
+                         FROM health_scores WHERE cluster_id = ? AND ts_ns >= ?",
+                        duckdb::params![c, since],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                    )?;
+                let (events, threshold): (i64, Option<f64>) = conn.query_row(
+                    "SELECT count(*) FILTER (WHERE value > 0), arg_max(threshold, ts_ns) FILTER (WHERE threshold IS NOT NULL) \
+                     FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ?",
+                    duckdb::params![c, since],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                let mut st = conn.prepare(
+                    "SELECT DISTINCT node_id FROM ( \
+                       SELECT node_id FROM fleet_stragglers WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 \
+                       UNION ALL SELECT node_id FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND value > 0) \
+                     WHERE node_id IS NOT NULL ORDER BY node_id",
+                )?;
+                let now: Vec<String> = st
+                    .query_map(duckdb::params![c, recent, c, recent], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(json!({
+                    "cluster_id": c,
+                    "nodes": nodes,
+                    "health_points": points,
+                    "avg_score": f64_json(avg),
+                    "min_score": f64_json(min),
+                    "last_seen_ns": last,
+                    "latest_threshold": f64_json(threshold),
+                    "straggler_events": events,
+                    "current_stragglers": now,
+                }))
+            })?;
+            out.push(v);
+        }
+        Ok(json!({"window_seconds": w.as_secs(), "clusters": out}))
+    }
+
+    fn event_history(
+        &self,
+        cluster: &str,
+        w: Duration,
+        node: Option<&str>,
+        limit: usize,
+    ) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let node_filter = if node.is_some() {
+            "AND node_id = ?"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT ts_ns, node_id, source, event_id, value, threshold, score, dominant_signal, detection_mode, rank FROM ( \
+               SELECT ts_ns, node_id, 'straggler_event' AS source, event_id, value, threshold, score, dominant_signal, detection_mode, rank \
+               FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? {node_filter} \
+               UNION ALL \
+               SELECT ts_ns, node_id, 'fleet_straggler', NULL, value::BIGINT, NULL, NULL, NULL, NULL, NULL \
+               FROM fleet_stragglers WHERE cluster_id = ? AND ts_ns >= ? {node_filter}) \
+             ORDER BY ts_ns DESC, node_id LIMIT ?"
+        );
+        let mut p: Vec<Box<dyn duckdb::ToSql>> =
+            vec![Box::new(cluster.to_string()), Box::new(since)];
+        if let Some(n) = node {
+            p.push(Box::new(n.to_string()));
+        }
+        p.push(Box::new(cluster.to_string()));
+        p.push(Box::new(since));
+        if let Some(n) = node {
+            p.push(Box::new(n.to_string()));
+        }
+        p.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
+        let events = self.store.with_reader(|c| rows_json(c, &sql, p))?;
+        Ok(json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events}))
+    }
+
+    fn find_outlier_nodes(
+        &self,
+        cluster: &str,
+        w: Duration,
+        limit: usize,
+    ) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let sql = "
+            WITH h AS (SELECT node_id, avg(score)::DOUBLE AS avg_score, min(score)::DOUBLE AS min_score, count(*) AS samples
+                       FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? AND node_id IS NOT NULL GROUP BY node_id),
+                 med AS (SELECT median(avg_score)::DOUBLE AS m FROM h),
+                 f AS (SELECT node_id, count(DISTINCT ts_ns) AS flagged FROM fleet_stragglers
+                       WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 AND node_id IS NOT NULL GROUP BY node_id),
+                 e AS (SELECT node_id, count(*) AS events, max(threshold - score)::DOUBLE AS depth
+                       FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 AND node_id IS NOT NULL GROUP BY node_id),
+                 n AS (SELECT node_id FROM h UNION SELECT node_id FROM f UNION SELECT node_id FROM e)
+            SELECT n.node_id, h.avg_score, h.min_score, coalesce(h.samples, 0), coalesce(f.flagged, 0),
+                   coalesce(e.events, 0), e.depth, (SELECT m FROM med)
+            FROM n LEFT JOIN h USING (node_id) LEFT JOIN f USING (node_id) LEFT JOIN e USING (node_id)";
+        type Row = (
+            String,
+            Option<f64>,
+            Option<f64>,
+            i64,
+            i64,
+            i64,
+            Option<f64>,
+            Option<f64>,
+        );
+        let rows: Vec<Row> = self.store.with_reader(|c| {
+            let mut st = c.prepare(sql)?;
+            let it = st.query_map(
+                duckdb::params![cluster, since, cluster, since, cluster, since],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )?;
+            it.collect()
+        })?;
+        let interval = self.interval_s();
+        let mut nodes: Vec<(f64, f64, Value)> = rows
+            .into_iter()
+            .map(
+                |(node, avg, min, samples, flagged, events, event_depth, median)| {
+                    let straggler_seconds = flagged.max(events) as f64 * interval;
+                    let peer_depth = match (median, avg) {
+                        (Some(m), Some(a)) => Some(m - a),
+                        _ => None,
+                    };
+                    let depth = match (peer_depth, event_depth) {
+                        (Some(a), Some(b)) => a.max(b),
+                        (a, b) => a.or(b).unwrap_or(0.0),
+                    };
+                    let v = json!({
+                        "node_id": node,
+                        "straggler_seconds": straggler_seconds,
+                        "depth": depth,
+                        "avg_score": f64_json(avg),
+                        "min_score": f64_json(min),
+                        "cluster_median_score": f64_json(median),
+                        "health_samples": samples,
+                        "fleet_straggler_samples": flagged,
+                        "straggler_events": events,
+                        "is_straggler": straggler_seconds > 0.0,
+                    });
+                    (straggler_seconds, depth, v)
+                },
+            )
+            .collect();
+        nodes.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+        nodes.truncate(limit);
+        Ok(json!({
+            "cluster_id": cluster,
+            "window_seconds": w.as_secs(),
+            "ranking": "straggler_seconds desc, then depth desc",
+            "nodes": nodes.into_iter().map(|(_, _, v)| v).collect::<Vec<_>>(),
+        }))
+    }
+
+    fn nccl(&self, cluster: &str, w: Duration, op: Option<&str>) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let op_filter = if op.is_some() { "AND op_type = ?" } else { "" };
+        let sql = format!(
+            "SELECT rank, op_type, metric, count(*), avg(value)::DOUBLE, quantile_cont(value, 0.5)::DOUBLE, \
+                    quantile_cont(value, 0.95)::DOUBLE, max(value)::DOUBLE, sum(value)::DOUBLE, \
+                    arg_max(node_id, ts_ns) \
+             FROM nccl WHERE cluster_id = ? AND ts_ns >= ? {op_filter} \
+             GROUP BY rank, op_type, metric ORDER BY rank NULLS LAST, op_type, metric"
+        );
+        let mut p: Vec<Box<dyn duckdb::ToSql>> =
+            vec![Box::new(cluster.to_string()), Box::new(since)];
+        if let Some(o) = op {
+            p.push(Box::new(o.to_string()));
+        }
+        type Row = (
+            Option<i64>,
+            Option<String>,
+            String,
+            i64,
+            f64,
+            f64,
+            f64,
+            f64,
+            f64,
+            Option<String>,
+        );
+        let rows: Vec<Row> = self.store.with_reader(|c| {
+            let mut st = c.prepare(&sql)?;
+            let it = st.query_map(params_from_iter(p.iter()), |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                ))
+            })?;
+            it.collect()
+        })?;
+        // One entry per (rank, op_type), each metric's rollup under its name.
+        type Entry = (Option<i64>, Option<String>, serde_json::Map<String, Value>);
+        let mut entries: Vec<Entry> = Vec::new();
+        for (rank, op_type, metric, count, avg, p50, p95, max, sum, node) in rows {
+            let idx = match entries
+                .iter()
+                .position(|(r, o, _)| *r == rank && *o == op_type)
+            {
+                Some(i) => i,
+                None => {
+                    let mut m = serde_json::Map::new();
+                    m.insert("rank".into(), json!(rank));
+                    m.insert("op_type".into(), json!(op_type));
+                    m.insert("node_id".into(), json!(node));
+                    entries.push((rank, op_type.clone(), m));
+                    entries.len() - 1
+                }
+            };
+            if let Some((_, _, m)) = entries.get_mut(idx) {
+                m.insert(
+                    metric.clone(),
+                    json!({"count": count, "avg": f64_json(Some(avg)), "p50": f64_json(Some(p50)),
+                           "p95": f64_json(Some(p95)), "max": f64_json(Some(max)), "sum": f64_json(Some(sum))}),
+                );
+            }
+        }
+        let mut ranks = Vec::new();
+        for (_, _, mut m) in entries {
+            let elements = m.get("bytes").and_then(|b| b["sum"].as_f64());
+            let ms = m.get("duration_ms").and_then(|d| d["sum"].as_f64());
+            let bw = match (elements, ms) {
+                (Some(e), Some(t)) if t > 0.0 => f64_json(Some(e / t)),
+                _ => Value::Null,
+            };
+            m.insert("elements_per_ms".into(), bw);
+            ranks.push(Value::Object(m));
+        }
+        let slowest = ranks
+            .iter()
+            .filter(|r| r.get("peer_lag_ms").is_some())
+            .max_by(|a, b| {
+                let x = a["peer_lag_ms"]["p50"].as_f64().unwrap_or(f64::MIN);
+                let y = b["peer_lag_ms"]["p50"].as_f64().unwrap_or(f64::MIN);
+                x.total_cmp(&y)
+            })
+            .map(|r| json!({"rank": r["rank"], "op_type": r["op_type"], "node_id": r["node_id"], "p50_peer_lag_ms": r["peer_lag_ms"]["p50"]}));
+        Ok(json!({
+            "cluster_id": cluster,
+            "window_seconds": w.as_secs(),
+            "ranks": ranks,
+            "slowest_rank": slowest,
+        }))
+    }
+
+    fn get_cost(&self, cluster: &str, w: Duration) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let sql = "
+            WITH f AS (SELECT node_id, count(DISTINCT ts_ns) AS flagged FROM fleet_stragglers
+                       WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 AND node_id IS NOT NULL GROUP BY node_id),
+                 e AS (SELECT node_id, count(*) AS events FROM straggler_events
+                       WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 AND node_id IS NOT NULL GROUP BY node_id),
+                 i AS (SELECT node_id, arg_max(provider, ts_ns) AS provider, arg_max(gpu_model, ts_ns) AS gpu_model,
+                              arg_max(gpu_count, ts_ns) AS gpu_count, arg_max(world_size, ts_ns) AS world_size
+                       FROM node_info WHERE cluster_id = ? AND node_id IS NOT NULL GROUP BY node_id),
+                 n AS (SELECT node_id FROM f UNION SELECT node_id FROM e)
+            SELECT n.node_id, coalesce(f.flagged, 0), coalesce(e.events, 0), i.provider, i.gpu_model, i.gpu_count, i.world_size
+            FROM n LEFT JOIN f USING (node_id) LEFT JOIN e USING (node_id) LEFT JOIN i USING (node_id)
+            ORDER BY n.node_id";
+        type Row = (
+            String,
+            i64,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = self.store.with_reader(|c| {
+            let mut st = c.prepare(sql)?;
+            let it = st.query_map(
+                duckdb::params![cluster, since, cluster, since, cluster],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )?;
+            it.collect()
+        })?;
+        let interval = self.interval_s();
+        let mut total = 0.0;
+        let mut nodes = Vec::new();
+        for (node, flagged, events, provider, model, gpus, world) in rows {
+            let seconds = flagged.max(events) as f64 * interval;
+            let affected = world.or(gpus).unwrap_or(1).max(1);
+            let (rate, known) = match (&self.rates, &provider, &model) {
+                (Some(t), Some(p), Some(m)) => {
+                    let l = t.lookup(p, m);
+                    (l.hourly, l.known)
+                }
+                (Some(t), _, _) => (t.fallback_rate(), false),
+                (None, _, _) => (0.0, false),
+            };
+            let cost = seconds / 3600.0 * affected as f64 * rate;
+            total += cost;
+            nodes.push(json!({
+                "node_id": node,
+                "straggler_seconds": seconds,
+                "affected_gpus": affected,
+                "provider": provider,
+                "gpu_model": model,
+                "hourly_rate_per_gpu": f64_json(Some(rate)),
+                "rate_known": known,
+                "cost": f64_json(Some(cost)),
+            }));
+        }
+        Ok(json!({
+            "cluster_id": cluster,
+            "window_seconds": w.as_secs(),
+            "currency": self.rates.as_ref().map(|r| r.currency().to_string()),
+            "formula": "straggler_seconds / 3600 * affected_gpus (world size, else the node's GPU count) * hourly rate per GPU (provider, GPU model)",
+            "total_cost": f64_json(Some(total)),
+            "nodes": nodes,
+        }))
+    }
+
+    /// Chrome trace-event JSON (Perfetto and chrome://tracing open it): one track per rank,
+    /// one slice per collective (`duration_ms`), the peer lag as a counter per rank.
+    fn nccl_trace(&self, cluster: &str, w: Duration, limit: usize) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        type Row = (
+            i64,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            String,
+            f64,
+        );
+        let rows: Vec<Row> = self.store.with_reader(|c| {
+            let mut st = c.prepare(
+                "SELECT ts_ns, rank, node_id, op_type, comm_id_hash, metric, value FROM nccl \
+                 WHERE cluster_id = ? AND ts_ns >= ? AND metric IN ('duration_ms', 'peer_lag_ms') \
+                 ORDER BY ts_ns LIMIT ?",
+            )?;
+            let it = st.query_map(
+                duckdb::params![cluster, since, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )?;
+            it.collect()
+        })?;
+        let mut events = Vec::new();
+        let mut named: HashSet<i64> = HashSet::new();
+        for (ts, rank, node, op, comm, metric, value) in rows {
+            let tid = rank.unwrap_or(-1);
+            if named.insert(tid) {
+                events.push(json!({
+                    "name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                    "args": {"name": format!("rank {tid} ({})", node.as_deref().unwrap_or("?"))}
+                }));
+            }
+            let ts_us = ts as f64 / 1000.0;
+            if metric == "duration_ms" {
+                events.push(json!({
+                    "name": op.as_deref().unwrap_or("nccl"), "cat": "nccl", "ph": "X",
+                    "ts": ts_us, "dur": value * 1000.0, "pid": 1, "tid": tid,
+                    "args": {"node_id": node, "comm_id_hash": comm}
+                }));
+            } else {
+                events.push(json!({
+                    "name": format!("peer_lag_ms rank {tid}"), "ph": "C", "ts": ts_us, "pid": 1,
+                    "args": {"peer_lag_ms": value}
+                }));
+            }
+        }
+        events.push(json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": format!("cluster {cluster}")}}));
+        Ok(json!({"traceEvents": events, "displayTimeUnit": "ms"}))
+    }
+
+    /// Scores per node and the cluster's threshold, averaged per `step`.
+    fn history(&self, cluster: &str, w: Duration, step: Duration) -> Result<Value, ToolError> {
+        let since = Self::since(w);
+        let step_ns = i64::try_from(step.as_nanos()).unwrap_or(i64::MAX).max(1);
+        let (scores, thresholds) = self.store.with_reader(|c| {
+            let scores = rows_json(
+                c,
+                "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
+                 FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id",
+                vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
+            )?;
+            let thresholds = rows_json(
+                c,
+                "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
+                 FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND threshold IS NOT NULL \
+                 GROUP BY ALL ORDER BY bucket_ns",
+                vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
+            )?;
+            Ok((scores, thresholds))
+        })?;
+        Ok(json!({
+            "cluster_id": cluster,
+            "window_seconds": w.as_secs(),
+            "step_seconds": step.as_secs_f64(),
+            "scores": scores,
+            "thresholds": thresholds,
+        }))
+    }
+}
+
+/// Rows of a query as JSON objects keyed by column name.
+fn rows_json(
+    c: &Connection,
+    sql: &str,
+    p: Vec<Box<dyn duckdb::ToSql>>,
+) -> Result<Vec<Value>, duckdb::Error> {
+    let mut st = c.prepare(sql)?;
+    let mut rows = st.query(params_from_iter(p.iter()))?;
+    let names: Vec<String> = rows.as_ref().map(|s| s.column_names()).unwrap_or_default();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mut m = serde_json::Map::new();
+        for (i, n) in names.iter().enumerate() {
+            m.insert(n.clone(), value_json(r.get_ref(i)?));
+        }
+        out.push(Value::Object(m));
+    }
+    Ok(out)
+}

@@ -1,0 +1,586 @@
+//! The DuckDB store: one database file under the data directory, one writer thread that
+//! commits queued batches (many per transaction) and acknowledges each only after the
+//! commit, retention by age and size enforced by that writer while running, and a small
+//! pool of reader connections on the same database instance (readers see every commit;
+//! a second instance opened on the file would see a stale snapshot).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use collector_host::pipeline::{Delivery, Unavailable};
+use duckdb::{Config, Connection, params};
+use parking_lot::Mutex;
+
+use crate::config::StoreConfig;
+use crate::lock::{DirLock, LockError};
+use crate::rows::Rows;
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "echo.duckdb";
+
+/// Every table, each with a `ts_ns` column (retention reads it).
+pub const TABLES: [&str; 8] = [
+    "points",
+    "health_scores",
+    "straggler_events",
+    "fleet_stragglers",
+    "nccl",
+    "node_info",
+    "spans",
+    "logs",
+];
+
+/// The schema (idempotent). Times are Unix nanoseconds (`ts_ns`); attributes and
+/// resources are JSON object text.
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS points (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, metric VARCHAR NOT NULL,
+    kind VARCHAR NOT NULL, value DOUBLE, causal_chain_id VARCHAR, attributes VARCHAR,
+    resource VARCHAR);
+CREATE TABLE IF NOT EXISTS health_scores (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, score DOUBLE NOT NULL,
+    state VARCHAR, workload_type VARCHAR, detection_mode VARCHAR);
+CREATE TABLE IF NOT EXISTS straggler_events (
+    event_id VARCHAR PRIMARY KEY, ts_ns BIGINT NOT NULL, cluster_id VARCHAR,
+    node_id VARCHAR, value BIGINT NOT NULL, threshold DOUBLE, score DOUBLE,
+    dominant_signal VARCHAR, detection_mode VARCHAR, rank BIGINT);
+CREATE TABLE IF NOT EXISTS fleet_stragglers (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, value DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS nccl (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, metric VARCHAR NOT NULL,
+    op_type VARCHAR, comm_id_hash VARCHAR, rank BIGINT, nranks BIGINT, op_seq BIGINT,
+    value DOUBLE NOT NULL);
+CREATE TABLE IF NOT EXISTS node_info (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, provider VARCHAR,
+    gpu_model VARCHAR, gpu_count BIGINT, world_size BIGINT);
+CREATE TABLE IF NOT EXISTS spans (
+    ts_ns BIGINT NOT NULL, end_ns BIGINT, cluster_id VARCHAR, node_id VARCHAR,
+    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind INTEGER,
+    status_code INTEGER, causal_chain_id VARCHAR, attributes VARCHAR, resource VARCHAR);
+CREATE TABLE IF NOT EXISTS logs (
+    ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, severity_number INTEGER,
+    severity_text VARCHAR, body VARCHAR, trace_id VARCHAR, span_id VARCHAR,
+    event_id VARCHAR, causal_chain_id VARCHAR, attributes VARCHAR, resource VARCHAR);
+";
+
+/// Reader connections kept for reuse.
+const READERS_KEPT: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("{path}: {source}")]
+    Open { path: String, source: duckdb::Error },
+    #[error("query failed: {0}")]
+    Query(#[from] duckdb::Error),
+    #[error("cannot start the writer thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the store is shut down")]
+    Closed,
+}
+
+/// The store's counters (exported as `ingero_echo_*`).
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    pub batches_committed: AtomicU64,
+    pub rows_committed: AtomicU64,
+    pub commits: AtomicU64,
+    pub commit_failures: AtomicU64,
+    /// Batches answered 503 / `UNAVAILABLE` because the queue was full.
+    pub refused_full: AtomicU64,
+    pub retention_runs: AtomicU64,
+    pub retention_deleted_rows: AtomicU64,
+    pub retention_failures: AtomicU64,
+    /// Batches queued now.
+    pub pending: AtomicI64,
+    /// Database bytes in use at the last retention check.
+    pub used_bytes: AtomicU64,
+}
+
+type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
+
+struct Job {
+    rows: Rows,
+    ack: Option<Ack>,
+}
+
+/// One data directory's database, written by one thread.
+pub struct Store {
+    pub cfg: StoreConfig,
+    pub dir: PathBuf,
+    pub stats: Arc<StoreStats>,
+    tx: Mutex<Option<SyncSender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    /// `None` once shut down.
+    base: Mutex<Option<Connection>>,
+    /// Released by [`Store::shutdown`] after the writer stopped and this instance's
+    /// connections were closed, so a restart in the same process (or a new process while
+    /// this one is still exiting) can take the directory at once.
+    lock: Mutex<Option<DirLock>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).finish()
+    }
+}
+
+/// Unix nanoseconds now.
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Options every connection of the instance runs with: no file or network access beyond
+/// the database itself, no extension autoload or autoinstall (they reach for the network),
+/// configuration locked so no SQL can change it.
+fn db_config(cfg: &StoreConfig) -> Result<Config, duckdb::Error> {
+    Config::default()
+        .enable_external_access(false)?
+        .enable_autoload_extension(false)?
+        .with("autoinstall_known_extensions", "false")?
+        .max_memory(&cfg.memory_limit)?
+        .threads(i64::from(cfg.threads))?
+        .with("lock_configuration", "true")
+}
+
+impl Store {
+    /// Lock the data directory, open (or create) the database and start the writer.
+    pub fn open(cfg: StoreConfig) -> Result<Arc<Store>, StoreError> {
+        let dir = PathBuf::from(&cfg.data_dir);
+        let lock = DirLock::acquire(&dir)?;
+        let path = dir.join(DB_FILE);
+        let open_err = |source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = Connection::open_with_flags(&path, db_config(&cfg).map_err(open_err)?)
+            .map_err(open_err)?;
+        conn.execute_batch(SCHEMA).map_err(open_err)?;
+        let writer_conn = conn.try_clone().map_err(open_err)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(cfg.max_pending_batches);
+        let stats = Arc::new(StoreStats::default());
+        let w = Writer {
+            conn: writer_conn,
+            cfg: cfg.clone(),
+            stats: stats.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("echo-writer".into())
+            .spawn(move || w.run(rx))
+            .map_err(StoreError::Thread)?;
+        tracing::info!(path = %path.display(), "echo store open");
+        Ok(Arc::new(Store {
+            cfg,
+            dir,
+            stats,
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(handle)),
+            readers: Mutex::new(Vec::new()),
+            base: Mutex::new(Some(conn)),
+            lock: Mutex::new(Some(lock)),
+        }))
+    }
+
+    /// The database file.
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.join(DB_FILE)
+    }
+
+    /// Queue rows for the writer: `Pending` until committed, `Unavailable` when the queue
+    /// is full (the receiver answers 503 / `UNAVAILABLE`).
+    pub fn submit(&self, rows: Rows) -> Delivery {
+        if rows.is_empty() {
+            return Delivery::Done;
+        }
+        let retry_after = self.cfg.retry_after;
+        let unavailable = |message: &str| Unavailable {
+            message: message.to_string(),
+            retry_after,
+        };
+        let (ack, rx) = tokio::sync::oneshot::channel();
+        let guard = self.tx.lock();
+        let Some(tx) = guard.as_ref() else {
+            return Delivery::Unavailable(unavailable("the store is shutting down"));
+        };
+        self.stats.pending.fetch_add(1, Relaxed);
+        match tx.try_send(Job {
+            rows,
+            ack: Some(ack),
+        }) {
+            Ok(()) => Delivery::Pending(Box::pin(async move {
+                match rx.await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(Unavailable {
+                        message: format!("the batch was not stored: {e}"),
+                        retry_after,
+                    }),
+                    Err(_) => Err(Unavailable {
+                        message: "the store stopped before the batch was committed".into(),
+                        retry_after,
+                    }),
+                }
+            })),
+            Err(TrySendError::Full(_)) => {
+                self.stats.pending.fetch_sub(1, Relaxed);
+                self.stats.refused_full.fetch_add(1, Relaxed);
+                Delivery::Unavailable(unavailable(
+                    "the store's writer is behind; retry after the Retry-After delay",
+                ))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.stats.pending.fetch_sub(1, Relaxed);
+                Delivery::Unavailable(unavailable("the store's writer stopped"))
+            }
+        }
+    }
+
+    /// Run `f` on a reader connection of this instance (sees every commit).
+    pub fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, duckdb::Error>,
+    ) -> Result<T, StoreError> {
+        let conn = match self.readers.lock().pop() {
+            Some(c) => c,
+            None => self.connection()?,
+        };
+        let out = f(&conn);
+        let mut pool = self.readers.lock();
+        if pool.len() < READERS_KEPT {
+            pool.push(conn);
+        }
+        Ok(out?)
+    }
+
+    /// A new connection on this instance (the SQL sandbox takes its own, for interrupts).
+    pub fn connection(&self) -> Result<Connection, StoreError> {
+        match self.base.lock().as_ref() {
+            Some(c) => Ok(c.try_clone()?),
+            None => Err(StoreError::Closed),
+        }
+    }
+
+    /// Stop taking batches, commit what is queued, checkpoint, stop the writer. Safe to
+    /// call more than once.
+    pub fn shutdown(&self) {
+        drop(self.tx.lock().take());
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+        self.readers.lock().clear();
+        drop(self.base.lock().take());
+        drop(self.lock.lock().take());
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Writer {
+    conn: Connection,
+    cfg: StoreConfig,
+    stats: Arc<StoreStats>,
+}
+
+impl Writer {
+    fn run(self, rx: Receiver<Job>) {
+        let check = self.cfg.retention.check_interval;
+        let mut last_retention = Instant::now();
+        self.retention();
+        loop {
+            let wait = check
+                .saturating_sub(last_retention.elapsed())
+                .max(Duration::from_millis(1));
+            let first = match rx.recv_timeout(wait) {
+                Ok(j) => Some(j),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            if let Some(first) = first {
+                let mut jobs = vec![first];
+                while jobs.len() < self.cfg.max_batches_per_commit {
+                    match rx.try_recv() {
+                        Ok(j) => jobs.push(j),
+                        Err(_) => break,
+                    }
+                }
+                self.commit(jobs);
+            }
+            if last_retention.elapsed() >= check {
+                self.retention();
+                last_retention = Instant::now();
+            }
+        }
+        if let Err(e) = self.conn.execute_batch("CHECKPOINT") {
+            tracing::warn!(error = %e, "echo store: checkpoint at shutdown failed");
+        }
+        tracing::info!("echo store writer stopped");
+    }
+
+    fn commit(&self, mut jobs: Vec<Job>) {
+        self.stats
+            .pending
+            .fetch_sub(i64::try_from(jobs.len()).unwrap_or(0), Relaxed);
+        let mut rows = Rows::default();
+        for j in &mut jobs {
+            rows.append(std::mem::take(&mut j.rows));
+        }
+        let n_rows = rows.len() as u64;
+        let result = self.write(&rows);
+        match &result {
+            Ok(()) => {
+                self.stats.commits.fetch_add(1, Relaxed);
+                self.stats
+                    .batches_committed
+                    .fetch_add(jobs.len() as u64, Relaxed);
+                self.stats.rows_committed.fetch_add(n_rows, Relaxed);
+            }
+            Err(e) => {
+                self.stats.commit_failures.fetch_add(1, Relaxed);
+                tracing::error!(error = %e, batches = jobs.len(), "echo store: commit failed; the batches are answered as unavailable");
+            }
+        }
+        for j in jobs {
+            if let Some(ack) = j.ack {
+                let _ = ack.send(result.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+            }
+        }
+    }
+
+    fn write(&self, rows: &Rows) -> Result<(), duckdb::Error> {
+        self.conn.execute_batch("BEGIN TRANSACTION")?;
+        match self.append_all(rows) {
+            Ok(()) => self.conn.execute_batch("COMMIT"),
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    fn append_all(&self, rows: &Rows) -> Result<(), duckdb::Error> {
+        let c = &self.conn;
+        if !rows.points.is_empty() {
+            let mut a = c.appender("points")?;
+            for r in &rows.points {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.metric,
+                    r.kind,
+                    r.value,
+                    r.causal_chain_id,
+                    r.attributes,
+                    r.resource
+                ])?;
+            }
+            a.flush()?;
+        }
+        if !rows.health.is_empty() {
+            let mut a = c.appender("health_scores")?;
+            for r in &rows.health {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.score,
+                    r.state,
+                    r.workload_type,
+                    r.detection_mode
+                ])?;
+            }
+            a.flush()?;
+        }
+        if !rows.events.is_empty() {
+            // One row per event id: a client retrying a batch whose acknowledgement it
+            // lost does not add it twice.
+            let mut st = c.prepare(
+                "INSERT OR IGNORE INTO straggler_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?;
+            for r in &rows.events {
+                st.execute(params![
+                    r.event_id,
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.value,
+                    r.threshold,
+                    r.score,
+                    r.dominant_signal,
+                    r.detection_mode,
+                    r.rank
+                ])?;
+            }
+        }
+        if !rows.flags.is_empty() {
+            let mut a = c.appender("fleet_stragglers")?;
+            for r in &rows.flags {
+                a.append_row(params![r.ts_ns, r.cluster_id, r.node_id, r.value])?;
+            }
+            a.flush()?;
+        }
+        if !rows.nccl.is_empty() {
+            let mut a = c.appender("nccl")?;
+            for r in &rows.nccl {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.metric,
+                    r.op_type,
+                    r.comm_id_hash,
+                    r.rank,
+                    r.nranks,
+                    r.op_seq,
+                    r.value
+                ])?;
+            }
+            a.flush()?;
+        }
+        if !rows.info.is_empty() {
+            let mut a = c.appender("node_info")?;
+            for r in &rows.info {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.provider,
+                    r.gpu_model,
+                    r.gpu_count,
+                    r.world_size
+                ])?;
+            }
+            a.flush()?;
+        }
+        if !rows.spans.is_empty() {
+            let mut a = c.appender("spans")?;
+            for r in &rows.spans {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.end_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.trace_id,
+                    r.span_id,
+                    r.parent_span_id,
+                    r.name,
+                    r.kind,
+                    r.status_code,
+                    r.causal_chain_id,
+                    r.attributes,
+                    r.resource
+                ])?;
+            }
+            a.flush()?;
+        }
+        if !rows.logs.is_empty() {
+            let mut a = c.appender("logs")?;
+            for r in &rows.logs {
+                a.append_row(params![
+                    r.ts_ns,
+                    r.cluster_id,
+                    r.node_id,
+                    r.severity_number,
+                    r.severity_text,
+                    r.body,
+                    r.trace_id,
+                    r.span_id,
+                    r.event_id,
+                    r.causal_chain_id,
+                    r.attributes,
+                    r.resource
+                ])?;
+            }
+            a.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Delete rows older than `max_age`, then, while the database uses more than
+    /// `max_size_mib`, the oldest tenth of the stored time range.
+    fn retention(&self) {
+        self.stats.retention_runs.fetch_add(1, Relaxed);
+        if let Err(e) = self.retention_inner() {
+            self.stats.retention_failures.fetch_add(1, Relaxed);
+            tracing::warn!(error = %e, "echo store: retention failed; retrying at the next check");
+        }
+    }
+
+    fn retention_inner(&self) -> Result<(), duckdb::Error> {
+        let max_age = i64::try_from(self.cfg.retention.max_age.as_nanos()).unwrap_or(i64::MAX);
+        let cutoff = now_ns().saturating_sub(max_age);
+        let mut deleted = self.delete_before(cutoff)?;
+        let max_bytes = self.cfg.retention.max_size_mib.saturating_mul(1 << 20);
+        for _ in 0..10 {
+            let used = self.used_bytes()?;
+            self.stats.used_bytes.store(used, Relaxed);
+            if used <= max_bytes {
+                break;
+            }
+            let (lo, hi): (Option<i64>, Option<i64>) =
+                self.conn
+                    .query_row("SELECT min(ts_ns), max(ts_ns) FROM points", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?;
+            let (Some(lo), Some(hi)) = (lo, hi) else {
+                break;
+            };
+            let cut = lo.saturating_add(((hi - lo) / 10).max(1));
+            let n = self.delete_before(cut)?;
+            deleted += n;
+            tracing::info!(
+                used_bytes = used,
+                max_bytes,
+                deleted = n,
+                "echo store: over max_size_mib; deleted the oldest rows"
+            );
+            self.conn.execute_batch("CHECKPOINT")?;
+            if n == 0 {
+                break;
+            }
+        }
+        if deleted > 0 {
+            self.stats
+                .retention_deleted_rows
+                .fetch_add(deleted as u64, Relaxed);
+        }
+        Ok(())
+    }
+
+    fn delete_before(&self, cutoff: i64) -> Result<usize, duckdb::Error> {
+        let mut n = 0;
+        for t in TABLES {
+            n += self
+                .conn
+                .execute(&format!("DELETE FROM {t} WHERE ts_ns < ?"), [cutoff])?;
+        }
+        Ok(n)
+    }
+
+    fn used_bytes(&self) -> Result<u64, duckdb::Error> {
+        let used: i64 = self.conn.query_row(
+            "SELECT coalesce(sum(used_blocks * block_size), 0)::BIGINT \
+             FROM pragma_database_size() WHERE database_name = current_database()",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(used).unwrap_or(0))
+    }
+}
+
+/// The data directory of a config, for messages.
+pub fn data_dir(cfg: &StoreConfig) -> &Path {
+    Path::new(&cfg.data_dir)
+}
