@@ -13,7 +13,8 @@ events) to `ingero-echo` with its `otlp` exporter over gRPC. Then:
    same over stdio.
 
 Run through scripts/echo-e2e.sh (it builds the binaries and the client's virtualenv).
-Binaries: INGERO_ECHO_BIN, INGERO_FLEET_BIN, INGERO_AGENT_BIN (default target/debug/...).
+Binaries: INGERO_ECHO_BIN, INGERO_FLEET_BIN, INGERO_AGENT_BIN (default $CARGO_TARGET_DIR or
+target, then debug/...).
 Prints a JSON summary; exits 1 on any failed check.
 """
 import asyncio
@@ -41,7 +42,8 @@ TOOL = "fleet.cluster.find_outlier_nodes"
 
 
 def binary(env, name):
-    return os.environ.get(env, os.path.join(ROOT, "target", "debug", name))
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    return os.environ.get(env, os.path.join(target, "debug", name))
 
 
 def free_port():
