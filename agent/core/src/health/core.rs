@@ -364,13 +364,9 @@ mod tests {
             (0.88, DetectionMode::Fleet, "throughput")
         );
 
-        // Recovery (the CUSUM drains from 6.25 by 4.55 per healthy tick): still flagged on
-        // the first healthy tick, the edge fires once on the second, then silence.
+        // Recovery: the CUSUM sum was capped at the decision level (4) and drains by 4.55
+        // per healthy tick, so the edge fires once on the first healthy tick, then silence.
         let baseline = core.baseliner().reference();
-        now = now.saturating_add(Duration::from_secs(10));
-        let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
-        let s = out.straggler.unwrap();
-        assert!(s.straggler && !s.edge);
         now = now.saturating_add(Duration::from_secs(10));
         let out = core.tick(input(baseline, 10_000, now), fleet(0.88, now), now);
         let s = out.straggler.unwrap();
