@@ -119,6 +119,28 @@ fn concurrent_floods_of_one_cluster_never_hold_more_than_its_cap() {
 }
 
 #[test]
+fn one_request_flooding_a_cluster_stops_exactly_at_its_cap() {
+    let e = exporter(PrometheusExporterConfig {
+        max_series_per_cluster: 400,
+        ..Default::default()
+    });
+    // One batch: 100 new alpha nodes of 10 series, with a beta node in the middle.
+    let mut batch: Vec<_> = (0..100)
+        .map(|i| node("alpha", &format!("a{i}"), 10, T0))
+        .collect();
+    batch.insert(50, node("beta", "b0", 10, T0));
+    let stats = e.consume(&batch, ts(T0));
+    assert_eq!(stats.stored, 410);
+    assert_eq!(stats.lost, 600);
+    assert_eq!(stats.loss_reason, Some(DropReason::ClusterSeriesLimit));
+    let page = render(&e, T0, &[]);
+    assert_eq!(count(&page, ALPHA), 400);
+    assert_eq!(count(&page, BETA), 10);
+    // The nodes past the cap were refused whole: no empty resource is left behind.
+    assert_eq!(e.resource_count(), 41);
+}
+
+#[test]
 fn a_cluster_at_its_byte_cap_is_refused_new_series_and_others_keep_their_room() {
     const CAP: usize = 64 * 1024;
     let e = exporter(PrometheusExporterConfig {
