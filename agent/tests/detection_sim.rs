@@ -72,6 +72,10 @@ struct Outcome {
     slow_ticks: u64,
     /// The slow node's score on the last slow tick.
     last_slow_score: f64,
+    /// Ticks after the slowdown ends until the agent / Fleet no longer flag the node
+    /// (1 = its first healthy tick); none when the run ends first.
+    agent_recover: Option<u64>,
+    fleet_recover: Option<u64>,
     /// Per-tick spread of healthy scores, averaged: p95 - p5 and max - min.
     spread_p5_p95: f64,
     spread_min_max: f64,
@@ -80,6 +84,18 @@ struct Outcome {
 }
 
 fn run(seed: u64, healthy_ticks: u64, slow_ticks: u64, slow_factor: f64) -> Outcome {
+    run_with_recovery(seed, healthy_ticks, slow_ticks, slow_factor, 0)
+}
+
+/// As [`run`], then `recovered_ticks` more ticks with the slow node healthy again (not
+/// judged for false flags: they measure its recovery).
+fn run_with_recovery(
+    seed: u64,
+    healthy_ticks: u64,
+    slow_ticks: u64,
+    slow_factor: f64,
+    recovered_ticks: u64,
+) -> Outcome {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut nodes: Vec<Node> = (0..NODES)
         .map(|_| Node {
@@ -100,10 +116,12 @@ fn run(seed: u64, healthy_ticks: u64, slow_ticks: u64, slow_factor: f64) -> Outc
     let judged_from = 120;
     let mut sums = vec![(0.0f64, 0u64); NODES];
     let mut spread_ticks = 0u64;
-    let total = healthy_ticks + slow_ticks;
+    let recovered_from = healthy_ticks + slow_ticks;
+    let total = recovered_from + recovered_ticks;
     for tick in 0..total {
         let now = t0.saturating_add(Duration::from_secs(tick));
-        let slow_phase = tick >= healthy_ticks;
+        let recovered = tick >= recovered_from;
+        let slow_phase = tick >= healthy_ticks && !recovered;
         let view = FleetView {
             cached: published.map(|(value, _)| CachedThreshold {
                 value,
@@ -144,15 +162,17 @@ fn run(seed: u64, healthy_ticks: u64, slow_ticks: u64, slow_factor: f64) -> Outc
             let agent_flag = n.core.is_straggler();
             let one_sample =
                 published.is_some_and(|(t, _)| n.one_sample.classify(score, t).straggler);
-            if tick >= judged_from && !(slow && i == 0) && !slow_phase {
+            let judged = tick >= judged_from && !slow_phase && !(recovered && i == 0);
+            if judged {
                 out.healthy_node_ticks += 1;
                 out.agent_false += u64::from(agent_flag);
                 out.one_sample_false += u64::from(one_sample);
-            }
-            if !slow && tick >= judged_from && !slow_phase {
                 healthy_scores.push(score);
                 sums[i].0 += score;
                 sums[i].1 += 1;
+            }
+            if recovered && i == 0 && !agent_flag && out.agent_recover.is_none() {
+                out.agent_recover = Some(tick - recovered_from + 1);
             }
             if slow {
                 out.slow_ticks += 1;
@@ -170,7 +190,11 @@ fn run(seed: u64, healthy_ticks: u64, slow_ticks: u64, slow_factor: f64) -> Outc
             for (i, score) in &scores {
                 nodes[*i].fleet_cusum.observe(&cparams, *score, t, sigma);
                 let flagged = nodes[*i].fleet_cusum.is_straggler();
-                if slow_phase && *i == 0 {
+                if recovered && *i == 0 {
+                    if !flagged && out.fleet_recover.is_none() {
+                        out.fleet_recover = Some(tick - recovered_from + 1);
+                    }
+                } else if slow_phase && *i == 0 {
                     if flagged && out.fleet_detect.is_none() {
                         out.fleet_detect = Some(tick - healthy_ticks + 1);
                     }
@@ -280,6 +304,30 @@ fn a_persistent_thirty_percent_slowdown_stays_flagged_for_five_minutes() {
     // after 5 minutes of the slow reference drift the score is still below 0.80.
     assert!(o.last_slow_score < 0.80, "{}", o.last_slow_score);
     assert_eq!(o.agent_false, 0);
+}
+
+/// Recovery after a slowdown: 30 % slow for 60 ticks, then healthy again. The slow node's
+/// first healthy tick is back at the healthy band (its score clamps throughput at its
+/// baseline), so the agent and Fleet's classifier clear it on that tick: recovery within
+/// one tick, where draining the CUSUM took two. Detection stays at one tick.
+#[test]
+fn a_recovered_node_clears_on_its_first_healthy_tick() {
+    let outcomes: Vec<Outcome> = (1..=4)
+        .map(|seed| {
+            let o = run_with_recovery(seed, 600, 60, 0.70, 30);
+            println!(
+                "seed {seed}: detect agent {:?} Fleet {:?}; recover agent {:?} Fleet {:?} ticks",
+                o.agent_detect, o.fleet_detect, o.agent_recover, o.fleet_recover
+            );
+            o
+        })
+        .collect();
+    for (seed, o) in (1..).zip(&outcomes) {
+        assert_eq!(o.agent_detect, Some(1), "seed {seed}");
+        assert_eq!(o.fleet_detect, Some(1), "seed {seed}");
+        assert_eq!(o.agent_recover, Some(1), "seed {seed}");
+        assert_eq!(o.fleet_recover, Some(1), "seed {seed}");
+    }
 }
 
 /// Synchronous data-parallel training: 8 ranks, each step ends in an all-reduce, so every

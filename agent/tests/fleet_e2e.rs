@@ -338,9 +338,9 @@ async fn nccl_points_are_exported_with_wall_clock_time_and_op_seq() {
 }
 
 /// The default rule (Fleet's CUSUM) end to end against the stand-in: a 30 % slowdown is
-/// flagged on its first tick and on every slow tick; recovery follows within two ticks.
+/// flagged on its first tick and on every slow tick; it clears on the first healthy tick.
 #[tokio::test]
-async fn the_default_rule_flags_a_slowdown_at_once_and_recovers_within_two_ticks() {
+async fn the_default_rule_flags_a_slowdown_at_once_and_clears_on_the_first_healthy_tick() {
     let server = TestFleet::start().await;
     server.threshold("0.88", "true");
     let clock = Arc::new(ManualClock::new(T0));
@@ -364,10 +364,8 @@ async fn the_default_rule_flags_a_slowdown_at_once_and_recovers_within_two_ticks
             break;
         }
     }
-    assert!(
-        recovered_after.is_some_and(|k| k <= 2),
-        "recovered after {recovered_after:?} healthy ticks"
-    );
+    // The first healthy tick is back above the threshold by more than the clear margin.
+    assert_eq!(recovered_after, Some(1), "recovered after healthy ticks");
     assert!(tick(&mut agent, &clock).await.outcome.straggler.is_none());
 }
 

@@ -8,34 +8,70 @@
 //! S = clamp(S + z - drift, 0, decision)
 //! healthy   -> straggler when S >= decision
 //! straggler -> healthy   when S == 0
+//!                        or at once when z <= -clear_margin, if the episode is "clean"
 //! ```
 //!
 //! A single sample at least `decision + drift` sigmas below the threshold flags at once;
 //! smaller shortfalls must persist (a node `z` sigmas below needs `decision / (z - drift)`
 //! samples); healthy noise has a drift of about `-(k + drift)` per sample and never
-//! accumulates. The cap at `decision` bounds how long a recovered node stays flagged: about
-//! `decision / (k + drift)` ticks once it is back at the median (2 with the defaults), as
-//! fast as the slowest single-sample detection. Hysteresis comes from the clearing rule
-//! (the sum must drain to 0), not from the cap: one good sample among bad ones leaves the
-//! node flagged.
+//! accumulates. The cap at `decision` bounds how long a recovered node stays flagged by
+//! the drain alone: about `decision / (k + drift)` ticks once it is back at the median (2
+//! with the defaults).
+//!
+//! **Clearing at once.** A flagged node whose score is back `clear_margin` sigmas above the
+//! threshold (1 with the defaults: halfway to the median, which sits about `k = 2` above)
+//! clears on that tick instead of waiting for the sum to drain, and its sum restarts at 0.
+//! That is the tick after the slowdown ends, or after the one whose signal window straddles
+//! its end. Hysteresis has two parts:
+//! - the margin: a score oscillating around the threshold, or a marginal straggler a little
+//!   below it, never reaches `threshold + clear_margin * sigma` and only clears by the
+//!   drain, which one bad sample among good ones refills;
+//! - the hold-off: only an episode that began after at least `clear_holdoff` unflagged
+//!   ticks since the previous clear (a clean record) may clear at once. A node that falls
+//!   again within the hold-off (a straggler swinging between far below and well above the
+//!   threshold) clears only by the drain, as without the rule, so its verdict does not
+//!   follow every swing: one early clear, then the drain's hysteresis.
+//!
+//! Clearing at once cannot add a flagged tick: it leaves the sum at 0, never above what the
+//! drain would hold, and the CUSUM step is monotone in the sum, so a node is flagged with
+//! the rule only on ticks it would be flagged without it. Detection is unchanged (the rule
+//! acts only on flagged nodes). What it can add is a second, separate flag where the drain
+//! would have kept one long one (a new sample deep enough to flag on its own right after
+//! the clear): the hold-off makes the next episode drain.
 
 use crate::config::IngeroConfig;
 
 /// Smallest sigma the classifier divides by (a zero MAD floor with a uniform fleet).
 pub const MIN_SIGMA: f64 = 1e-9;
 
-/// CUSUM parameters, in robust standard deviations.
+/// CUSUM parameters, in robust standard deviations (the hold-off in ticks).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CusumParams {
     pub drift: f64,
     pub decision: f64,
+    /// A flagged node clears at once on a tick at least this many sigmas above the threshold
+    /// (if its episode began after a clean record: see `clear_holdoff`).
+    pub clear_margin: f64,
+    /// Unflagged ticks after a clear before the node's next episode may clear at once.
+    pub clear_holdoff: u8,
 }
 
 impl CusumParams {
+    /// The defaults of `processors.ingero.classifier` (the agent's `cusum` rule uses them too).
+    pub const DEFAULT: CusumParams = CusumParams {
+        drift: crate::config::DEFAULT_CLASSIFIER_DRIFT,
+        decision: crate::config::DEFAULT_CLASSIFIER_DECISION,
+        clear_margin: crate::config::DEFAULT_CLASSIFIER_CLEAR_MARGIN,
+        clear_holdoff: crate::config::DEFAULT_CLASSIFIER_CLEAR_HOLDOFF as u8,
+    };
+
     pub fn from_config(cfg: &IngeroConfig) -> Self {
         CusumParams {
             drift: cfg.classifier.drift,
             decision: cfg.classifier.decision,
+            clear_margin: cfg.classifier.clear_margin,
+            // Validated to [0, 255].
+            clear_holdoff: u8::try_from(cfg.classifier.clear_holdoff).unwrap_or(u8::MAX),
         }
     }
 
@@ -43,6 +79,12 @@ impl CusumParams {
     /// drains in `decision / (k + drift)` ticks.
     pub fn cap(&self) -> f64 {
         self.decision
+    }
+}
+
+impl Default for CusumParams {
+    fn default() -> Self {
+        CusumParams::DEFAULT
     }
 }
 
@@ -59,17 +101,30 @@ pub enum Transition {
 pub struct ShortfallCusum {
     sum: f32,
     straggler: bool,
+    /// The current episode began after a clean record: it may clear at once.
+    clean_episode: bool,
+    /// Unflagged ticks still to go, since the last clear, before a new episode counts as
+    /// clean.
+    holdoff: u8,
 }
+
+const _: () = assert!(std::mem::size_of::<ShortfallCusum>() == 8);
 
 impl ShortfallCusum {
     pub fn is_straggler(&self) -> bool {
         self.straggler
     }
 
-    /// Sum 0 and not flagged: a shortfall within the drift leaves it unchanged.
+    /// Flagged, and back `clear_margin` sigmas above the threshold would clear it at once.
+    pub fn may_clear_at_once(&self) -> bool {
+        self.straggler && self.clean_episode
+    }
+
+    /// Sum 0, not flagged, no hold-off running: a shortfall within the drift leaves it
+    /// unchanged.
     #[inline]
     pub fn at_rest(&self) -> bool {
-        self.sum == 0.0 && !self.straggler
+        self.sum == 0.0 && !self.straggler && self.holdoff == 0
     }
 
     pub fn sum(&self) -> f64 {
@@ -90,29 +145,40 @@ impl ShortfallCusum {
     /// Fold in one standardised shortfall `z = (threshold - score) / sigma`.
     #[inline]
     pub fn observe_z(&mut self, p: &CusumParams, z: f64) -> Option<Transition> {
-        // At rest (sum 0, not flagged) a shortfall within the drift leaves the state as it
-        // is: exactly what the general step below computes (0 + z - drift <= 0 clamps to
-        // 0), without its floating-point chain. Nearly every healthy node takes this path.
+        // At rest (sum 0, not flagged, no hold-off) a shortfall within the drift leaves the
+        // state as it is: exactly what the general step below computes (0 + z - drift <= 0
+        // clamps to 0), without its floating-point chain. Nearly every healthy node takes
+        // this path.
         if self.at_rest() && z <= p.drift {
             return None;
         }
         let next = f64::from(self.sum) + z - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
-        let sum = next.max(0.0).min(p.cap());
+        let mut sum = next.max(0.0).min(p.cap());
+        let transition = if !self.straggler {
+            if sum >= p.decision {
+                self.straggler = true;
+                self.clean_episode = self.holdoff == 0;
+                Some(Transition::Entered)
+            } else {
+                self.holdoff = self.holdoff.saturating_sub(1);
+                None
+            }
+        } else if sum <= 0.0 || (self.clean_episode && z <= -p.clear_margin) {
+            sum = 0.0;
+            self.straggler = false;
+            self.clean_episode = false;
+            self.holdoff = p.clear_holdoff;
+            Some(Transition::Cleared)
+        } else {
+            None
+        };
         let stored = sum as f32;
         // Healthy nodes stay at 0: skipping the unchanged store keeps their cache lines clean.
         if stored != self.sum {
             self.sum = stored;
         }
-        if !self.straggler && sum >= p.decision {
-            self.straggler = true;
-            Some(Transition::Entered)
-        } else if self.straggler && sum <= 0.0 {
-            self.straggler = false;
-            Some(Transition::Cleared)
-        } else {
-            None
-        }
+        transition
     }
 
     /// Forget the node's history (not active, expired, or no threshold to compare with).
@@ -127,10 +193,24 @@ impl ShortfallCusum {
 mod tests {
     use super::*;
 
-    const P: CusumParams = CusumParams {
-        drift: 0.5,
-        decision: 4.0,
+    const P: CusumParams = CusumParams::DEFAULT;
+    /// The same without clearing at once: the drain alone.
+    const DRAIN_ONLY: CusumParams = CusumParams {
+        clear_margin: f64::INFINITY,
+        ..CusumParams::DEFAULT
     };
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        assert_eq!(
+            (P.drift, P.decision, P.clear_margin, P.clear_holdoff),
+            (0.5, 4.0, 1.0, 10)
+        );
+        assert_eq!(
+            CusumParams::from_config(&IngeroConfig::default()),
+            CusumParams::DEFAULT
+        );
+    }
 
     #[test]
     fn a_large_drop_is_flagged_on_its_first_sample() {
@@ -157,6 +237,24 @@ mod tests {
         assert!(c.is_straggler());
     }
 
+    /// Detection does not depend on the clear rule: shortfalls of every size from a fresh
+    /// state are flagged on the same sample with and without it.
+    #[test]
+    fn detection_latency_is_unchanged_by_the_clear_rule() {
+        let ticks = |p: &CusumParams, z: f64| {
+            let mut c = ShortfallCusum::default();
+            (1..=100).find(|_| c.observe_z(p, z) == Some(Transition::Entered))
+        };
+        for tenths in 6..=100 {
+            let z = f64::from(tenths) / 10.0;
+            assert_eq!(ticks(&P, z), ticks(&DRAIN_ONLY, z), "z = {z}");
+        }
+        // decision / (z - drift) samples.
+        for (z, n) in [(4.5, 1), (2.5, 2), (1.5, 4), (1.0, 8)] {
+            assert_eq!(ticks(&P, z), Some(n), "z = {z}");
+        }
+    }
+
     #[test]
     fn healthy_noise_never_accumulates() {
         let mut c = ShortfallCusum::default();
@@ -168,24 +266,118 @@ mod tests {
         assert_eq!(c.sum(), 0.0);
     }
 
+    /// The recovery of a slowdown: full (the sum at its cap), then one tick back at the
+    /// cohort's median (`k` = 2 sigmas above the threshold) clears it.
     #[test]
-    fn recovery_drains_to_zero_and_is_bounded_by_the_cap() {
+    fn a_straggler_back_at_the_median_clears_on_its_first_good_tick() {
         let mut c = ShortfallCusum::default();
         for _ in 0..100 {
             c.observe(&P, 0.5, 0.9, 0.01);
         }
+        assert_eq!(c.sum(), P.cap());
+        assert!(c.may_clear_at_once());
+        assert_eq!(c.observe(&P, 0.92, 0.9, 0.01), Some(Transition::Cleared));
+        assert_eq!(c.sum(), 0.0);
+        // Exactly `clear_margin` above the threshold is enough ...
+        let mut c = ShortfallCusum::default();
+        c.observe(&P, 0.5, 0.9, 0.01);
+        assert_eq!(c.observe_z(&P, -1.0), Some(Transition::Cleared));
+        // ... a bit less is not: the drain goes on (4 - 0.99 - 0.5 = 2.51 left).
+        let mut c = ShortfallCusum::default();
+        c.observe(&P, 0.5, 0.9, 0.01);
+        assert_eq!(c.observe_z(&P, -0.99), None);
+        assert!(c.is_straggler());
+        assert!((c.sum() - 2.51).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_the_clear_rule_recovery_drains_to_zero_and_is_bounded_by_the_cap() {
+        let mut c = ShortfallCusum::default();
+        for _ in 0..100 {
+            c.observe(&DRAIN_ONLY, 0.5, 0.9, 0.01);
+        }
         assert_eq!(c.sum(), P.cap(), "capped, so recovery time is bounded");
         // Back at the median (k = 2 sigma above threshold): -2.5 per tick, 4 -> 0 in 2 ticks.
-        // A single good sample is not enough: hysteresis is the drain to 0.
         let mut ticks = 0;
         loop {
             ticks += 1;
-            if c.observe(&P, 0.92, 0.9, 0.01) == Some(Transition::Cleared) {
+            if c.observe(&DRAIN_ONLY, 0.92, 0.9, 0.01) == Some(Transition::Cleared) {
                 break;
             }
             assert!(c.is_straggler());
         }
         assert_eq!(ticks, 2);
+        // With the rule, a score above the threshold but short of the margin drains too:
+        // half a sigma above, -1 per tick, 4 ticks.
+        let mut c = ShortfallCusum::default();
+        c.observe(&P, 0.5, 0.9, 0.01);
+        let ticks = (1..=10)
+            .find(|_| c.observe_z(&P, -0.5) == Some(Transition::Cleared))
+            .unwrap_or(0);
+        assert_eq!(ticks, 4);
+    }
+
+    /// A score oscillating around the threshold, within the margin: once flagged it stays
+    /// flagged (the drain's hysteresis), as without the rule.
+    #[test]
+    fn a_score_oscillating_around_the_threshold_does_not_flap() {
+        for p in [P, DRAIN_ONLY] {
+            let mut c = ShortfallCusum::default();
+            let mut edges = Vec::new();
+            for i in 0..1_000 {
+                // 3 sigmas below, then 0.9 above: +2.5, -1.4 per pair.
+                let z = if i % 2 == 0 { 3.0 } else { -0.9 };
+                if let Some(t) = c.observe_z(&p, z) {
+                    edges.push((i, t));
+                }
+            }
+            assert_eq!(edges, [(4, Transition::Entered)], "{p:?}");
+        }
+    }
+
+    /// A straggler swinging between far below the threshold (flagged on one sample) and
+    /// the median: the first episode clears at once, the node falls again within the
+    /// hold-off, and from then on only the drain clears it, which the swings never empty.
+    #[test]
+    fn a_straggler_swinging_to_the_median_and_back_does_not_flap() {
+        let mut c = ShortfallCusum::default();
+        let mut edges = Vec::new();
+        for i in 0..1_000 {
+            let z = if i % 2 == 0 { 6.0 } else { -2.0 };
+            if let Some(t) = c.observe_z(&P, z) {
+                edges.push((i, t));
+            }
+        }
+        assert_eq!(
+            edges,
+            [
+                (0, Transition::Entered),
+                (1, Transition::Cleared),
+                (2, Transition::Entered)
+            ]
+        );
+        assert!(c.is_straggler());
+    }
+
+    /// After a clean spell of `clear_holdoff` unflagged ticks the next episode may clear at
+    /// once again; one tick short of it, it drains.
+    #[test]
+    fn the_holdoff_ends_after_its_unflagged_ticks() {
+        let holdoff = usize::from(P.clear_holdoff);
+        for (quiet, at_once) in [(holdoff, true), (holdoff - 1, false)] {
+            let mut c = ShortfallCusum::default();
+            assert_eq!(c.observe_z(&P, 10.0), Some(Transition::Entered));
+            assert_eq!(c.observe_z(&P, -2.0), Some(Transition::Cleared));
+            assert!(!c.at_rest(), "the hold-off keeps it out of the rest path");
+            for _ in 0..quiet {
+                assert_eq!(c.observe_z(&P, -2.0), None);
+            }
+            assert_eq!(c.at_rest(), at_once);
+            assert_eq!(c.observe_z(&P, 10.0), Some(Transition::Entered));
+            assert_eq!(c.may_clear_at_once(), at_once, "after {quiet} quiet ticks");
+            let cleared = c.observe_z(&P, -2.0) == Some(Transition::Cleared);
+            assert_eq!(cleared, at_once);
+        }
     }
 
     #[test]
@@ -195,6 +387,7 @@ mod tests {
         assert!(c.is_straggler());
         assert_eq!(c.reset(), Some(Transition::Cleared));
         assert_eq!(c.reset(), None);
+        assert!(c.at_rest());
     }
 
     #[test]

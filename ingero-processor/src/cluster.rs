@@ -820,6 +820,8 @@ mod tests {
                     let mut probe = *c;
                     let t = probe.observe_z(&p.cusum, z);
                     let next = (c.sum() + z - p.cusum.drift).max(0.0).min(p.cusum.cap());
+                    let at_once = was && c.may_clear_at_once() && z <= -p.cusum.clear_margin;
+                    let next = if at_once { 0.0 } else { next };
                     assert_eq!(probe.sum(), f64::from(next as f32), "observe_z's sum");
                     assert_eq!(
                         probe.is_straggler(),
@@ -879,6 +881,9 @@ mod tests {
             p.diagnostics_max_nodes = [1000, 3, 0, 50][(case / 4 % 4) as usize];
             if case % 5 == 4 {
                 p.cusum.drift = 0.0;
+            }
+            if case % 7 == 3 {
+                p.cusum.clear_holdoff = 0;
             }
             let names: &[&str] = if cohorts { &["", "a", "b"] } else { &[""] };
             let fresh = |r: u64, g: u32| {

@@ -45,6 +45,12 @@ pub const DEFAULT_PANIC_MAX_DURATION: Duration = Duration::from_secs(300);
 pub const DEFAULT_CLASSIFIER_DRIFT: f64 = 0.5;
 /// `classifier.decision`: CUSUM decision interval, in robust standard deviations.
 pub const DEFAULT_CLASSIFIER_DECISION: f64 = 4.0;
+/// `classifier.clear_margin`: a flagged node clears at once on a tick this many robust
+/// standard deviations above the threshold (halfway to the median at `threshold.k` 2).
+pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = 1.0;
+/// `classifier.clear_holdoff`: unflagged ticks after a clear before the next episode may
+/// clear at once (a node that falls again sooner clears only by the CUSUM's drain).
+pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = 10;
 /// `limits.max_clusters`.
 pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 /// `limits.max_nodes_per_cluster`.
@@ -123,6 +129,8 @@ pub struct PanicConfig {
 pub struct ClassifierConfig {
     pub drift: f64,
     pub decision: f64,
+    pub clear_margin: f64,
+    pub clear_holdoff: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -218,6 +226,8 @@ impl Default for ClassifierConfig {
         ClassifierConfig {
             drift: DEFAULT_CLASSIFIER_DRIFT,
             decision: DEFAULT_CLASSIFIER_DECISION,
+            clear_margin: DEFAULT_CLASSIFIER_CLEAR_MARGIN,
+            clear_holdoff: DEFAULT_CLASSIFIER_CLEAR_HOLDOFF,
         }
     }
 }
@@ -398,6 +408,21 @@ impl ComponentConfig for IngeroConfig {
             0.0,
             100.0,
             true,
+        );
+        check::in_range(
+            &mut e,
+            "classifier.clear_margin",
+            self.classifier.clear_margin,
+            0.0,
+            100.0,
+            false,
+        );
+        u32_range(
+            &mut e,
+            "classifier.clear_holdoff",
+            self.classifier.clear_holdoff,
+            0,
+            u32::from(u8::MAX),
         );
 
         // limits

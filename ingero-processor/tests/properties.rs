@@ -222,12 +222,36 @@ proptest! {
     /// accumulates anything, whatever the sequence.
     #[test]
     fn shortfalls_within_the_drift_never_accumulate(zs in prop::collection::vec(-5.0f64..=0.5, 1..500)) {
-        let p = CusumParams { drift: 0.5, decision: 4.0 };
+        let p = CusumParams::DEFAULT;
         let mut c = ShortfallCusum::default();
         for z in zs {
             prop_assert_eq!(c.observe(&p, 0.9 - z * 0.01, 0.9, 0.01), None);
             prop_assert!(c.sum() < 1e-9);
         }
+    }
+
+    /// Clearing at once never adds a flagged tick and never delays a detection: on any
+    /// sequence, a node flagged with the rule is flagged by the drain alone too, and the
+    /// first flag comes on the same sample.
+    #[test]
+    fn clearing_at_once_only_removes_flagged_ticks(
+        zs in prop::collection::vec(-4.0f64..8.0, 1..400),
+        holdoff in 0u8..20,
+        margin in 0.0f64..3.0,
+    ) {
+        let with = CusumParams { clear_margin: margin, clear_holdoff: holdoff, ..CusumParams::DEFAULT };
+        let drain = CusumParams { clear_margin: f64::INFINITY, ..CusumParams::DEFAULT };
+        let (mut a, mut b) = (ShortfallCusum::default(), ShortfallCusum::default());
+        let (mut first_a, mut first_b) = (None, None);
+        for (i, &z) in zs.iter().enumerate() {
+            a.observe_z(&with, z);
+            b.observe_z(&drain, z);
+            prop_assert!(a.sum() <= b.sum());
+            prop_assert!(!a.is_straggler() || b.is_straggler(), "sample {}", i);
+            if a.is_straggler() && first_a.is_none() { first_a = Some(i); }
+            if b.is_straggler() && first_b.is_none() { first_b = Some(i); }
+        }
+        prop_assert_eq!(first_a, first_b);
     }
 
     #[test]
@@ -236,7 +260,7 @@ proptest! {
         extra in 0.0f64..5.0,
         history in prop::collection::vec(-4.0f64..=0.0, 0..20),
     ) {
-        let p = CusumParams { drift: 0.5, decision: 4.0 };
+        let p = CusumParams::DEFAULT;
         let mut c = ShortfallCusum::default();
         for z in history {
             c.observe(&p, 0.9 - z * sigma, 0.9, sigma);

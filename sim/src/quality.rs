@@ -152,6 +152,33 @@ fn secs(v: Option<(f64, f64)>) -> String {
     }
 }
 
+/// Recovery times of the detected episodes of a set of runs, and how many were detected:
+/// `(fleet times, fleet detected, agent times, agent detected)`.
+fn ttr(reports: &[Report]) -> (Vec<f64>, usize, Vec<f64>, usize) {
+    let (mut fleet, mut fleet_n, mut agent, mut agent_n) = (Vec::new(), 0, Vec::new(), 0);
+    for e in reports.iter().flat_map(|r| &r.episodes) {
+        if e.recover_s.is_none() {
+            continue;
+        }
+        if e.fleet_detect_s.is_some() {
+            fleet_n += 1;
+            fleet.extend(e.fleet_recover_s);
+        }
+        if e.agent_detect_s.is_some() {
+            agent_n += 1;
+            agent.extend(e.agent_recover_s);
+        }
+    }
+    (fleet, fleet_n, agent, agent_n)
+}
+
+fn recovery_secs(v: Option<(f64, f64)>) -> String {
+    match v {
+        Some((m, p)) => format!("{m:.0} s / {p:.0} s"),
+        None => "none cleared".into(),
+    }
+}
+
 /// Detections and misses of a set of runs: `(fleet times, agent times, episodes)`.
 fn ttd(reports: &[Report]) -> (Vec<f64>, Vec<f64>, usize) {
     let mut fleet = Vec::new();
@@ -198,10 +225,14 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
          {} seeds x {} episodes per row; each episode drops one node for 3 minutes. Times are \
          from the onset to the first Fleet tick (Fleet) or agent tick (agent) that flags the \
          node; median / p95 over the detected episodes. Goal for 15 %: one push interval plus \
-         one tick (20 s).\n\n\
-         | drop | Fleet: detected | Fleet: median / p95 | agent: detected | agent: median / p95 | Fleet false-positive node-ticks (healthy node-ticks) |\n\
-         |---|---|---|---|---|---|",
-        size.seeds, size.episodes
+         one tick (20 s). Recovery: from the episode's end to the first tick of the same side \
+         that no longer flags the node, over the detected episodes (\"cleared\": within the \
+         grace of {grace} push intervals); goal: two push intervals (20 s).\n\n\
+         | drop | Fleet: detected | Fleet: median / p95 | agent: detected | agent: median / p95 | Fleet: cleared | Fleet recovery: median / p95 | agent: cleared | agent recovery: median / p95 | Fleet false-positive node-ticks (healthy node-ticks) |\n\
+         |---|---|---|---|---|---|---|---|---|---|",
+        size.seeds,
+        size.episodes,
+        grace = crate::world::RECOVERY_GRACE_INTERVALS,
     );
     for drop in [0.05, 0.10, 0.15, 0.30] {
         progress(&format!("time to detect: {:.0} % drop", drop * 100.0));
@@ -209,6 +240,7 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
             .map(|seed| run(&episodes_scenario(64, drop, size.episodes, seed)))
             .collect::<Result<Vec<_>, _>>()?;
         let (f, a, n) = ttd(&reports);
+        let (fr, fr_n, ar, ar_n) = ttr(&reports);
         let fp: u64 = reports
             .iter()
             .map(|r| r.fleet.false_positive_node_ticks)
@@ -216,13 +248,31 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
         let healthy: u64 = reports.iter().map(|r| r.fleet.healthy_node_ticks).sum();
         let _ = writeln!(
             md,
-            "| {:.0} % | {}/{n} | {} | {}/{n} | {} | {fp} ({healthy}) |",
+            "| {:.0} % | {}/{n} | {} | {}/{n} | {} | {}/{fr_n} | {} | {}/{ar_n} | {} | {fp} ({healthy}) |",
             drop * 100.0,
             f.len(),
             secs(median_p95(&f)),
             a.len(),
             secs(median_p95(&a)),
+            fr.len(),
+            recovery_secs(median_p95(&fr)),
+            ar.len(),
+            recovery_secs(median_p95(&ar)),
         );
+        if drop >= 0.15 {
+            for (side, times, detected) in [("Fleet", &fr, fr_n), ("agent", &ar, ar_n)] {
+                let within = median_p95(times).is_some_and(|(_, p95)| p95 <= 20.0)
+                    && times.len() == detected;
+                if !within {
+                    q.missed.push(format!(
+                        "{:.0} % drop: {side} recovery (median / p95) {} over {}/{detected} cleared, goal 20 s for all",
+                        drop * 100.0,
+                        recovery_secs(median_p95(times)),
+                        times.len()
+                    ));
+                }
+            }
+        }
         if drop == 0.15 {
             let within = median_p95(&f).is_some_and(|(_, p95)| p95 <= 20.0) && f.len() == n;
             if !within {

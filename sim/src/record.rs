@@ -9,6 +9,11 @@
 //!   within the grace after a recovery) flagged on one of its ticks: Fleet ticks for Fleet,
 //!   the agent's own ticks for the agent.
 //!   A false-positive **event** is the start of such a run.
+//! - A **recovery** is the first tick (Fleet's or the agent's) at or after a detected
+//!   episode's end on which its node is no longer flagged; time to recover is measured from
+//!   the end. A node still flagged when the grace after the end runs out
+//!   ([`crate::world::RECOVERY_GRACE_INTERVALS`] push intervals) has no recovery time: its
+//!   flagged ticks from then on are false positives.
 //! - Node-ticks inside a cluster-wide slowdown are neither: they are counted, with how many
 //!   were flagged, apart (Fleet flags them by design while it holds its threshold in panic).
 
@@ -83,6 +88,12 @@ pub struct EpisodeResult {
     pub onset_s: f64,
     pub fleet_detect_s: Option<f64>,
     pub agent_detect_s: Option<f64>,
+    /// When the episode ends (none: it lasts to the end of the run).
+    pub recover_s: Option<f64>,
+    /// From the end to the first tick that no longer flags the node (detected episodes
+    /// cleared within the grace only).
+    pub fleet_recover_s: Option<f64>,
+    pub agent_recover_s: Option<f64>,
 }
 
 /// One late rank as injected and as Fleet named it.
@@ -170,6 +181,9 @@ impl Recorder {
                 onset_s: e.onset.as_secs_f64(),
                 fleet_detect_s: None,
                 agent_detect_s: None,
+                recover_s: e.recover.map(|r| r.as_secs_f64()),
+                fleet_recover_s: None,
+                agent_recover_s: None,
             })
             .collect();
         let nccl_truth: Vec<_> = scenario
@@ -324,6 +338,18 @@ impl Recorder {
                     });
                 }
             }
+            Truth::Recovering(i) if !flagged => {
+                let Some(e) = episodes.get_mut(i) else {
+                    return;
+                };
+                let (detected, slot) = match side {
+                    Side::Fleet => (e.fleet_detect_s.is_some(), &mut e.fleet_recover_s),
+                    Side::Agent => (e.agent_detect_s.is_some(), &mut e.agent_recover_s),
+                };
+                if let (true, None, Some(end)) = (detected, *slot, e.recover_s) {
+                    *slot = Some(at_s - end);
+                }
+            }
             _ => {}
         }
         if was && !flagged {
@@ -436,6 +462,51 @@ mod tests {
         assert_eq!(rep.fleet.false_positive_events, 2);
         assert_eq!(rep.fleet.healthy_node_ticks, 3 + 2 + 2 + 2 + 2 + 3);
         assert_eq!(rep.panic_ticks, 1);
+    }
+
+    #[test]
+    fn recovery_is_the_first_unflagged_tick_after_the_end_of_a_detected_episode() {
+        let s = Scenario::from_toml(
+            r#"
+            name = "t"
+            duration = "1h"
+            push_interval = "10s"
+            [[cohort]]
+            name = "a"
+            nodes = 2
+            [[straggler]]
+            nodes = [0]
+            drop = 0.2
+            onset = "100s"
+            recover = "200s"
+            [[straggler]]
+            nodes = [1]
+            drop = 0.2
+            onset = "100s"
+            recover = "200s"
+        "#,
+        )
+        .unwrap();
+        let mut r = Recorder::new(&s, Timeline::new(&s).unwrap(), "test");
+        let at = Duration::from_secs;
+        // Node 0 flagged from 110 s, still at 203 s, cleared at 213 s; node 1 never flagged.
+        for t in [110, 203] {
+            r.fleet_tick(at(t), &[true, false], false);
+        }
+        r.fleet_tick(at(213), &[false, false], false);
+        r.fleet_tick(at(223), &[false, false], false);
+        // The agent of node 0 is still flagged when the grace (50 s) runs out.
+        r.agent_tick(0, at(105), true);
+        r.agent_tick(0, at(245), true);
+        r.agent_tick(0, at(255), false);
+        let rep = r.finish(300.0);
+        assert_eq!(rep.episodes[0].recover_s, Some(200.0));
+        assert_eq!(rep.episodes[0].fleet_recover_s, Some(13.0));
+        assert_eq!(
+            rep.episodes[0].agent_recover_s, None,
+            "not within the grace"
+        );
+        assert_eq!(rep.episodes[1].fleet_recover_s, None, "never detected");
     }
 
     #[test]

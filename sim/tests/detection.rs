@@ -11,7 +11,7 @@ use fleet_sim::run::run_in_process;
 const NOISE: &str = "[noise]\nsigma = 0.01\nbias_sigma = 0.003\ndip_probability = 0.005\n";
 
 #[test]
-fn a_15_percent_straggler_is_caught_by_fleet_and_agent_within_two_intervals() {
+fn a_15_percent_straggler_is_caught_and_cleared_by_fleet_and_agent_within_two_intervals() {
     for seed in 1..=2 {
         let r = run_in_process(&episodes_scenario(64, 0.15, 3, seed), |_| {}).unwrap();
         assert_eq!(r.rejected_points, 0);
@@ -22,6 +22,11 @@ fn a_15_percent_straggler_is_caught_by_fleet_and_agent_within_two_intervals() {
             // Simulated seconds: one push interval (10 s) plus one Fleet tick.
             assert!(fleet <= 20.0, "Fleet took {fleet} s: {e:?}");
             assert!(agent <= 20.0, "agent took {agent} s: {e:?}");
+            // Recovery within two push intervals of the episode's end.
+            let fleet = e.fleet_recover_s.expect("Fleet clears the node");
+            let agent = e.agent_recover_s.expect("the agent clears itself");
+            assert!(fleet <= 20.0, "Fleet cleared after {fleet} s: {e:?}");
+            assert!(agent <= 20.0, "agent cleared after {agent} s: {e:?}");
         }
         assert!(r.fleet.healthy_node_ticks > 10_000);
         assert_eq!(r.fleet.false_positive_node_ticks, 0, "{:?}", r.fleet);

@@ -4,12 +4,15 @@
 //!
 //! - `cusum` (default): Fleet's persistence-aware rule, the very code `ingero-processor`
 //!   runs server-side ([`ingero_processor::classifier::ShortfallCusum`], same defaults:
-//!   drift 0.5, decision 4.0). The shortfall below the threshold is measured in units of
-//!   `sigma = max(1.4826 * 0.01, own noise)`: the first term is Fleet's smallest robust
-//!   sigma (its default MAD floor), the second this node's own score noise (a robust running
-//!   estimate, fed only by samples at or above the threshold so a slowdown cannot widen it).
-//!   A single sample 4.5 sigmas below the threshold flags at once; smaller shortfalls must
-//!   persist; one-tick dips drain. Recovery: when the sum is back at 0.
+//!   drift 0.5, decision 4.0, clear margin 1.0, clear hold-off 10 ticks). The shortfall
+//!   below the threshold is measured in units of `sigma = max(1.4826 * 0.01, own noise)`:
+//!   the first term is Fleet's smallest robust sigma (its default MAD floor), the second
+//!   this node's own score noise (a robust running estimate, fed only by samples at or
+//!   above the threshold so a slowdown cannot widen it). A single sample 4.5 sigmas below
+//!   the threshold flags at once; smaller shortfalls must persist; one-tick dips drain.
+//!   Recovery: on the first tick at least one sigma above the threshold (`clear_margin`),
+//!   unless the node fell again within 10 ticks of its last clear (`clear_holdoff`); else
+//!   when the sum is back at 0.
 //! - `one-sample` (the spec's rule, 4.1): straggler when `score + eps < threshold`, healthy
 //!   again at `score + eps >= threshold + h`. One sample flips either way.
 
@@ -79,10 +82,7 @@ pub struct CusumClassifier {
 impl Default for CusumClassifier {
     fn default() -> Self {
         CusumClassifier {
-            params: CusumParams {
-                drift: ingero_processor::config::DEFAULT_CLASSIFIER_DRIFT,
-                decision: ingero_processor::config::DEFAULT_CLASSIFIER_DECISION,
-            },
+            params: CusumParams::DEFAULT,
             cusum: ShortfallCusum::default(),
             level: None,
             abs_dev: 0.0,
@@ -263,18 +263,38 @@ mod tests {
             let score = if i % 2 == 0 { t } else { t + 4.0 * s };
             assert!(!c.classify(score, t).straggler, "sample {i}");
         }
-        // Recovery: from the cap (the decision level, 4) at -(2 + 0.5) per tick: two ticks at
-        // 2 sigma above (one good sample is not enough).
+        // Recovery: from the cap (the decision level, 4), one tick at 2 sigma above the
+        // threshold (the median) clears at once ...
         let mut c = CusumClassifier::default();
         for _ in 0..100 {
             c.classify(0.5, t);
         }
-        let mut ticks = 0;
-        while c.classify(t + 2.0 * s, t).straggler {
-            ticks += 1;
-            assert!(ticks < 10);
-        }
-        assert_eq!(ticks, 1, "cleared on the 2nd tick");
+        assert_eq!(
+            c.classify(t + 2.0 * s, t),
+            Verdict {
+                straggler: false,
+                changed: true
+            },
+            "cleared on the first tick back at the median"
+        );
+        // ... while 0.6 sigma above (short of the margin) drains at -1.1 per tick: four ticks.
+        let mut c = CusumClassifier::default();
+        c.classify(0.5, t);
+        let flags: Vec<bool> = (0..4)
+            .map(|_| c.classify(t + 0.6 * s, t).straggler)
+            .collect();
+        assert_eq!(flags, [true, true, true, false]);
+        // A node swinging between far below and the median: one early clear, then the
+        // hold-off leaves it to the drain, which the swings never empty.
+        let mut c = CusumClassifier::default();
+        let changes = (0..200)
+            .filter(|i| {
+                let score = if i % 2 == 0 { 0.5 } else { t + 2.0 * s };
+                c.classify(score, t).changed
+            })
+            .count();
+        assert_eq!(changes, 3);
+        assert!(c.is_straggler());
     }
 
     #[test]
