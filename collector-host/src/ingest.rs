@@ -11,8 +11,9 @@
 //!    cluster is read for metrics, and for any signal when a request middleware runs);
 //! 3. the adapter reads and decodes the body;
 //! 4. [`Ingest::export_metrics`] / [`Ingest::export_traces`] / [`Ingest::export_logs`]:
-//!    the payload [`screen`] settles one cluster identity per resource and applies the
-//!    payload limits (what breaks either is dropped and counted), each admission checks
+//!    the payload [`screen`] settles one cluster identity per resource and, for metrics,
+//!    applies the payload limits (what breaks either is dropped and counted, and answered
+//!    with partial success on every signal), each admission checks
 //!    the payload's clusters, the batch goes down the pipelines, points are counted and
 //!    rejected ones answered with partial success; the answer waits for the exporters'
 //!    pending deliveries (a durable exporter's commit), and an exporter that is behind
@@ -32,9 +33,13 @@ use component::middleware::{
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
 use component::wire::resource;
 use component::{BatchContext, Timestamp};
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::config::model::PayloadLimits;
@@ -219,13 +224,23 @@ impl Ingest {
         acks.wait().await.map_err(|u| self.unavailable(u))
     }
 
-    /// Step 4a for traces and logs: a resource whose cluster identity is refused refuses
-    /// the request (counted).
-    fn screen_resources<'a>(
+    /// Count what the screen dropped from a traces or logs export; the partial-success
+    /// count and message (`None` when nothing was dropped).
+    fn screened(
         &self,
-        resources: impl Iterator<Item = Option<&'a Resource>>,
-    ) -> Result<(), Refusal> {
-        screen::resources(resources).inspect_err(|r| self.counters.reject(r.reason))
+        signal: Signal,
+        screened: &screen::Screened,
+        items: &str,
+    ) -> Option<(i64, String)> {
+        for (reason, n) in &screened.by_reason {
+            self.counters.drop_items(tel(signal), reason, *n);
+        }
+        self.counters
+            .signal(tel(signal))
+            .refused
+            .fetch_add(screened.dropped, Relaxed);
+        let message = screened.message_of(items)?;
+        Some((i64::try_from(screened.dropped).unwrap_or(i64::MAX), message))
     }
 
     /// Step 4 for metrics. `Err` is a payload refusal (nothing reached a pipeline) or an
@@ -291,60 +306,82 @@ impl Ingest {
         })
     }
 
-    /// Step 4 for traces: payload check, then every traces pipeline.
+    /// Step 4 for traces: the screen (a resource whose cluster identity is refused is
+    /// dropped with its spans, answered with partial success), payload check, then every
+    /// traces pipeline.
     pub async fn export_traces(
         &self,
         adm: Admitted,
-        req: &ExportTraceServiceRequest,
-    ) -> Result<(), Refusal> {
-        self.screen_resources(req.resource_spans.iter().map(|r| r.resource.as_ref()))?;
+        mut req: ExportTraceServiceRequest,
+    ) -> Result<ExportTraceServiceResponse, Refusal> {
+        let screened = screen::traces(&mut req);
         self.check_payload(
             &adm,
             req.resource_spans
                 .iter()
                 .map(|r| resource_cluster(r.resource.as_ref())),
         )?;
+        let partial = self.screened(Signal::Traces, &screened, "span(s)");
         let n: usize = req
             .resource_spans
             .iter()
             .flat_map(|r| &r.scope_spans)
             .map(|s| s.spans.len())
             .sum();
-        let acks = self.fanout.consume_traces(req);
-        if let Err(r) = self.settle(acks).await {
-            self.counters.traces.refused.fetch_add(n as u64, Relaxed);
-            return Err(r);
+        if !(req.resource_spans.is_empty() && partial.is_some()) {
+            let acks = self.fanout.consume_traces(&req);
+            if let Err(r) = self.settle(acks).await {
+                self.counters.traces.refused.fetch_add(n as u64, Relaxed);
+                return Err(r);
+            }
         }
         self.counters.traces.accepted.fetch_add(n as u64, Relaxed);
-        Ok(())
+        Ok(ExportTraceServiceResponse {
+            partial_success: partial.map(|(rejected_spans, error_message)| {
+                ExportTracePartialSuccess {
+                    rejected_spans,
+                    error_message,
+                }
+            }),
+        })
     }
 
-    /// Step 4 for logs: payload check, then every logs pipeline.
+    /// Step 4 for logs: as [`Self::export_traces`], with log records.
     pub async fn export_logs(
         &self,
         adm: Admitted,
-        req: &ExportLogsServiceRequest,
-    ) -> Result<(), Refusal> {
-        self.screen_resources(req.resource_logs.iter().map(|r| r.resource.as_ref()))?;
+        mut req: ExportLogsServiceRequest,
+    ) -> Result<ExportLogsServiceResponse, Refusal> {
+        let screened = screen::logs(&mut req);
         self.check_payload(
             &adm,
             req.resource_logs
                 .iter()
                 .map(|r| resource_cluster(r.resource.as_ref())),
         )?;
+        let partial = self.screened(Signal::Logs, &screened, "log record(s)");
         let n: usize = req
             .resource_logs
             .iter()
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        let acks = self.fanout.consume_logs(req);
-        if let Err(r) = self.settle(acks).await {
-            self.counters.logs.refused.fetch_add(n as u64, Relaxed);
-            return Err(r);
+        if !(req.resource_logs.is_empty() && partial.is_some()) {
+            let acks = self.fanout.consume_logs(&req);
+            if let Err(r) = self.settle(acks).await {
+                self.counters.logs.refused.fetch_add(n as u64, Relaxed);
+                return Err(r);
+            }
         }
         self.counters.logs.accepted.fetch_add(n as u64, Relaxed);
-        Ok(())
+        Ok(ExportLogsServiceResponse {
+            partial_success: partial.map(|(rejected_log_records, error_message)| {
+                ExportLogsPartialSuccess {
+                    rejected_log_records,
+                    error_message,
+                }
+            }),
+        })
     }
 
     /// Step 5: the response middlewares' metadata for `cluster` (nothing without one).
@@ -370,8 +407,8 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
     })
 }
 
-/// The cluster a trace or log resource names, by the one-identity rule (an alias such as
-/// `ingero_cluster_id` counts; the screen has already refused conflicting ones).
+/// The cluster a trace or log resource names (the screen has already settled it to one
+/// `ingero.cluster.id` and dropped the resources it refused).
 fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
     component::cluster_identity::resource_cluster(&r?.attributes)
         .ok()

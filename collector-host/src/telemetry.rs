@@ -59,6 +59,10 @@ pub struct ReceiverCounters {
     pub rejected_requests: Mutex<Vec<(&'static str, u64)>>,
     /// Data points dropped by the ingest screen (cluster identity, size limits), by reason.
     pub dropped_points: Mutex<Vec<(&'static str, u64)>>,
+    /// Spans dropped by the ingest screen (cluster identity), by reason.
+    pub dropped_spans: Mutex<Vec<(&'static str, u64)>>,
+    /// Log records dropped by the ingest screen (cluster identity), by reason.
+    pub dropped_log_records: Mutex<Vec<(&'static str, u64)>>,
     pub latency: Histogram,
 }
 
@@ -82,10 +86,24 @@ impl ReceiverCounters {
 
     /// Count `n` data points dropped by the ingest screen for `reason`.
     pub fn drop_points(&self, reason: &'static str, n: u64) {
-        let mut v = self.dropped_points.lock();
+        self.drop_items(Signal::Metrics, reason, n);
+    }
+
+    /// Count `n` items of `signal` (points, spans, log records) dropped by the ingest
+    /// screen for `reason`.
+    pub fn drop_items(&self, signal: Signal, reason: &'static str, n: u64) {
+        let mut v = self.dropped(signal).lock();
         match v.iter_mut().find(|(r, _)| *r == reason) {
             Some((_, c)) => *c += n,
             None => v.push((reason, n)),
+        }
+    }
+
+    fn dropped(&self, signal: Signal) -> &Mutex<Vec<(&'static str, u64)>> {
+        match signal {
+            Signal::Metrics => &self.dropped_points,
+            Signal::Traces => &self.dropped_spans,
+            Signal::Logs => &self.dropped_log_records,
         }
     }
 }
@@ -248,6 +266,8 @@ impl Telemetry {
             logs: SignalCounters::default(),
             rejected_requests: Mutex::new(Vec::new()),
             dropped_points: Mutex::new(Vec::new()),
+            dropped_spans: Mutex::new(Vec::new()),
+            dropped_log_records: Mutex::new(Vec::new()),
             latency: Histogram::default(),
         });
         self.receivers.lock().push(c.clone());
@@ -344,24 +364,44 @@ impl Telemetry {
             }
         }
         fams.push(rej);
-        let mut dropped = MetricFamily::counter(
-            "ingero_fleet_receiver_dropped_points_total",
-            "Data points a receiver dropped from a decoded export (answered with partial \
-             success), by reason.",
-        );
-        for r in &receivers {
-            for (reason, n) in r.dropped_points.lock().iter() {
-                dropped.push(
-                    &[
-                        ("receiver", &r.receiver),
-                        ("transport", r.transport),
-                        ("reason", reason),
-                    ],
-                    *n as f64,
-                );
+        for (signal, name, what) in [
+            (
+                Signal::Metrics,
+                "ingero_fleet_receiver_dropped_points_total",
+                "Data points",
+            ),
+            (
+                Signal::Traces,
+                "ingero_fleet_receiver_dropped_spans_total",
+                "Spans",
+            ),
+            (
+                Signal::Logs,
+                "ingero_fleet_receiver_dropped_log_records_total",
+                "Log records",
+            ),
+        ] {
+            let mut dropped = MetricFamily::counter(
+                name,
+                &format!(
+                    "{what} a receiver dropped from a decoded export (answered with partial \
+                     success), by reason."
+                ),
+            );
+            for r in &receivers {
+                for (reason, n) in r.dropped(signal).lock().iter() {
+                    dropped.push(
+                        &[
+                            ("receiver", &r.receiver),
+                            ("transport", r.transport),
+                            ("reason", reason),
+                        ],
+                        *n as f64,
+                    );
+                }
             }
+            fams.push(dropped);
         }
-        fams.push(dropped);
 
         let processors = self.processors.lock().clone();
         let mut inc = MetricFamily::counter(

@@ -210,7 +210,7 @@ fn no_family_is_served_on_both_endpoints_and_the_straggler_is_counted_once() {
 fn crate_host_family(name: &str) -> bool {
     [
         "ingero_fleet_rejected_requests_total",
-        "ingero_fleet_receiver_dropped_points_total",
+        "ingero_fleet_receiver_dropped_",
         "ingero_fleet_tls_",
         "ingero_fleet_connections_",
         "ingero_fleet_component_panics_total",

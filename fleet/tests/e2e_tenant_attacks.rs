@@ -5,7 +5,9 @@
 //!
 //! - one cluster identity per resource: duplicate, aliased, non-string and per-point
 //!   cluster ids cannot make the Prometheus exporter label a series with a cluster the
-//!   token does not cover (HTTP and gRPC).
+//!   token does not cover (HTTP and gRPC); traces and logs lose only the resources with
+//!   a bad cluster id, answered with partial success;
+//! - per-cluster exporter caps: series (exact under concurrent floods) and bytes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -781,5 +783,431 @@ fn look_alike_and_control_ids_are_refused_and_controls_never_reach_the_page() {
         &AgentPush::new("beta", "b0", 0.9).to_json(),
     )) as f64;
     assert_eq!(dropped, per_push * bad_nodes.len() as f64);
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+}
+
+/// One trace resource with `spans` spans and `attrs` as its resource attributes (JSON).
+fn span_resource(attrs: Value, spans: usize) -> Value {
+    let spans: Vec<Value> = (0..spans)
+        .map(|i| {
+            json!({
+                "traceId": "5b8efff798038103d269b633813fc60c",
+                "spanId": format!("eee19b7ec3c1b1{i:02x}"),
+                "name": "allreduce",
+                "kind": 1,
+                "startTimeUnixNano": "1763769600000000000",
+                "endTimeUnixNano": "1763769600500000000"
+            })
+        })
+        .collect();
+    json!({"resource": {"attributes": attrs}, "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]})
+}
+
+fn int_field(v: &Value) -> i64 {
+    v.as_i64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[test]
+fn traces_and_logs_lose_only_the_resources_with_a_bad_cluster_id() {
+    use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+    use opentelemetry_proto::tonic::collector::logs::v1::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    // Traces and logs pipelines to `debug` beside the metrics one, auth on every listener.
+    let (_dir, f) = start_edited("", |c| {
+        let c2 = c
+            .replace(
+                "  prometheus:\n    endpoint: 127.0.0.1:0\n",
+                "  debug:\n    verbosity: basic\n  prometheus:\n    endpoint: 127.0.0.1:0\n",
+            )
+            .replace(
+                "      exporters: [prometheus]\n",
+                "      exporters: [prometheus]\n    traces:\n      receivers: [otlp]\n      \
+                 exporters: [debug]\n    logs:\n      receivers: [otlp]\n      exporters: [debug]\n",
+            );
+        assert!(c2.contains("    logs:\n"), "{c2}");
+        c2
+    });
+    let t0 = beta_threshold(&f);
+    let alpha = json!([{"key": "ingero.cluster.id", "value": {"stringValue": "alpha"}}]);
+    let conflict = json!([
+        {"key": "ingero.cluster.id", "value": {"stringValue": "alpha"}},
+        {"key": "ingero_cluster_id", "value": {"stringValue": "beta"}}
+    ]);
+    let int_id = json!([{"key": "ingero.cluster.id", "value": {"intValue": 7}}]);
+    let auth = format!("Bearer {TOKEN_A}");
+
+    // HTTP/JSON traces: 2 good spans, 3 with conflicting ids, 1 with an int id.
+    let body = json!({"resourceSpans": [
+        span_resource(alpha.clone(), 2),
+        span_resource(conflict.clone(), 3),
+        span_resource(int_id.clone(), 1),
+    ]})
+    .to_string();
+    let r = post(
+        f.http(),
+        "/v1/traces",
+        "application/json",
+        body.as_bytes(),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let p = &r.json()["partialSuccess"];
+    assert_eq!(int_field(&p["rejectedSpans"]), 4, "{}", r.text());
+    let msg = p["errorMessage"].as_str().unwrap();
+    assert!(msg.starts_with("4 span(s) refused"), "{msg}");
+    assert!(
+        msg.contains("resource 1") && msg.contains("cluster"),
+        "{msg}"
+    );
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+
+    // HTTP/protobuf logs: 5 good records, 2 conflicting.
+    let res = |attrs: &Value| {
+        let attrs: Vec<KeyValue> = attrs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let key = a["key"].as_str().unwrap();
+                match a["value"].get("stringValue") {
+                    Some(s) => kv_str(key, s.as_str().unwrap()),
+                    None => kv_i64(key, a["value"]["intValue"].as_i64().unwrap()),
+                }
+            })
+            .collect();
+        Some(Resource {
+            attributes: attrs,
+            ..Default::default()
+        })
+    };
+    let logs = |resource: Option<Resource>, n: usize| ResourceLogs {
+        resource,
+        scope_logs: vec![ScopeLogs {
+            log_records: vec![LogRecord::default(); n],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let req = ExportLogsServiceRequest {
+        resource_logs: vec![logs(res(&conflict), 2), logs(res(&alpha), 5)],
+    };
+    let r = post(
+        f.http(),
+        "/v1/logs",
+        "application/x-protobuf",
+        &req.encode_to_vec(),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let resp = ExportLogsServiceResponse::decode(r.body.as_slice()).unwrap();
+    let p = resp.partial_success.unwrap();
+    assert_eq!(p.rejected_log_records, 2);
+    assert!(
+        p.error_message.starts_with("2 log record(s) refused"),
+        "{}",
+        p.error_message
+    );
+
+    // gRPC: the same shapes, both signals.
+    let spans = |resource: Option<Resource>, n: usize| ResourceSpans {
+        resource,
+        scope_spans: vec![ScopeSpans {
+            spans: vec![Span::default(); n],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let trace_req = ExportTraceServiceRequest {
+        resource_spans: vec![
+            spans(res(&alpha), 2),
+            spans(res(&conflict), 3),
+            spans(res(&int_id), 1),
+        ],
+    };
+    let grpc = format!("http://{}", f.grpc());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (trace_partial, log_partial) = rt.block_on(async move {
+        fn with_token<T>(mut r: tonic::Request<T>) -> tonic::Request<T> {
+            r.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {TOKEN_A}").parse().unwrap(),
+            );
+            r
+        }
+        let mut t = TraceServiceClient::connect(grpc.clone()).await.unwrap();
+        let tr = t
+            .export(with_token(tonic::Request::new(trace_req)))
+            .await
+            .unwrap()
+            .into_inner()
+            .partial_success
+            .unwrap();
+        let mut l = LogsServiceClient::connect(grpc).await.unwrap();
+        let lr = l
+            .export(with_token(tonic::Request::new(req)))
+            .await
+            .unwrap()
+            .into_inner()
+            .partial_success
+            .unwrap();
+        (tr, lr)
+    });
+    assert_eq!(trace_partial.rejected_spans, 4);
+    assert!(trace_partial.error_message.contains("cluster"));
+    assert_eq!(log_partial.rejected_log_records, 2);
+
+    // A request that is bad as a whole is still refused whole: a resource naming only
+    // beta (an alias) is out of token A's scope.
+    let body = json!({"resourceSpans": [
+        span_resource(alpha.clone(), 1),
+        span_resource(json!([{"key": "ingero_cluster_id", "value": {"stringValue": "beta"}}]), 1),
+    ]})
+    .to_string();
+    let r = post(
+        f.http(),
+        "/v1/traces",
+        "application/json",
+        body.as_bytes(),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+
+    // What was kept reached the pipelines; beta is served as before.
+    let logged = wait_for(Duration::from_secs(5), || {
+        let log = f.log_text();
+        let spans = log
+            .lines()
+            .filter(|l| l.contains("[debug] Traces: resource spans: 1, spans: 2"))
+            .count();
+        let records = log
+            .lines()
+            .filter(|l| l.contains("[debug] Logs: resource logs: 1, log records: 5"))
+            .count();
+        (spans == 2 && records == 2).then_some(())
+    });
+    assert!(logged.is_some(), "debug exporter output:\n{}", f.log_text());
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+
+    // Counted like the metrics path: dropped by reason, refused, accepted.
+    let t = get(f.telemetry(), "/metrics").text();
+    let v = |series: String| prom_value(&t, &series).unwrap_or(0.0);
+    for transport in ["http", "grpc"] {
+        let l = format!("receiver=\"otlp\",transport=\"{transport}\"");
+        assert_eq!(
+            v(format!(
+                "ingero_fleet_receiver_dropped_spans_total{{{l},reason=\"cluster_id_conflict\"}}"
+            )),
+            3.0,
+            "{transport}"
+        );
+        assert_eq!(
+            v(format!(
+                "ingero_fleet_receiver_dropped_spans_total{{{l},reason=\"cluster_id_not_string\"}}"
+            )),
+            1.0
+        );
+        assert_eq!(
+            v(format!(
+                "ingero_fleet_receiver_dropped_log_records_total{{{l},reason=\"cluster_id_conflict\"}}"
+            )),
+            2.0
+        );
+        assert_eq!(
+            v(format!("otelcol_receiver_refused_spans_total{{{l}}}")),
+            4.0
+        );
+        assert_eq!(
+            v(format!("otelcol_receiver_refused_log_records_total{{{l}}}")),
+            2.0
+        );
+        assert_eq!(
+            v(format!(
+                "otelcol_receiver_accepted_log_records_total{{{l}}}"
+            )),
+            5.0
+        );
+    }
+    // HTTP accepted the 2 good spans (the 403 request counts nothing), gRPC the same.
+    assert_eq!(
+        v("otelcol_receiver_accepted_spans_total{receiver=\"otlp\",transport=\"http\"}".into()),
+        2.0
+    );
+}
+
+/// `start` with exporter keys added under `exporters.prometheus`.
+fn start_with_exporter_keys(keys: &str) -> (tempdir::TempDir, Fleet) {
+    start_edited("", |c| {
+        let c2 = c.replace(
+            "  prometheus:\n    endpoint: 127.0.0.1:0\n",
+            &format!("  prometheus:\n    endpoint: 127.0.0.1:0\n{keys}"),
+        );
+        assert_ne!(c, c2);
+        c2
+    })
+}
+
+fn cluster_series(page: &str, cluster: &str) -> usize {
+    let needle = format!("ingero_cluster_id=\"{cluster}\"");
+    page.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&needle))
+        .count()
+}
+
+/// The exporter's own drop counter for `reason` (on its page or on self-telemetry).
+fn exporter_dropped(f: &Fleet, reason: &str) -> f64 {
+    let pages = scrape(f) + &get(f.telemetry(), "/metrics").text();
+    pages
+        .lines()
+        .find(|l| {
+            l.starts_with("ingero_fleet_prometheus_points_dropped_total")
+                && l.contains(&format!("\"{reason}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {reason} counter"))
+}
+
+#[test]
+fn concurrent_floods_never_take_a_cluster_past_its_series_cap() {
+    const CAP: usize = 150;
+    let (_dir, f) =
+        start_with_exporter_keys("    max_series: 1000\n    max_series_per_cluster: 150\n");
+    let t0 = beta_threshold(&f);
+    let beta_held = cluster_series(&scrape(&f), "beta");
+
+    // 8 clients at once, each sending 10 requests of one new node with 20 new series:
+    // 1,600 new series of alpha against a cap of 150, while a scraper watches the page.
+    let flooding = std::sync::atomic::AtomicBool::new(true);
+    let start = std::sync::Barrier::new(8);
+    let (rejected_total, seen_max) = std::thread::scope(|s| {
+        let floods: Vec<_> = (0..8)
+            .map(|t| {
+                let (f, start) = (&f, &start);
+                s.spawn(move || {
+                    start.wait();
+                    (0..10)
+                        .map(|i| {
+                            let r = push_as(
+                                f,
+                                TOKEN_A,
+                                "alpha",
+                                &metric_flood(&format!("c{t}-{i}"), "alpha.m", 20),
+                            );
+                            assert_eq!(r.status, 200, "{}", r.text());
+                            rejected(&r)
+                        })
+                        .sum::<i64>()
+                })
+            })
+            .collect();
+        let watcher = s.spawn(|| {
+            let mut max = 0;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                max = max.max(cluster_series(&scrape(&f), "alpha"));
+            }
+            max
+        });
+        let rejected: i64 = floods.into_iter().map(|h| h.join().unwrap()).sum();
+        flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+        (rejected, watcher.join().unwrap())
+    });
+    assert!(
+        seen_max <= CAP,
+        "alpha held {seen_max} series during the flood"
+    );
+    let page = scrape(&f);
+    assert_eq!(
+        cluster_series(&page, "alpha"),
+        CAP,
+        "alpha holds exactly its cap"
+    );
+    assert_eq!(rejected_total, (1600 - CAP) as i64);
+    assert_eq!(
+        exporter_dropped(&f, "cluster_series_limit"),
+        (1600 - CAP) as f64
+    );
+    // beta: same threshold, same series, and a new node still gets all of its series.
+    assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+    assert_eq!(cluster_series(&page, "beta"), beta_held);
+    let r = push_as(
+        &f,
+        TOKEN_B,
+        "beta",
+        &AgentPush::new("beta", "b7", 0.95).to_json(),
+    );
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    assert!(cluster_series(&scrape(&f), "beta") > beta_held);
+}
+
+#[test]
+fn a_cluster_at_its_byte_cap_is_refused_with_partial_success_and_others_are_not() {
+    // 64 KiB per cluster: beta's seven agents take about 13 KB; alpha's nodes below carry
+    // a 4,000-byte label each (within the receiver's 4,096-byte limit).
+    let (_dir, f) = start_with_exporter_keys("    max_bytes_per_cluster: 65536\n");
+    let t0 = beta_threshold(&f);
+    let beta_held = cluster_series(&scrape(&f), "beta");
+    let node = |i: usize| {
+        let mut v: Value =
+            serde_json::from_str(&metric_flood(&format!("a{i}"), "alpha.m", 3)).unwrap();
+        add_resource_attr(
+            &mut v["resourceMetrics"][0],
+            json!({"key": "note", "value": {"stringValue": format!("{i:04}{}", "x".repeat(3996))}}),
+        );
+        v.to_string()
+    };
+    let mut accepted_nodes = 0;
+    let mut refused = 0;
+    for i in 0..40 {
+        let r = push_as(&f, TOKEN_A, "alpha", &node(i));
+        assert_eq!(r.status, 200, "{}", r.text());
+        match rejected(&r) {
+            0 => accepted_nodes += 1,
+            n => {
+                assert_eq!(n, 3, "a node is refused whole: {}", r.text());
+                assert!(
+                    error_message(&r).contains("cluster_bytes_limit"),
+                    "{}",
+                    error_message(&r)
+                );
+                refused += n;
+            }
+        }
+        if i % 10 == 9 {
+            assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+        }
+    }
+    // Each node is charged a little over 4 KiB: fewer than 16 fit, and once one is
+    // refused every later one is too.
+    assert!(
+        (10..16).contains(&accepted_nodes),
+        "{accepted_nodes} nodes fit in 64 KiB"
+    );
+    assert_eq!(refused, 3 * (40 - accepted_nodes));
+    let page = scrape(&f);
+    assert_eq!(cluster_series(&page, "alpha"), 3 * accepted_nodes as usize);
+    assert_eq!(exporter_dropped(&f, "cluster_bytes_limit"), refused as f64);
+    // beta keeps its threshold and series, and a new beta node gets its series.
+    assert_eq!(cluster_series(&page, "beta"), beta_held);
+    let r = push_as(
+        &f,
+        TOKEN_B,
+        "beta",
+        &AgentPush::new("beta", "b7", 0.95).to_json(),
+    );
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    assert!(cluster_series(&scrape(&f), "beta") > beta_held);
     assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
 }

@@ -24,6 +24,14 @@ pub const DEFAULT_MAX_SERIES: usize = 2_000_000;
 /// `max_series_per_cluster`: one cluster (tenant) may hold at most half of the default
 /// `max_series`, so no one tenant can fill the page for the others.
 pub const DEFAULT_MAX_SERIES_PER_CLUSTER: usize = 1_000_000;
+/// `max_bytes_per_cluster`: 256 MiB of estimated bytes (`cluster_usage`) per cluster.
+/// An agent node (13 series) is charged about 1.9 KB by that estimate, so a cluster of
+/// ordinary agent data reaches `max_series_per_cluster` (about 77,000 nodes, ~140 MiB)
+/// first; what the byte cap stops is a cluster whose series carry long label values or
+/// metric names.
+pub const DEFAULT_MAX_BYTES_PER_CLUSTER: usize = 256 << 20;
+/// Smallest `max_bytes_per_cluster`: below it not even one resource with one series fits.
+pub const MIN_BYTES_PER_CLUSTER: usize = 1024;
 /// Attributes left out of label sets by default: values the Ingero agents put on points
 /// that change with every point (the NCCL operation sequence number of each collective;
 /// the UUID, score and threshold of each straggler event). As labels each would start a
@@ -95,6 +103,10 @@ pub struct PrometheusExporterConfig {
     /// Most series held for resources of one `ingero.cluster.id`; points that would
     /// create more for that cluster are dropped and counted (`cluster_series_limit`).
     pub max_series_per_cluster: usize,
+    /// Most estimated bytes (series records, metric names and label text as stored,
+    /// counted as if nothing were shared) held for resources of one `ingero.cluster.id`;
+    /// points that would take more are dropped and counted (`cluster_bytes_limit`).
+    pub max_bytes_per_cluster: usize,
     /// Bearer-token check on the scrape endpoint (`auth: {authenticator: ingero_auth}`),
     /// enforced by the host; a scrape needs a token scoped to every cluster (`"*"`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,6 +128,7 @@ impl Default for PrometheusExporterConfig {
             translation_strategy: None,
             max_series: DEFAULT_MAX_SERIES,
             max_series_per_cluster: DEFAULT_MAX_SERIES_PER_CLUSTER,
+            max_bytes_per_cluster: DEFAULT_MAX_BYTES_PER_CLUSTER,
             auth: None,
             max_connections: 1024,
         }
@@ -207,6 +220,12 @@ impl ComponentConfig for PrometheusExporterConfig {
         }
         if self.max_series_per_cluster == 0 {
             errs.push("max_series_per_cluster", "must be >= 1");
+        }
+        if self.max_bytes_per_cluster < MIN_BYTES_PER_CLUSTER {
+            errs.push(
+                "max_bytes_per_cluster",
+                format!("must be >= {MIN_BYTES_PER_CLUSTER} (one small series)"),
+            );
         }
         errs.into_result()
     }

@@ -4,8 +4,9 @@
 //! Locks, always taken in this order: `gc` (expire/compaction/shutdown only), `gate`
 //! (renders share it; compaction takes it exclusively, so ids never change under a
 //! render), `interner` (read for lookups, write only when something is new), then one
-//! shard mutex at a time (all of them only during compaction). `cluster_series` is taken
-//! alone, never while another of these is waited for.
+//! shard mutex at a time (all of them only during compaction). The cluster table's lock
+//! is taken alone (a push holds the interner then, never a shard); a cluster's usage
+//! counters are atomics, charged under the shard lock as series are created.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -15,6 +16,7 @@ use component::{ComponentConfig, MetricFamily, ResourceMetrics, Timestamp};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
+use crate::cluster_usage::{self, ClusterCaps, ClusterTable, ClusterUsage};
 use crate::config::PrometheusExporterConfig;
 use crate::intern::{FamilyId, FamilyKind, Interner, NONE, remap};
 use crate::labels::Scratch;
@@ -73,14 +75,11 @@ pub struct PrometheusExporter {
     shards: Box<[Mutex<Shard>]>,
     series: AtomicUsize,
     resources: AtomicUsize,
-    /// Series held per cluster (escaped `ingero_cluster_id` label value): raised by
-    /// `consume` as series are created, recounted from the store by `expire`.
-    cluster_series: Mutex<HashMap<Box<str>, usize>>,
+    /// Series and estimated bytes held per cluster (escaped `ingero_cluster_id` label
+    /// value), charged as series are created and released as they expire.
+    clusters: ClusterTable,
     counters: Counters,
 }
-
-/// The resource label whose value names a series' cluster.
-const CLUSTER_LABEL: &str = "ingero_cluster_id";
 
 /// The cluster of a resource as its label value is interned (escaped), if it names one.
 fn cluster_key(rm: &ResourceMetrics) -> Option<std::borrow::Cow<'_, str>> {
@@ -135,7 +134,7 @@ impl PrometheusExporter {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             series: AtomicUsize::new(0),
             resources: AtomicUsize::new(0),
-            cluster_series: Mutex::new(HashMap::new()),
+            clusters: ClusterTable::default(),
             counters: Counters::default(),
         })
     }
@@ -159,7 +158,7 @@ impl PrometheusExporter {
         }
         self.series.store(0, Relaxed);
         self.resources.store(0, Relaxed);
-        self.cluster_series.lock().clear();
+        self.clusters.clear();
     }
 
     /// Series held now (including expired ones `expire` has not removed yet).
@@ -225,39 +224,33 @@ impl PrometheusExporter {
             let points = component::otlp::count_points(std::slice::from_ref(rm));
             stats.points += points;
             let mut drops = DropCounts::default();
-            // Per-cluster room only with promoted resource labels (the cluster is a label).
+            // Per-cluster caps only with promoted resource labels (the cluster is a label).
             let cluster = cluster_key(rm).filter(|_| self.settings.resource_to_telemetry);
-            let room = match &cluster {
-                Some(c) => {
-                    let held = self.cluster_series.lock().get(c.as_ref()).copied();
-                    self.cfg
-                        .max_series_per_cluster
-                        .saturating_sub(held.unwrap_or(0))
-                }
-                None => usize::MAX,
-            };
+            let interner = self.interner.read();
+            // Looked up under the interner guard: `shutdown` (which clears the table)
+            // waits for it, so the usage stays the table's while the plan is applied.
+            let mut usage = cluster.as_deref().map(|c| self.clusters.usage(c));
             let capped = if self.series.load(Relaxed) >= self.cfg.max_series {
                 Some(DropReason::SeriesLimit)
-            } else if room == 0 {
-                Some(DropReason::ClusterSeriesLimit)
             } else {
-                None
+                usage.as_ref().and_then(|u| {
+                    u.full(self.cluster_caps(), || {
+                        cluster_usage::raw_resource_bytes(component::otlp::resource_attrs(rm))
+                    })
+                })
             };
-            let interner = self.interner.read();
             let mut lk = Lookup::Read {
                 interner: &interner,
                 capped,
             };
-            let mut created = 0;
             if translate(&mut lk, &self.settings, rm, now_s, sc, plan, &mut drops).is_ok() {
-                let (stored, new) = self.apply(plan, now_s, room, &mut drops);
-                stats.stored += stored;
-                created = new;
+                stats.stored += self.apply(plan, now_s, usage.as_ref(), &interner, &mut drops);
                 drop(interner);
             } else {
                 drop(interner);
                 drops = DropCounts::default();
                 let mut w = self.interner.write();
+                usage = cluster.as_deref().map(|c| self.clusters.usage(c));
                 let ok = translate(
                     &mut Lookup::Write(&mut w),
                     &self.settings,
@@ -268,27 +261,17 @@ impl PrometheusExporter {
                     &mut drops,
                 )
                 .is_ok();
-                let _r = RwLockWriteGuard::downgrade(w);
+                let r = RwLockWriteGuard::downgrade(w);
                 if ok {
-                    let (stored, new) = self.apply(plan, now_s, room, &mut drops);
-                    stats.stored += stored;
-                    created = new;
+                    stats.stored += self.apply(plan, now_s, usage.as_ref(), &r, &mut drops);
                 } else {
                     // The write view never asks for itself; count rather than assume.
                     drops = DropCounts::default();
                     drops.add(DropReason::InternerFull, points);
                 }
             }
-            if created > 0
-                && let Some(c) = cluster
-            {
-                let mut held = self.cluster_series.lock();
-                match held.get_mut(c.as_ref()) {
-                    Some(n) => *n += created,
-                    None => {
-                        held.insert(Box::from(c.as_ref()), created);
-                    }
-                }
+            if let (Some(c), Some(u)) = (cluster, usage) {
+                self.clusters.done(&c, u);
             }
             for (t, d) in total.0.iter_mut().zip(drops.0.iter()) {
                 *t += d;
@@ -309,73 +292,60 @@ impl PrometheusExporter {
         stats
     }
 
-    /// Store a translated plan (caller holds an interner guard, so ids are current);
-    /// `room`: new series the resource's cluster may still create. Returns (points stored,
-    /// series created).
+    fn cluster_caps(&self) -> ClusterCaps {
+        ClusterCaps {
+            max_series: self.cfg.max_series_per_cluster,
+            max_bytes: self.cfg.max_bytes_per_cluster,
+        }
+    }
+
+    /// Store a translated plan (`interner`: the caller's guard, so ids are current);
+    /// `cluster`: the resource's cluster, charged for what is created. Returns the points
+    /// stored.
     fn apply(
         &self,
         plan: &mut ResourcePlan,
         now_s: u32,
-        room: usize,
+        cluster: Option<&std::sync::Arc<ClusterUsage>>,
+        interner: &Interner,
         drops: &mut DropCounts,
-    ) -> (u64, usize) {
+    ) -> u64 {
         if plan.resource == NONE || plan.updates.is_empty() {
-            return (0, 0);
+            return 0;
         }
         let limits = Limits {
             max_series: self.cfg.max_series,
             series: &self.series,
             resources: &self.resources,
-            cluster_room: room,
-            created: Default::default(),
+            cluster,
+            cluster_caps: self.cluster_caps(),
+            interner,
         };
         let Some(shard) = self.shards.get(shard_of(plan.resource)) else {
-            return (0, 0);
+            return 0;
         };
-        let stored = shard.lock().apply(plan, now_s, self.exp_s, &limits, drops);
-        (stored, limits.created.get())
+        shard.lock().apply(plan, now_s, self.exp_s, &limits, drops)
     }
 
-    /// Recount the series each cluster holds from the store (after expiry). Caller holds
-    /// `gc`, so set ids cannot be renumbered under it.
-    fn recount_clusters(&self) {
-        let mut counts: HashMap<Box<str>, usize> = HashMap::new();
-        {
-            let interner = self.interner.read();
-            if let Some(name) = interner.strings.get(CLUSTER_LABEL) {
-                for shard in self.shards.iter() {
-                    let shard = shard.lock();
-                    for (set, entry) in &shard.resources {
-                        let value = interner
-                            .sets
-                            .resolve(*set)
-                            .iter()
-                            .find(|p| p[0] == name)
-                            .map(|p| interner.strings.resolve(p[1]));
-                        if let Some(v) = value {
-                            match counts.get_mut(v) {
-                                Some(n) => *n += entry.series.len(),
-                                None => {
-                                    counts.insert(Box::from(v), entry.series.len());
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        *self.cluster_series.lock() = counts;
-    }
-
-    /// Series held by `cluster` as last counted (tests, telemetry).
+    /// Series held by `cluster` now (tests, telemetry).
     pub fn cluster_series(&self, cluster: &str) -> usize {
+        self.cluster_usage(cluster).0
+    }
+
+    /// Estimated bytes held by `cluster` now ([`crate::cluster_usage`]).
+    pub fn cluster_bytes(&self, cluster: &str) -> usize {
+        self.cluster_usage(cluster).1
+    }
+
+    fn cluster_usage(&self, cluster: &str) -> (usize, usize) {
         let mut esc = String::new();
         escape_label_value(cluster, &mut esc);
-        self.cluster_series
-            .lock()
-            .get(esc.as_str())
-            .copied()
-            .unwrap_or(0)
+        self.clusters.get(&esc).unwrap_or((0, 0))
+    }
+
+    /// Clusters with something held (or a push in progress).
+    pub fn cluster_count(&self) -> usize {
+        self.clusters.len()
     }
 
     /// Remove series not updated within `metric_expiration` of `now`, then, when enough
@@ -386,14 +356,22 @@ impl PrometheusExporter {
         let mut gc = self.gc.lock();
         let mut removed = 0;
         let mut removed_res = 0;
-        for shard in self.shards.iter() {
-            let (s, r) = shard.lock().expire(now_s, self.exp_s);
-            removed += s;
-            removed_res += r;
+        {
+            // Ids cannot be renumbered under it (compaction waits for `gc`, held here), and
+            // the byte estimate of what expires is computed from the same tables it was
+            // charged from.
+            let interner = self.interner.read();
+            for shard in self.shards.iter() {
+                let (s, r) = shard.lock().expire(now_s, self.exp_s, &interner);
+                removed += s;
+                removed_res += r;
+            }
         }
         self.series.fetch_sub(removed, Relaxed);
         self.resources.fetch_sub(removed_res, Relaxed);
-        self.recount_clusters();
+        if removed_res > 0 {
+            self.clusters.prune();
+        }
         self.counters
             .series_expired
             .fetch_add(removed as u64, Relaxed);

@@ -42,6 +42,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cluster_usage;
 pub mod config;
 pub mod exp_histogram;
 pub mod exporter;

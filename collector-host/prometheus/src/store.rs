@@ -9,9 +9,11 @@
 //! skip resources without touching their series.
 
 use hashbrown::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::intern::{FamilyId, FamilyKind, NONE, SetId};
+use crate::cluster_usage::{self, ClusterCaps, ClusterUsage};
+use crate::intern::{FamilyId, FamilyKind, Interner, NONE, SetId};
 
 /// Why a data point was not stored. The telemetry label is [`DropReason::as_str`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,10 +46,13 @@ pub enum DropReason {
     /// It would have created a series beyond `max_series_per_cluster` for its resource's
     /// `ingero.cluster.id`.
     ClusterSeriesLimit,
+    /// It would have taken its cluster's estimated bytes beyond `max_bytes_per_cluster`
+    /// (see [`crate::cluster_usage`]).
+    ClusterBytesLimit,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::SeriesLimit,
         DropReason::UnsupportedType,
         DropReason::InvalidTemporality,
@@ -61,6 +66,7 @@ impl DropReason {
         DropReason::FamilyLimit,
         DropReason::InternerFull,
         DropReason::ClusterSeriesLimit,
+        DropReason::ClusterBytesLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +84,7 @@ impl DropReason {
             DropReason::FamilyLimit => "family_limit",
             DropReason::InternerFull => "interner_full",
             DropReason::ClusterSeriesLimit => "cluster_series_limit",
+            DropReason::ClusterBytesLimit => "cluster_bytes_limit",
         }
     }
 
@@ -183,7 +190,7 @@ pub fn is_live(seen_s: u32, now_s: u32, exp_s: u32) -> bool {
     now_s < seen_s.saturating_add(exp_s)
 }
 
-const _: () = assert!(std::mem::size_of::<ResourceEntry>() == 40);
+const _: () = assert!(std::mem::size_of::<ResourceEntry>() == 48);
 
 /// The series of one resource label set.
 #[derive(Debug)]
@@ -193,8 +200,12 @@ pub struct ResourceEntry {
     pub mask: u64,
     /// `target_info` label set, or NONE.
     pub target_info: SetId,
+    /// Bytes charged to `cluster` for the resource itself (not its series).
+    charged: u32,
     /// Histogram and summary states, indexed by `Series::payload`.
     pub complex: Option<Box<Vec<Option<Complex>>>>,
+    /// What the resource's cluster holds (None: no cluster, or caps not applied).
+    cluster: Option<Arc<ClusterUsage>>,
 }
 
 impl ResourceEntry {
@@ -203,7 +214,21 @@ impl ResourceEntry {
             series: Box::default(),
             mask: 0,
             target_info: NONE,
+            charged: 0,
             complex: None,
+            cluster: None,
+        }
+    }
+
+    /// Give back to the cluster everything this entry was charged (it is being removed).
+    fn release_all(&self, interner: &Interner) {
+        if let Some(c) = &self.cluster {
+            let bytes: usize = self
+                .series
+                .iter()
+                .map(|s| cluster_usage::series_bytes(interner, s.family(), s.labels))
+                .sum();
+            c.release(self.series.len(), bytes + self.charged as usize);
         }
     }
 
@@ -282,17 +307,18 @@ impl ResourcePlan {
     }
 }
 
-/// Global limits and counts the shards share.
+/// Global limits and counts the shards share, and the plan's cluster.
 #[derive(Debug)]
 pub struct Limits<'a> {
     pub max_series: usize,
     pub series: &'a AtomicUsize,
     pub resources: &'a AtomicUsize,
-    /// New series the resource's cluster may still create (`max_series_per_cluster` less
-    /// what it holds); `usize::MAX` for a resource without a cluster.
-    pub cluster_room: usize,
-    /// New series created by this `apply` (the caller adds them to the cluster's count).
-    pub created: std::cell::Cell<usize>,
+    /// The resource's cluster, charged for what it creates (None: no per-cluster caps).
+    pub cluster: Option<&'a Arc<ClusterUsage>>,
+    pub cluster_caps: ClusterCaps,
+    /// The intern tables the plan's ids refer to (the caller holds them), for the byte
+    /// estimate of what is created.
+    pub interner: &'a Interner,
 }
 
 fn bump(counts: &mut Vec<u32>, f: FamilyId, up: bool) {
@@ -347,12 +373,35 @@ impl Shard {
             is_new = true;
             ResourceEntry::new()
         });
+        if is_new && let Some(c) = limits.cluster {
+            let bytes =
+                cluster_usage::resource_bytes(limits.interner, plan.resource, plan.target_info);
+            let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+            if let Err(reason) = c.charge(0, bytes as usize, limits.cluster_caps) {
+                // Every point of a new resource would be a new series.
+                drops.add(reason, plan.updates.len() as u64);
+                plan.updates.clear();
+                resources.remove(&plan.resource);
+                return 0;
+            }
+            entry.cluster = Some(c.clone());
+            entry.charged = bytes;
+        }
         // Worked on as a Vec, kept as an exact-size boxed slice (16 bytes, no spare room).
         let mut series = std::mem::take(&mut entry.series).into_vec();
         if is_new {
             series.reserve_exact(plan.updates.len());
         }
-        if plan.target_info != NONE {
+        if plan.target_info != NONE && plan.target_info != entry.target_info {
+            if !is_new && let Some(c) = &entry.cluster {
+                // Charged whatever the cap: the resource's labels are already held.
+                let now =
+                    cluster_usage::resource_bytes(limits.interner, plan.resource, plan.target_info);
+                let now = u32::try_from(now).unwrap_or(u32::MAX);
+                c.release(0, entry.charged as usize);
+                c.force_bytes(now as usize);
+                entry.charged = now;
+            }
             entry.target_info = plan.target_info;
         }
         let mut stored = 0;
@@ -410,13 +459,24 @@ impl Shard {
                     stored += 1;
                 }
                 None => {
-                    if limits.created.get() >= limits.cluster_room {
-                        drops.add(DropReason::ClusterSeriesLimit, 1);
-                        continue;
-                    }
+                    let bytes = match &entry.cluster {
+                        Some(c) => {
+                            let bytes =
+                                cluster_usage::series_bytes(limits.interner, u.family, u.labels);
+                            if let Err(reason) = c.charge(1, bytes, limits.cluster_caps) {
+                                drops.add(reason, 1);
+                                continue;
+                            }
+                            bytes
+                        }
+                        None => 0,
+                    };
                     let prev = limits.series.fetch_add(1, Ordering::Relaxed);
                     if prev >= limits.max_series {
                         limits.series.fetch_sub(1, Ordering::Relaxed);
+                        if let Some(c) = &entry.cluster {
+                            c.release(1, bytes);
+                        }
                         drops.add(DropReason::SeriesLimit, 1);
                         continue;
                     }
@@ -439,7 +499,6 @@ impl Shard {
                         entry.mask |= 1u64 << u.family;
                     }
                     bump(family_counts, u.family, true);
-                    limits.created.set(limits.created.get() + 1);
                     stored += 1;
                 }
             }
@@ -447,6 +506,7 @@ impl Shard {
         let empty = series.is_empty();
         entry.series = series.into_boxed_slice();
         if empty {
+            entry.release_all(limits.interner);
             resources.remove(&plan.resource);
         } else if is_new {
             limits.resources.fetch_add(1, Ordering::Relaxed);
@@ -454,9 +514,10 @@ impl Shard {
         stored
     }
 
-    /// Remove series not updated within `exp_s` of `now_s`, and resources left empty.
-    /// Returns (series removed, resources removed).
-    pub fn expire(&mut self, now_s: u32, exp_s: u32) -> (usize, usize) {
+    /// Remove series not updated within `exp_s` of `now_s`, and resources left empty,
+    /// releasing what their clusters were charged (`interner`: the tables the ids refer
+    /// to). Returns (series removed, resources removed).
+    pub fn expire(&mut self, now_s: u32, exp_s: u32, interner: &Interner) -> (usize, usize) {
         let mut removed_series = 0;
         let mut removed_resources = 0;
         let mut gone_families: Vec<FamilyId> = Vec::new();
@@ -466,6 +527,8 @@ impl Shard {
             }
             let before = e.series.len();
             let mut dead_slots = Vec::new();
+            let mut dead_bytes = 0;
+            let charged = e.cluster.is_some();
             let mut series = std::mem::take(&mut e.series).into_vec();
             series.retain(|s| {
                 let live = is_live(s.seen_s, now_s, exp_s);
@@ -474,16 +537,25 @@ impl Shard {
                     if s.is_complex() {
                         dead_slots.push(s.payload);
                     }
+                    if charged {
+                        dead_bytes += cluster_usage::series_bytes(interner, s.family(), s.labels);
+                    }
                 }
                 live
             });
             e.series = series.into_boxed_slice();
-            removed_series += before - e.series.len();
+            let dead = before - e.series.len();
+            removed_series += dead;
             for slot in dead_slots {
                 e.take_complex(slot);
             }
             e.recompute_mask();
-            if e.series.is_empty() {
+            let gone = e.series.is_empty();
+            if let Some(c) = &e.cluster {
+                let resource = if gone { e.charged as usize } else { 0 };
+                c.release(dead, dead_bytes + resource);
+            }
+            if gone {
                 removed_resources += 1;
                 false
             } else {
@@ -519,16 +591,27 @@ mod tests {
         }
     }
 
+    const NO_CAPS: ClusterCaps = ClusterCaps {
+        max_series: usize::MAX,
+        max_bytes: usize::MAX,
+    };
+
     #[test]
-    fn a_cluster_at_its_room_updates_but_creates_nothing() {
+    fn a_cluster_at_its_cap_updates_but_creates_nothing_and_expiry_gives_room_back() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
+        let usage = Arc::new(ClusterUsage::default());
         let limits = Limits {
             max_series: 100,
             series: &series,
             resources: &resources,
-            cluster_room: 2,
-            created: Default::default(),
+            cluster: Some(&usage),
+            cluster_caps: ClusterCaps {
+                max_series: 2,
+                max_bytes: usize::MAX,
+            },
+            interner: &interner,
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -543,33 +626,100 @@ mod tests {
             shard.apply(&mut plan(1, updates(10)), 10, 60, &limits, &mut drops),
             2
         );
-        assert_eq!(limits.created.get(), 2);
+        assert_eq!(usage.series(), 2);
+        // Resource and series records, no text (nothing interned here).
+        assert_eq!(
+            usage.bytes(),
+            cluster_usage::RESOURCE_BYTES + 2 * cluster_usage::SERIES_BYTES
+        );
         assert_eq!(drops.get(DropReason::ClusterSeriesLimit), 1);
         assert_eq!(drops.get(DropReason::SeriesLimit), 0);
-        // The next push, with no room left: the two held series still update.
-        let full = Limits {
-            cluster_room: 0,
-            created: Default::default(),
-            ..limits
-        };
+        // The next push: the two held series still update, the third is refused again.
         assert_eq!(
-            shard.apply(&mut plan(1, updates(11)), 11, 60, &full, &mut drops),
+            shard.apply(&mut plan(1, updates(11)), 11, 60, &limits, &mut drops),
             2
         );
         assert_eq!(drops.get(DropReason::ClusterSeriesLimit), 2);
         assert_eq!(series.load(Ordering::Relaxed), 2);
+        // Expiry gives everything back: series, series bytes and the resource's bytes.
+        assert_eq!(shard.expire(100, 60, &interner), (2, 1));
+        assert_eq!((usage.series(), usage.bytes()), (0, 0));
+        assert_eq!(Arc::strong_count(&usage), 1, "the removed entry let go");
+    }
+
+    #[test]
+    fn a_cluster_at_its_byte_cap_creates_nothing_and_a_refused_resource_is_not_charged() {
+        let series = AtomicUsize::new(0);
+        let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
+        let usage = Arc::new(ClusterUsage::default());
+        let per_series = cluster_usage::SERIES_BYTES;
+        let limits = Limits {
+            max_series: 100,
+            series: &series,
+            resources: &resources,
+            cluster: Some(&usage),
+            cluster_caps: ClusterCaps {
+                max_series: 100,
+                max_bytes: cluster_usage::RESOURCE_BYTES + 2 * per_series,
+            },
+            interner: &interner,
+        };
+        let mut shard = Shard::default();
+        let mut drops = DropCounts::default();
+        let three = vec![
+            num(0, 0, 10, 1.0, false),
+            num(1, 0, 10, 2.0, false),
+            num(2, 0, 10, 3.0, false),
+        ];
+        assert_eq!(
+            shard.apply(&mut plan(1, three.clone()), 10, 60, &limits, &mut drops),
+            2
+        );
+        assert_eq!(drops.get(DropReason::ClusterBytesLimit), 1);
+        assert_eq!(usage.bytes(), limits.cluster_caps.max_bytes);
+        // A second resource of the cluster does not fit at all: nothing is held for it.
+        assert_eq!(
+            shard.apply(&mut plan(2, three), 10, 60, &limits, &mut drops),
+            0
+        );
+        assert_eq!(drops.get(DropReason::ClusterBytesLimit), 4);
+        assert!(!shard.resources.contains_key(&2));
+        assert_eq!(resources.load(Ordering::Relaxed), 1);
+        assert_eq!(usage.series(), 2);
+        // The global cap refusing a series gives the cluster's charge back.
+        let tight = Limits {
+            max_series: 2,
+            cluster_caps: NO_CAPS,
+            ..limits
+        };
+        assert_eq!(
+            shard.apply(
+                &mut plan(1, vec![num(5, 0, 11, 1.0, false)]),
+                11,
+                60,
+                &tight,
+                &mut drops
+            ),
+            0
+        );
+        assert_eq!(drops.get(DropReason::SeriesLimit), 1);
+        assert_eq!(usage.series(), 2);
+        assert_eq!(usage.bytes(), limits.cluster_caps.max_bytes);
     }
 
     #[test]
     fn updates_in_place_and_caps_new_series() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
         let limits = Limits {
             max_series: 3,
             series: &series,
             resources: &resources,
-            cluster_room: usize::MAX,
-            created: Default::default(),
+            cluster: None,
+            cluster_caps: NO_CAPS,
+            interner: &interner,
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -624,12 +774,14 @@ mod tests {
     fn deltas_accumulate_until_the_series_expires() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
         let limits = Limits {
             max_series: 10,
             series: &series,
             resources: &resources,
-            cluster_room: usize::MAX,
-            created: Default::default(),
+            cluster: None,
+            cluster_caps: NO_CAPS,
+            interner: &interner,
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -673,12 +825,14 @@ mod tests {
     fn expiry_removes_series_and_empty_resources() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
         let limits = Limits {
             max_series: 10,
             series: &series,
             resources: &resources,
-            cluster_room: usize::MAX,
-            created: Default::default(),
+            cluster: None,
+            cluster_caps: NO_CAPS,
+            interner: &interner,
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -706,8 +860,8 @@ mod tests {
             &limits,
             &mut drops,
         );
-        assert_eq!(shard.expire(69, 60), (0, 0));
-        assert_eq!(shard.expire(70, 60), (2, 1));
+        assert_eq!(shard.expire(69, 60, &interner), (0, 0));
+        assert_eq!(shard.expire(70, 60, &interner), (2, 1));
         let e = &shard.resources[&1];
         assert_eq!(e.series.len(), 1);
         assert_eq!(e.mask, 0b1);
@@ -720,12 +874,14 @@ mod tests {
     fn histogram_slots_are_reused_and_freed() {
         let series = AtomicUsize::new(0);
         let resources = AtomicUsize::new(0);
+        let interner = Interner::default();
         let limits = Limits {
             max_series: 10,
             series: &series,
             resources: &resources,
-            cluster_room: usize::MAX,
-            created: Default::default(),
+            cluster: None,
+            cluster_caps: NO_CAPS,
+            interner: &interner,
         };
         let mut shard = Shard::default();
         let mut drops = DropCounts::default();
@@ -753,7 +909,7 @@ mod tests {
         assert_eq!(&*got.counts, &[3, 2]);
         assert_eq!(got.count, 5);
         assert_eq!(e.complex.as_ref().unwrap().len(), 1);
-        shard.expire(1000, 60);
+        shard.expire(1000, 60, &interner);
         assert!(shard.resources.is_empty());
     }
 }

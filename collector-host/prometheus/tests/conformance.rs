@@ -28,6 +28,8 @@ fn default_config_validates_and_has_the_documented_defaults() {
     assert!(cfg.resource_to_telemetry_conversion.enabled);
     assert!(cfg.add_metric_suffixes);
     assert_eq!(cfg.max_series, 2_000_000);
+    assert_eq!(cfg.max_series_per_cluster, 1_000_000);
+    assert_eq!(cfg.max_bytes_per_cluster, 256 << 20);
     // A bare `prometheus:` key means all defaults.
     let v = parse_yaml(b"").unwrap();
     assert_eq!(decode::<PrometheusExporterConfig>(&v).unwrap(), cfg);
@@ -49,6 +51,8 @@ fn testdata_config_decodes_and_round_trips() {
     assert_eq!(cfg.const_labels["region"], "eu-west-1");
     assert_eq!(cfg.metric_expiration, Duration::from_secs(600));
     assert_eq!(cfg.max_series, 500_000);
+    assert_eq!(cfg.max_series_per_cluster, 100_000);
+    assert_eq!(cfg.max_bytes_per_cluster, 64 << 20);
     assert_eq!(
         cfg.translation_strategy,
         Some(TranslationStrategy::UnderscoreEscapingWithSuffixes)

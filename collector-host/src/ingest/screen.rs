@@ -17,16 +17,18 @@
 //!   format characters, at most 256 bytes) is dropped with its points.
 //!
 //! Dropped points are counted by reason and answered with OTLP partial success; the rest
-//! of the batch goes on. Traces and logs carry no partial success here: a resource whose
-//! cluster identity is refused refuses the whole request (400 / `INVALID_ARGUMENT`).
+//! of the batch goes on. Traces and logs go through the cluster-identity rule alone
+//! ([`traces`], [`logs`]): a resource whose identity is refused is dropped with its spans
+//! or log records, answered the same way (`rejected_spans`, `rejected_log_records`).
 
 use component::cluster_id::validate_node_id;
 use component::cluster_identity;
-use component::middleware::{Refusal, RefusalCode};
 use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind, get_str,
 };
 use component::wire::resource::{CLUSTER_ID, NODE_ID};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::config::model::PayloadLimits;
@@ -34,7 +36,7 @@ use crate::config::model::PayloadLimits;
 /// What the screen dropped from one export.
 #[derive(Debug, Default)]
 pub struct Screened {
-    /// Data points dropped.
+    /// Data points (spans, log records) dropped.
     pub dropped: u64,
     /// Per reason (telemetry label), points dropped.
     pub by_reason: Vec<(&'static str, u64)>,
@@ -60,9 +62,14 @@ impl Screened {
     /// The partial-success message: how many points the receiver refused and the first
     /// reason (`None` when nothing was dropped).
     pub fn message(&self) -> Option<String> {
+        self.message_of("data point(s)")
+    }
+
+    /// [`Self::message`] naming what was dropped (`span(s)`, `log record(s)`).
+    pub fn message_of(&self, items: &str) -> Option<String> {
         let first = self.first.as_deref()?;
         Some(format!(
-            "{} data point(s) refused by the receiver; first: {first}",
+            "{} {items} refused by the receiver; first: {first}",
             self.dropped
         ))
     }
@@ -334,17 +341,55 @@ pub fn metrics(
     out
 }
 
-/// Check the resources of a traces or logs export: `Err` (the whole request is refused)
-/// when one's cluster identity is refused. Nothing is changed.
-pub fn resources<'a>(
-    mut resources: impl Iterator<Item = Option<&'a Resource>>,
-) -> Result<(), Refusal> {
-    resources.try_for_each(|r| {
-        let Some(r) = r else { return Ok(()) };
-        cluster_identity::resource_cluster(&r.attributes)
-            .map(|_| ())
-            .map_err(|e| Refusal::new(RefusalCode::InvalidArgument, e.reason(), e.to_string()))
-    })
+/// Drop the resources whose cluster identity is refused (with their `count` items) and
+/// settle the others to one `ingero.cluster.id`, as [`metrics`] does.
+fn resources<T>(
+    list: &mut Vec<T>,
+    resource: fn(&mut T) -> Option<&mut Resource>,
+    count: fn(&T) -> u64,
+) -> Screened {
+    let mut out = Screened::default();
+    let mut index = 0usize;
+    list.retain_mut(|r| {
+        let i = index;
+        index += 1;
+        let Some(res) = resource(r) else {
+            return true;
+        };
+        match cluster_identity::settle_resource(&mut res.attributes) {
+            Ok(_) => true,
+            Err(e) => {
+                out.drop(e.reason(), count(r), || format!("resource {i}: {e}"));
+                false
+            }
+        }
+    });
+    out
+}
+
+/// Screen a traces export in place: a resource whose cluster identity is refused is
+/// dropped with its spans; the rest goes on.
+pub fn traces(req: &mut ExportTraceServiceRequest) -> Screened {
+    resources(
+        &mut req.resource_spans,
+        |r| r.resource.as_mut(),
+        |r| r.scope_spans.iter().map(|s| s.spans.len() as u64).sum(),
+    )
+}
+
+/// Screen a logs export in place: a resource whose cluster identity is refused is dropped
+/// with its log records; the rest goes on.
+pub fn logs(req: &mut ExportLogsServiceRequest) -> Screened {
+    resources(
+        &mut req.resource_logs,
+        |r| r.resource.as_mut(),
+        |r| {
+            r.scope_logs
+                .iter()
+                .map(|s| s.log_records.len() as u64)
+                .sum()
+        },
+    )
 }
 
 #[cfg(test)]
@@ -552,18 +597,73 @@ mod tests {
     }
 
     #[test]
-    fn traces_with_a_conflicting_resource_are_refused() {
-        let ok = Resource {
-            attributes: vec![kv_str(CLUSTER_ID, "a")],
+    fn traces_and_logs_lose_only_their_refused_resources() {
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        let res = |attrs: Vec<KeyValue>| {
+            Some(Resource {
+                attributes: attrs,
+                ..Default::default()
+            })
+        };
+        let ok = || res(vec![kv_str(CLUSTER_ID, "a")]);
+        let alias = || res(vec![kv_str("ingero_cluster_id", "a")]);
+        let conflict = || {
+            res(vec![
+                kv_str(CLUSTER_ID, "a"),
+                kv_str("ingero_cluster_id", "b"),
+            ])
+        };
+        let spans = |resource: Option<Resource>, n: usize| ResourceSpans {
+            resource,
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span::default(); n],
+                ..Default::default()
+            }],
             ..Default::default()
         };
-        let bad = Resource {
-            attributes: vec![kv_str(CLUSTER_ID, "a"), kv_str("ingero_cluster_id", "b")],
+        let mut req = ExportTraceServiceRequest {
+            resource_spans: vec![
+                spans(ok(), 2),
+                spans(conflict(), 3),
+                spans(None, 1),
+                spans(res(vec![kv_i64(CLUSTER_ID, 7)]), 4),
+                spans(alias(), 1),
+            ],
+        };
+        let s = traces(&mut req);
+        assert_eq!(s.dropped, 7);
+        assert_eq!(
+            s.by_reason,
+            [("cluster_id_conflict", 3), ("cluster_id_not_string", 4)]
+        );
+        let msg = s.message_of("span(s)").unwrap();
+        assert!(msg.starts_with("7 span(s) refused"), "{msg}");
+        assert!(msg.contains("resource 1"), "{msg}");
+        assert_eq!(req.resource_spans.len(), 3);
+        // The alias became the canonical attribute, as for metrics.
+        let last = req.resource_spans[2].resource.as_ref().unwrap();
+        assert_eq!(get_str(&last.attributes, CLUSTER_ID), Some("a"));
+
+        let logs_of = |resource: Option<Resource>, n: usize| ResourceLogs {
+            resource,
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![LogRecord::default(); n],
+                ..Default::default()
+            }],
             ..Default::default()
         };
-        assert!(resources([Some(&ok), None].into_iter()).is_ok());
-        let r = resources([Some(&ok), Some(&bad)].into_iter()).unwrap_err();
-        assert_eq!(r.code, RefusalCode::InvalidArgument);
-        assert_eq!(r.reason, "cluster_id_conflict");
+        let mut req = ExportLogsServiceRequest {
+            resource_logs: vec![logs_of(conflict(), 2), logs_of(ok(), 5)],
+        };
+        let s = logs(&mut req);
+        assert_eq!(s.dropped, 2);
+        assert_eq!(s.by_reason, [("cluster_id_conflict", 2)]);
+        assert_eq!(req.resource_logs.len(), 1);
+        assert!(
+            traces(&mut ExportTraceServiceRequest::default())
+                .first
+                .is_none()
+        );
     }
 }

@@ -193,10 +193,10 @@ impl TraceService for GrpcReceiver {
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
         let adm = self.admit(&request, Signal::Traces)?;
         self.ingest
-            .export_traces(adm, request.get_ref())
+            .export_traces(adm, request.into_inner())
             .await
-            .map_err(|r| refusal_status(&r))?;
-        Ok(Response::new(ExportTraceServiceResponse::default()))
+            .map(Response::new)
+            .map_err(|r| refusal_status(&r))
     }
 }
 
@@ -208,10 +208,10 @@ impl LogsService for GrpcReceiver {
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let adm = self.admit(&request, Signal::Logs)?;
         self.ingest
-            .export_logs(adm, request.get_ref())
+            .export_logs(adm, request.into_inner())
             .await
-            .map_err(|r| refusal_status(&r))?;
-        Ok(Response::new(ExportLogsServiceResponse::default()))
+            .map(Response::new)
+            .map_err(|r| refusal_status(&r))
     }
 }
 

@@ -13,12 +13,8 @@ use component::wire::http as wire_http;
 use http::{HeaderMap, Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::decode::{self, BodyEncoding, DecodeError};
 use crate::auth::gate;
@@ -255,15 +251,15 @@ impl HttpReceiver {
                 self.with_metadata(resp, export.response_cluster.as_deref())
             }
             Signal::Traces => match decode::decode::<ExportTraceServiceRequest>(enc, body) {
-                Ok(req) => match self.ingest.export_traces(adm, &req).await {
-                    Ok(()) => ok(enc, &ExportTraceServiceResponse::default()),
+                Ok(req) => match self.ingest.export_traces(adm, req).await {
+                    Ok(msg) => ok(enc, &msg),
                     Err(r) => denial(Some(enc), &r),
                 },
                 Err(e) => self.decode_failed(Signal::Traces, enc, &e, None),
             },
             Signal::Logs => match decode::decode::<ExportLogsServiceRequest>(enc, body) {
-                Ok(req) => match self.ingest.export_logs(adm, &req).await {
-                    Ok(()) => ok(enc, &ExportLogsServiceResponse::default()),
+                Ok(req) => match self.ingest.export_logs(adm, req).await {
+                    Ok(msg) => ok(enc, &msg),
                     Err(r) => denial(Some(enc), &r),
                 },
                 Err(e) => self.decode_failed(Signal::Logs, enc, &e, None),

@@ -1,0 +1,309 @@
+//! What each cluster (tenant, by the resource's `ingero.cluster.id`) holds in the store:
+//! series and an estimate of their bytes, charged as series are created and released as
+//! they expire, so `max_series_per_cluster` and `max_bytes_per_cluster` are exact.
+//!
+//! Every resource entry of a cluster keeps an `Arc` of its [`ClusterUsage`]; a charge is
+//! a compare-and-swap against the caps, taken under the shard lock as the series is
+//! created, so concurrent pushes of one cluster can never hold more than its caps
+//! together (a recount on a timer let them overshoot by what one interval created).
+//!
+//! # The byte estimate
+//! What a cluster's series pin in the store, counted as if nothing were shared (strings
+//! and label sets are interned once for every cluster, so the estimate is an upper bound
+//! of what the cluster alone causes):
+//! - a series: [`SERIES_BYTES`] + its family name + its data-point labels;
+//! - a resource (node): [`RESOURCE_BYTES`] + its labels (and its `target_info` labels);
+//! - a label: its name and escaped value as stored + [`LABEL_BYTES`].
+//!
+//! Histogram and summary states (bucket counts, quantiles) are not counted: their size is
+//! bounded per point by the receiver's limits and they can change size with every update.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use hashbrown::HashMap;
+use parking_lot::RwLock;
+
+use crate::intern::{FamilyId, Interner, NONE, SetId};
+use crate::store::DropReason;
+
+/// Bytes charged per series besides its text: the 24-byte series record.
+pub const SERIES_BYTES: usize = 24;
+/// Bytes charged per label besides its text: the pair of symbols (8) and the two strings'
+/// arena offsets (8).
+pub const LABEL_BYTES: usize = 16;
+/// Bytes charged per resource besides its labels: its entry (48) and map slot.
+pub const RESOURCE_BYTES: usize = 64;
+
+/// Byte room under which [`ClusterUsage::full`] estimates a resource before translating
+/// it: more than any resource's labels can take within the receiver's limits (64
+/// attributes of 256 + 4096 bytes), so far from the cap a push pays nothing for it.
+pub const NEAR_BYTE_CAP: usize = 1 << 20;
+
+/// The per-cluster caps (`max_series_per_cluster`, `max_bytes_per_cluster`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterCaps {
+    pub max_series: usize,
+    pub max_bytes: usize,
+}
+
+/// Series and estimated bytes one cluster holds.
+#[derive(Debug, Default)]
+pub struct ClusterUsage {
+    series: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl ClusterUsage {
+    pub fn series(&self) -> usize {
+        self.series.load(Relaxed)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Relaxed)
+    }
+
+    /// Whether nothing new of a resource fits: no series left, or fewer bytes left than
+    /// `resource_bytes` estimates for the resource (called only near the byte cap). What
+    /// is new of this cluster is then refused before it is interned, so a tenant at its
+    /// cap cannot fill the intern tables with text it may not keep.
+    pub fn full(
+        &self,
+        caps: ClusterCaps,
+        resource_bytes: impl FnOnce() -> usize,
+    ) -> Option<DropReason> {
+        let room = caps.max_bytes.saturating_sub(self.bytes());
+        if self.series() >= caps.max_series {
+            Some(DropReason::ClusterSeriesLimit)
+        } else if room < NEAR_BYTE_CAP && resource_bytes() > room {
+            Some(DropReason::ClusterBytesLimit)
+        } else {
+            None
+        }
+    }
+
+    /// Take `series` series and `bytes` bytes if both stay within `caps`; otherwise take
+    /// nothing and say which cap refused.
+    pub fn charge(&self, series: usize, bytes: usize, caps: ClusterCaps) -> Result<(), DropReason> {
+        if series > 0 {
+            self.series
+                .fetch_update(Relaxed, Relaxed, |n| {
+                    n.checked_add(series).filter(|m| *m <= caps.max_series)
+                })
+                .map_err(|_| DropReason::ClusterSeriesLimit)?;
+        }
+        let took = self.bytes.fetch_update(Relaxed, Relaxed, |n| {
+            n.checked_add(bytes).filter(|m| *m <= caps.max_bytes)
+        });
+        if took.is_err() {
+            self.sub_series(series);
+            return Err(DropReason::ClusterBytesLimit);
+        }
+        Ok(())
+    }
+
+    /// Add `bytes` whatever the cap (a resource's `target_info` that changed size).
+    pub fn force_bytes(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Give back what [`Self::charge`] took.
+    pub fn release(&self, series: usize, bytes: usize) {
+        self.sub_series(series);
+        if bytes > 0 {
+            let _ = self
+                .bytes
+                .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(bytes)));
+        }
+    }
+
+    fn sub_series(&self, series: usize) {
+        if series > 0 {
+            let _ = self
+                .series
+                .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(series)));
+        }
+    }
+}
+
+/// The usage of every cluster that holds something (or is being pushed right now), by its
+/// escaped `ingero_cluster_id` label value. An entry lives while a resource entry (or a
+/// push in progress) holds its `Arc`: [`ClusterTable::done`] (after a push) and
+/// [`ClusterTable::prune`] (after expiry) remove it when nothing does, so the table never
+/// holds more clusters than the store holds resources, plus the pushes in flight.
+#[derive(Debug, Default)]
+pub struct ClusterTable {
+    by_id: RwLock<HashMap<Box<str>, Arc<ClusterUsage>>>,
+}
+
+impl ClusterTable {
+    /// The usage of `cluster`, created empty if absent.
+    pub fn usage(&self, cluster: &str) -> Arc<ClusterUsage> {
+        if let Some(u) = self.by_id.read().get(cluster) {
+            return u.clone();
+        }
+        self.by_id
+            .write()
+            .entry(Box::from(cluster))
+            .or_default()
+            .clone()
+    }
+
+    /// A push is done with `usage`: drop the entry when no resource and no other push
+    /// holds it (the map's `Arc` and `usage` are the only two).
+    pub fn done(&self, cluster: &str, usage: Arc<ClusterUsage>) {
+        if Arc::strong_count(&usage) > 2 {
+            return;
+        }
+        let mut map = self.by_id.write();
+        // Clones are taken under the lock, so the count cannot rise while it is held.
+        if Arc::strong_count(&usage) == 2
+            && map.get(cluster).is_some_and(|u| Arc::ptr_eq(u, &usage))
+        {
+            map.remove(cluster);
+        }
+    }
+
+    /// Drop the entries nothing holds any more (their resources expired).
+    pub fn prune(&self) {
+        // Clones are taken under the lock, so no count can rise while it is held.
+        self.by_id.write().retain(|_, u| Arc::strong_count(u) > 1);
+    }
+
+    /// Usage of `cluster` (escaped label value) now, without creating an entry.
+    pub fn get(&self, cluster: &str) -> Option<(usize, usize)> {
+        self.by_id
+            .read()
+            .get(cluster)
+            .map(|u| (u.series(), u.bytes()))
+    }
+
+    /// Clusters in the table.
+    pub fn len(&self) -> usize {
+        self.by_id.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&self) {
+        self.by_id.write().clear();
+    }
+}
+
+/// [`resource_bytes`] of a resource before translation: its attributes' keys and values
+/// as sent (string values by length, other values counted as 8 bytes).
+pub fn raw_resource_bytes(attrs: &[component::otlp::KeyValue]) -> usize {
+    use component::otlp::AnyValueKind;
+    RESOURCE_BYTES
+        + attrs
+            .iter()
+            .map(|kv| {
+                let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(AnyValueKind::StringValue(s)) => s.len(),
+                    Some(AnyValueKind::BytesValue(b)) => b.len(),
+                    _ => 8,
+                };
+                kv.key.len() + v + LABEL_BYTES
+            })
+            .sum::<usize>()
+}
+
+/// Estimated bytes of a label set's labels.
+pub fn label_bytes(i: &Interner, set: SetId) -> usize {
+    if set == NONE {
+        return 0;
+    }
+    i.sets
+        .resolve(set)
+        .iter()
+        .map(|[k, v]| i.strings.resolve(*k).len() + i.strings.resolve(*v).len() + LABEL_BYTES)
+        .sum()
+}
+
+/// Estimated bytes of one series.
+pub fn series_bytes(i: &Interner, family: FamilyId, labels: SetId) -> usize {
+    SERIES_BYTES + i.family(family).map_or(0, |f| f.name.len()) + label_bytes(i, labels)
+}
+
+/// Estimated bytes of a resource besides its series.
+pub fn resource_bytes(i: &Interner, resource: SetId, target_info: SetId) -> usize {
+    RESOURCE_BYTES + label_bytes(i, resource) + label_bytes(i, target_info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPS: ClusterCaps = ClusterCaps {
+        max_series: 3,
+        max_bytes: 100,
+    };
+
+    #[test]
+    fn a_charge_is_all_or_nothing() {
+        let u = ClusterUsage::default();
+        assert_eq!(u.charge(2, 60, CAPS), Ok(()));
+        // Series fit, bytes do not: neither is taken.
+        assert_eq!(u.charge(1, 41, CAPS), Err(DropReason::ClusterBytesLimit));
+        assert_eq!((u.series(), u.bytes()), (2, 60));
+        assert_eq!(u.full(CAPS, || 0), None);
+        assert_eq!(u.full(CAPS, || 41), Some(DropReason::ClusterBytesLimit));
+        assert_eq!(u.charge(1, 40, CAPS), Ok(()));
+        assert_eq!(u.full(CAPS, || 0), Some(DropReason::ClusterSeriesLimit));
+        assert_eq!(u.charge(1, 0, CAPS), Err(DropReason::ClusterSeriesLimit));
+        // A resource-only charge (no series) is checked against bytes alone.
+        assert_eq!(u.charge(0, 1, CAPS), Err(DropReason::ClusterBytesLimit));
+        u.release(3, 100);
+        assert_eq!((u.series(), u.bytes()), (0, 0));
+        u.release(1, 1);
+        assert_eq!((u.series(), u.bytes()), (0, 0), "never below zero");
+    }
+
+    #[test]
+    fn concurrent_charges_never_pass_the_caps() {
+        let caps = ClusterCaps {
+            max_series: 1000,
+            max_bytes: usize::MAX,
+        };
+        let u = ClusterUsage::default();
+        let taken = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        if u.charge(1, 10, caps).is_ok() {
+                            taken.fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(taken.load(Relaxed), 1000);
+        assert_eq!(u.series(), 1000);
+        assert_eq!(u.bytes(), 10_000);
+    }
+
+    #[test]
+    fn the_table_forgets_a_cluster_nothing_holds() {
+        let t = ClusterTable::default();
+        let u = t.usage("a");
+        let held = t.usage("a");
+        assert!(Arc::ptr_eq(&u, &held));
+        // Another holder (a resource entry): kept.
+        t.done("a", u);
+        assert_eq!(t.len(), 1);
+        t.done("a", held);
+        assert!(t.is_empty());
+        // A cluster whose last resource expired: pruned.
+        let kept = t.usage("b");
+        drop(t.usage("c"));
+        t.prune();
+        assert_eq!(t.len(), 1);
+        drop(kept);
+        t.prune();
+        assert!(t.is_empty());
+        assert_eq!(t.get("a"), None);
+    }
+}

@@ -1,0 +1,254 @@
+//! The per-cluster caps (`max_series_per_cluster`, `max_bytes_per_cluster`): exact under
+//! concurrent pushes and expiry, released by expiry, and one cluster at its cap never
+//! takes another's room.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+use common::agent::{AgentPush, health_push};
+use common::*;
+use component::otlp::kv_str;
+use fleet_prometheus::{DropReason, PrometheusExporter, PrometheusExporterConfig};
+
+/// One resource of `cluster`, node `node`, with `n` gauges named `m.0` ... (so a new node
+/// is `n` new series).
+fn node(cluster: &str, node: &str, n: usize, t: u64) -> component::ResourceMetrics {
+    rm(
+        vec![
+            kv_str("ingero.cluster.id", cluster),
+            kv_str("ingero.node.id", node),
+        ],
+        (0..n)
+            .map(|i| gauge(&format!("m.{i}"), "", vec![point(vec![], t, 1.0)]))
+            .collect(),
+    )
+}
+
+fn count(page: &str, needle: &str) -> usize {
+    page.lines().filter(|l| l.contains(needle)).count()
+}
+
+const ALPHA: &str = "ingero_cluster_id=\"alpha\"";
+const BETA: &str = "ingero_cluster_id=\"beta\"";
+
+#[test]
+fn concurrent_floods_of_one_cluster_never_hold_more_than_its_cap() {
+    const CAP: usize = 400;
+    const THREADS: usize = 8;
+    const REQUESTS: usize = 100;
+    let e = exporter(PrometheusExporterConfig {
+        max_series_per_cluster: CAP,
+        ..Default::default()
+    });
+    // beta holds a node before the flood.
+    e.consume(&[node("beta", "b0", 10, T0)], ts(T0));
+    let flooding = AtomicBool::new(true);
+    let seen_max = AtomicUsize::new(0);
+    let attempted = AtomicUsize::new(0);
+    let start = std::sync::Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        let floods: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (e, attempted, start) = (&e, &attempted, &start);
+                s.spawn(move || {
+                    start.wait();
+                    // Each request: two new nodes of 5 new series each.
+                    for i in 0..REQUESTS {
+                        let batch = [
+                            node("alpha", &format!("a{t}-{i}-0"), 5, T0),
+                            node("alpha", &format!("a{t}-{i}-1"), 5, T0),
+                        ];
+                        attempted.fetch_add(10, Relaxed);
+                        e.consume(&batch, ts(T0));
+                    }
+                })
+            })
+            .collect();
+        // Meanwhile: expiry passes (nothing is due; they used to recount the clusters) and
+        // a watcher of the count and of the page.
+        s.spawn(|| {
+            while flooding.load(Relaxed) {
+                e.expire(ts(T0 + 1));
+                let held = e.cluster_series("alpha");
+                let on_page = count(&render(&e, T0 + 1, &[]), ALPHA);
+                seen_max.fetch_max(held.max(on_page), Relaxed);
+            }
+        });
+        for f in floods {
+            f.join().unwrap();
+        }
+        flooding.store(false, Relaxed);
+    });
+    let attempted = attempted.load(Relaxed);
+    assert_eq!(attempted, THREADS * REQUESTS * 10);
+    assert!(
+        seen_max.load(Relaxed) <= CAP,
+        "alpha held {} series at some point, over its cap of {CAP}",
+        seen_max.load(Relaxed)
+    );
+    let page = render(&e, T0 + 1, &[]);
+    assert_eq!(count(&page, ALPHA), CAP, "alpha holds exactly its cap");
+    assert_eq!(e.cluster_series("alpha"), CAP);
+    assert_eq!(
+        e.dropped(DropReason::ClusterSeriesLimit),
+        (attempted - CAP) as u64
+    );
+    assert_eq!(count(&page, BETA), 10);
+
+    // beta still creates new series; alpha updates what it holds but creates nothing.
+    let stats = e.consume(&[node("beta", "b1", 10, T0 + 2)], ts(T0 + 2));
+    assert_eq!((stats.stored, stats.lost), (10, 0));
+    let stats = e.consume(&[node("alpha", "late", 10, T0 + 2)], ts(T0 + 2));
+    assert_eq!(stats.lost, 10);
+    assert_eq!(stats.loss_reason, Some(DropReason::ClusterSeriesLimit));
+
+    // Expiry gives alpha its room back, to the series.
+    e.expire(ts(T0 + 301));
+    assert_eq!(e.cluster_series("alpha"), 0);
+    assert_eq!(e.cluster_bytes("alpha"), 0);
+    assert_eq!(e.cluster_count(), 1, "only beta's b1 is left");
+    let batch: Vec<_> = (0..50)
+        .map(|i| node("alpha", &format!("again{i}"), 10, T0 + 303))
+        .collect();
+    let stats = e.consume(&batch, ts(T0 + 303));
+    assert_eq!(stats.stored, CAP as u64);
+    assert_eq!(e.cluster_series("alpha"), CAP);
+}
+
+#[test]
+fn one_request_flooding_a_cluster_stops_exactly_at_its_cap() {
+    let e = exporter(PrometheusExporterConfig {
+        max_series_per_cluster: 400,
+        ..Default::default()
+    });
+    // One batch: 100 new alpha nodes of 10 series, with a beta node in the middle.
+    let mut batch: Vec<_> = (0..100)
+        .map(|i| node("alpha", &format!("a{i}"), 10, T0))
+        .collect();
+    batch.insert(50, node("beta", "b0", 10, T0));
+    let stats = e.consume(&batch, ts(T0));
+    assert_eq!(stats.stored, 410);
+    assert_eq!(stats.lost, 600);
+    assert_eq!(stats.loss_reason, Some(DropReason::ClusterSeriesLimit));
+    let page = render(&e, T0, &[]);
+    assert_eq!(count(&page, ALPHA), 400);
+    assert_eq!(count(&page, BETA), 10);
+    // The nodes past the cap were refused whole: no empty resource is left behind.
+    assert_eq!(e.resource_count(), 41);
+}
+
+#[test]
+fn a_cluster_at_its_byte_cap_is_refused_new_series_and_others_keep_their_room() {
+    const CAP: usize = 64 * 1024;
+    let e = exporter(PrometheusExporterConfig {
+        max_bytes_per_cluster: CAP,
+        ..Default::default()
+    });
+    e.consume(&[node("beta", "b0", 5, T0)], ts(T0));
+    // alpha: new nodes each carrying a distinct 4000-byte label value.
+    let big = |i: usize, t: u64| {
+        let mut r = node("alpha", &format!("a{i}"), 3, t);
+        r.resource
+            .as_mut()
+            .unwrap()
+            .attributes
+            .push(kv_str("note", format!("{i:04}{}", "x".repeat(3996))));
+        r
+    };
+    let mut refused = 0;
+    let mut held_nodes = 0;
+    for i in 0..40 {
+        let stats = e.consume(&[big(i, T0)], ts(T0));
+        if stats.lost > 0 {
+            assert_eq!(stats.loss_reason, Some(DropReason::ClusterBytesLimit));
+            refused += stats.lost;
+        } else {
+            held_nodes += 1;
+        }
+        assert!(
+            e.cluster_bytes("alpha") <= CAP,
+            "{}",
+            e.cluster_bytes("alpha")
+        );
+    }
+    // Each node is charged a little over 4 KiB: 15 fit in 64 KiB.
+    assert_eq!(held_nodes, 15);
+    assert_eq!(refused, 3 * 25);
+    assert_eq!(e.dropped(DropReason::ClusterBytesLimit), 75);
+    assert_eq!(e.cluster_series("alpha"), 3 * 15);
+
+    // At the cap nothing new of alpha is interned: more distinct values cost nothing.
+    let interned = || {
+        let mut out = Vec::new();
+        e.telemetry(&mut out);
+        out.iter()
+            .find(|f| f.name == "ingero_fleet_prometheus_interned_bytes")
+            .unwrap()
+            .samples[0]
+            .value
+    };
+    let before = interned();
+    for i in 100..150 {
+        assert_eq!(e.consume(&[big(i, T0)], ts(T0)).lost, 3);
+    }
+    assert_eq!(interned(), before, "refused text was interned");
+
+    // alpha's held series still update; beta still creates new series.
+    let stats = e.consume(&[big(0, T0 + 1)], ts(T0 + 1));
+    assert_eq!((stats.stored, stats.lost), (3, 0));
+    let stats = e.consume(&[node("beta", "b1", 5, T0 + 1)], ts(T0 + 1));
+    assert_eq!((stats.stored, stats.lost), (5, 0));
+    let page = render(&e, T0 + 1, &[]);
+    assert_eq!(count(&page, ALPHA), 45);
+    assert_eq!(count(&page, BETA), 10);
+
+    // The counter is on the exporter's telemetry with its reason label.
+    let mut tel = Vec::new();
+    e.telemetry(&mut tel);
+    let dropped = tel
+        .iter()
+        .find(|f| f.name == "ingero_fleet_prometheus_points_dropped_total")
+        .unwrap();
+    let s = dropped
+        .samples
+        .iter()
+        .find(|s| s.labels.iter().any(|(_, v)| v == "cluster_bytes_limit"))
+        .unwrap();
+    assert_eq!(s.value, (75 + 150) as f64);
+
+    // Expiry releases every byte.
+    e.expire(ts(T0 + 400));
+    assert_eq!(e.cluster_bytes("alpha"), 0);
+    assert_eq!(e.cluster_bytes("beta"), 0);
+    assert_eq!(e.cluster_count(), 0);
+}
+
+fn agent_node_bytes(e: &PrometheusExporter, i: u64) -> usize {
+    let p = AgentPush::fleet_node(i, true, T0 * 1_000_000_000);
+    let cluster = p.cluster.clone();
+    let before = e.cluster_bytes(&cluster);
+    e.consume(&[health_push(&p)], ts(T0));
+    e.cluster_bytes(&cluster) - before
+}
+
+#[test]
+fn an_agent_node_is_charged_about_two_kib() {
+    // What the default max_bytes_per_cluster is sized by (config.rs, README): a node of
+    // the agent's full health push (13 series) is charged about 2.2 KiB, so ordinary
+    // clusters meet max_series_per_cluster well before max_bytes_per_cluster.
+    let e = default_exporter();
+    let bytes = agent_node_bytes(&e, 1);
+    eprintln!("one agent node (13 series): {bytes} bytes charged");
+    assert!((1800..2600).contains(&bytes), "{bytes}");
+    // A second node of the same cluster is charged the same (nothing shared is credited).
+    assert_eq!(agent_node_bytes(&e, 2), bytes);
+    let per_series_at_cap =
+        bytes as f64 / 13.0 * fleet_prometheus::config::DEFAULT_MAX_SERIES_PER_CLUSTER as f64;
+    assert!(
+        per_series_at_cap < fleet_prometheus::config::DEFAULT_MAX_BYTES_PER_CLUSTER as f64,
+        "a cluster of agents would meet the byte cap first: {per_series_at_cap}"
+    );
+}
