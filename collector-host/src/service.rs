@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use component::api::Visibility;
 use component::middleware::{RequestMiddleware, ResponseMiddleware, Transport};
-use component::{BatchContext, ComponentId, Extension, MetricFamily, StaticHost, Timestamp};
+use component::{
+    BatchContext, ComponentId, Extension, Host, MetricFamily, StaticHost, Timestamp,
+};
 use fleet_prometheus::PrometheusExporter;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -309,6 +311,24 @@ fn start_authenticators(
     Ok(host_exts)
 }
 
+/// The host an extension starts with: the extensions started before it, and the TLS of
+/// the listeners it serves itself.
+struct ExtensionHost {
+    base: StaticHost,
+    tls: HashMap<&'static str, Arc<ListenerTls>>,
+}
+
+impl Host for ExtensionHost {
+    fn extensions(&self) -> Vec<(ComponentId, Arc<dyn Extension>)> {
+        self.base.extensions()
+    }
+
+    fn listener_tls(&self, endpoint_key: &str) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        let t: Arc<dyn std::any::Any + Send + Sync> = self.tls.get(endpoint_key)?.clone();
+        Some(t)
+    }
+}
+
 /// Start the other extensions in plan order (processors find them at start), binding the
 /// API and health-check listeners they ask for. Returns the host of every extension.
 async fn start_extensions(
@@ -322,9 +342,22 @@ async fn start_extensions(
         match e {
             ExtensionPlan::Auth(_) => {}
             ExtensionPlan::Component(e) => {
+                // The TLS of the listeners it serves itself, built here like the host's own
+                // (certificate reloads, handshake counters).
+                let mut tls = HashMap::new();
+                for l in e.served_listeners() {
+                    let name = format!("{id}/{}", l.name);
+                    let path = format!("extensions.{id}.{}", l.endpoint_key);
+                    if let Some(t) = listeners.tls(&name, &path, crate::tls::ALPN_HTTP)? {
+                        tls.insert(l.endpoint_key, t);
+                    }
+                }
                 // The extensions started so far (the authenticators first) are its host.
-                e.start(&StaticHost {
-                    extensions: host_exts.clone(),
+                e.start(&ExtensionHost {
+                    base: StaticHost {
+                        extensions: host_exts.clone(),
+                    },
+                    tls,
                 })
                 .map_err(|e| anyhow!("extensions.{id}: {e}"))?;
                 host_exts.push((id.clone(), e.clone()));

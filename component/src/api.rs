@@ -55,6 +55,17 @@ impl ApiResponse {
 pub type ApiRoute =
     std::sync::Arc<dyn Fn(&ApiRequest<'_>, Visibility<'_>) -> ApiResponse + Send + Sync>;
 
+/// A listener an extension binds and serves itself (see
+/// [`crate::Extension::served_listeners`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedListener {
+    /// The listener is called `<extension id>/<name>` in logs and telemetry.
+    pub name: &'static str,
+    /// Config key of the endpoint under the extension (`endpoint`).
+    pub endpoint_key: &'static str,
+    pub endpoint: String,
+}
+
 /// An HTTP listener an extension asks its host to serve: the host binds `endpoint` (with
 /// the extension's `tls` block), checks bearer tokens when the extension names an `auth`
 /// authenticator, and hands each request to `route`.

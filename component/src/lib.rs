@@ -173,6 +173,14 @@ pub enum StartError {
 pub trait Host: Send + Sync {
     /// Every started extension with its id, in `service.extensions` order.
     fn extensions(&self) -> Vec<(ComponentId, Arc<dyn Extension>)>;
+
+    /// For an extension at its start: the TLS side the host built from its `tls` block for
+    /// the listener it serves itself at `endpoint_key` (see
+    /// [`Extension::served_listeners`]); in `collector-host` an `Arc<tls::ListenerTls>`.
+    /// `None`: plaintext (no `tls` block), or a host without TLS.
+    fn listener_tls(&self, _endpoint_key: &str) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
 }
 
 /// A metrics processor.
@@ -225,6 +233,14 @@ pub trait Extension: Send + Sync {
 
     /// HTTP listeners the host serves for this extension (e.g. the threshold API).
     fn api_listeners(&self) -> Vec<api::ApiListener> {
+        Vec::new()
+    }
+
+    /// Listeners this extension binds and serves itself (handlers that read request
+    /// bodies). Declared so that the host checks them as its own: address conflicts,
+    /// plaintext only on loopback, and the `tls` block (with `host_tls` in the factory's
+    /// metadata), whose acceptor [`Host::listener_tls`] then hands over at start.
+    fn served_listeners(&self) -> Vec<api::ServedListener> {
         Vec::new()
     }
 

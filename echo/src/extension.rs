@@ -14,6 +14,8 @@ use collector_host::auth::gate::{self, authorization};
 use collector_host::auth::tokens::Scope as TokenScope;
 use collector_host::auth::{Action, AuthExtension, Denial, ListenerAuth};
 use collector_host::server::{self, Body, Handler, ListenerStats, ServerOptions, response};
+use collector_host::tls::ListenerTls;
+use component::api::ServedListener;
 use component::factory::{ExtensionFactory, Kind, Metadata};
 use component::{
     ComponentId, ConfigErrors, ConfigValue, Extension, Host, MetricFamily, Stability, StartError,
@@ -38,7 +40,9 @@ pub static METADATA: Metadata = Metadata {
     stability: [Some(Stability::Alpha), None, None],
     module: "echo/src/extension.rs",
     singleton: false,
-    host_tls: false,
+    // The host takes `tls` out of the config, checks it with its own listeners' and hands
+    // the acceptor over at start (`served_listeners`, `Host::listener_tls`).
+    host_tls: true,
 };
 
 /// Builds `echo_api` extensions.
@@ -418,11 +422,14 @@ impl Extension for EchoApi {
             tokio::net::TcpListener::from_std(std)
                 .map_err(|e| StartError::Other(format!("endpoint: {e}")))?
         };
+        let tls = host
+            .listener_tls("endpoint")
+            .and_then(|t| t.downcast::<ListenerTls>().ok());
         let opts = ServerOptions {
             name: format!("{}/http", me.id),
             header_read_timeout: Duration::from_secs(10),
             max_connections: me.cfg.max_connections,
-            tls: None,
+            tls,
             lifecycle: Default::default(),
         };
         let stats = Arc::new(ListenerStats {
@@ -449,6 +456,14 @@ impl Extension for EchoApi {
 
     fn shutdown(&self) {
         let _ = self.inner.shutdown.send(true);
+    }
+
+    fn served_listeners(&self) -> Vec<ServedListener> {
+        vec![ServedListener {
+            name: "http",
+            endpoint_key: "endpoint",
+            endpoint: self.inner.cfg.endpoint.clone(),
+        }]
     }
 
     fn as_any(self: Arc<Self>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {

@@ -11,7 +11,7 @@ use super::{ExporterPlan, ExtensionPlan, ListenerTlsPlan, ReceiverPlan};
 
 /// Take the `tls` block out of a component's config tree, for components whose own
 /// config type does not know it (the host serves their listener): the Prometheus exporter
-/// and extensions whose metadata says `host_tls` (`ingero_threshold`).
+/// and extensions whose metadata says `host_tls` (`ingero_threshold`, `echo_api`).
 pub(super) fn take_tls(
     v: &ConfigValue,
 ) -> Result<(ConfigValue, Option<ServerTlsConfig>), ConfigErrors> {
@@ -91,6 +91,9 @@ pub(super) fn listener_decls(
             ExtensionPlan::Component(e) => {
                 let tls = component_tls.get(&base);
                 for l in e.api_listeners() {
+                    add(base.clone(), l.endpoint_key, &l.endpoint, tls);
+                }
+                for l in e.served_listeners() {
                     add(base.clone(), l.endpoint_key, &l.endpoint, tls);
                 }
             }

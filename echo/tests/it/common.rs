@@ -64,6 +64,8 @@ pub struct Opts {
     /// Merged into `exporters.echo`.
     pub store: Value,
     pub data_dir: Option<PathBuf>,
+    /// Merged into `extensions.echo_api` (e.g. a `tls` block).
+    pub api: Value,
 }
 
 pub fn config(o: &Opts, dir: &Path, http: u16, grpc: u16, api: u16) -> Value {
@@ -74,6 +76,11 @@ pub fn config(o: &Opts, dir: &Path, http: u16, grpc: u16, api: u16) -> Value {
         }
     }
     let mut api_cfg = json!({"endpoint": format!("127.0.0.1:{api}")});
+    if let (Some(a), Some(extra)) = (api_cfg.as_object_mut(), o.api.as_object()) {
+        for (k, v) in extra {
+            a.insert(k.clone(), v.clone());
+        }
+    }
     let mut extensions = json!({});
     let mut enabled = vec!["echo_api".to_string()];
     if o.auth {

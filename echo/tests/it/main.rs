@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;
+mod tls;
 
 use common::*;
 use serde_json::{Value, json};
