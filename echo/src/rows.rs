@@ -3,7 +3,9 @@
 //! common questions read also become rows of the typed tables (`health_scores`,
 //! `straggler_events`, `fleet_stragglers`, `nccl`, `node_info`). Pure: no I/O.
 
-use component::otlp::{AnyValueKind, KeyValue, MetricKind, NumberValue, get_f64, get_i64, get_str};
+use component::otlp::{
+    AnyValueKind, KeyValue, MetricKind, NumberValue, Resource, get_f64, get_i64, get_str,
+};
 use component::wire::{attr, metric, resource};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -223,9 +225,27 @@ fn ts(t: u64, received_ns: i64) -> i64 {
     }
 }
 
-/// The cluster of a resource: its `ingero.cluster.id`, else the export's request cluster.
-fn cluster_of(res: &[KeyValue], request_cluster: Option<&str>) -> Option<String> {
-    owned(get_str(res, resource::CLUSTER_ID).or(request_cluster))
+/// What every row of one resource carries: its cluster (`ingero.cluster.id`, else the
+/// export's request cluster), its node and its attributes as JSON.
+struct Origin {
+    cluster: Option<String>,
+    node: Option<String>,
+    resource: String,
+}
+
+impl Origin {
+    fn of<'a>(
+        res: Option<&'a Resource>,
+        request_cluster: Option<&str>,
+    ) -> (Origin, &'a [KeyValue]) {
+        let attrs = res.map_or(&[][..], |r| r.attributes.as_slice());
+        let origin = Origin {
+            cluster: owned(get_str(attrs, resource::CLUSTER_ID).or(request_cluster)),
+            node: owned(get_str(attrs, resource::NODE_ID)),
+            resource: attrs_json(attrs),
+        };
+        (origin, attrs)
+    }
 }
 
 /// Rows of a metrics batch.
@@ -236,12 +256,11 @@ pub fn from_metrics(
 ) -> Rows {
     let mut out = Rows::default();
     for rm in data {
-        let res = component::otlp::resource_attrs(rm);
-        let cluster = cluster_of(res, request_cluster);
-        let node = owned(get_str(res, resource::NODE_ID));
-        let res_json = attrs_json(res);
-        let provider = owned(get_str(res, resource::PROVIDER));
-        let world_size = get_i64(res, resource::WORLD_SIZE);
+        let (origin, res) = Origin::of(rm.resource.as_ref(), request_cluster);
+        let extra = ResourceExtra {
+            provider: owned(get_str(res, resource::PROVIDER)),
+            world_size: get_i64(res, resource::WORLD_SIZE),
+        };
         for sm in &rm.scope_metrics {
             for m in &sm.metrics {
                 type Points<'a> = Vec<(u64, &'a [KeyValue], Option<f64>)>;
@@ -287,19 +306,17 @@ pub fn from_metrics(
                     let ts_ns = ts(t, received_ns);
                     out.points.push(PointRow {
                         ts_ns,
-                        cluster_id: cluster.clone(),
-                        node_id: node.clone(),
+                        cluster_id: origin.cluster.clone(),
+                        node_id: origin.node.clone(),
                         metric: m.name.clone(),
                         kind,
                         value,
                         causal_chain_id: causal(attrs),
                         attributes: attrs_json(attrs),
-                        resource: res_json.clone(),
+                        resource: origin.resource.clone(),
                     });
                     let Some(v) = value else { continue };
-                    typed(
-                        &mut out, &m.name, ts_ns, attrs, v, &cluster, &node, &provider, world_size,
-                    );
+                    typed(&mut out, &m.name, ts_ns, attrs, v, &origin, &extra);
                 }
             }
         }
@@ -314,18 +331,22 @@ fn number(v: Option<NumberValue>) -> Option<f64> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Resource attributes only the typed metric tables read.
+struct ResourceExtra {
+    provider: Option<String>,
+    world_size: Option<i64>,
+}
+
 fn typed(
     out: &mut Rows,
     name: &str,
     ts_ns: i64,
     attrs: &[KeyValue],
     v: f64,
-    cluster: &Option<String>,
-    node: &Option<String>,
-    provider: &Option<String>,
-    world_size: Option<i64>,
+    origin: &Origin,
+    extra: &ResourceExtra,
 ) {
+    let (cluster, node) = (&origin.cluster, &origin.node);
     let nccl_metric = match name {
         metric::HEALTH_SCORE => {
             out.health.push(HealthRow {
@@ -377,10 +398,10 @@ fn typed(
                 ts_ns,
                 cluster_id: cluster.clone(),
                 node_id: node.clone(),
-                provider: provider.clone(),
+                provider: extra.provider.clone(),
                 gpu_model: owned(get_str(attrs, attr::GPU_MODEL)),
                 gpu_count: get_i64(attrs, attr::GPU_COUNT),
-                world_size,
+                world_size: extra.world_size,
             });
             return;
         }
@@ -416,21 +437,14 @@ pub fn from_traces(
 ) -> Rows {
     let mut out = Rows::default();
     for rs in &req.resource_spans {
-        let res: &[KeyValue] = rs
-            .resource
-            .as_ref()
-            .map(|r| r.attributes.as_slice())
-            .unwrap_or(&[]);
-        let cluster = cluster_of(res, request_cluster);
-        let node = owned(get_str(res, resource::NODE_ID));
-        let res_json = attrs_json(res);
+        let (origin, _) = Origin::of(rs.resource.as_ref(), request_cluster);
         for ss in &rs.scope_spans {
             for s in &ss.spans {
                 out.spans.push(SpanRow {
                     ts_ns: ts(s.start_time_unix_nano, received_ns),
                     end_ns: ts(s.end_time_unix_nano, received_ns),
-                    cluster_id: cluster.clone(),
-                    node_id: node.clone(),
+                    cluster_id: origin.cluster.clone(),
+                    node_id: origin.node.clone(),
                     trace_id: hex::encode(&s.trace_id),
                     span_id: hex::encode(&s.span_id),
                     parent_span_id: hex_id(&s.parent_span_id),
@@ -439,7 +453,7 @@ pub fn from_traces(
                     status_code: s.status.as_ref().map_or(0, |st| st.code),
                     causal_chain_id: causal(&s.attributes),
                     attributes: attrs_json(&s.attributes),
-                    resource: res_json.clone(),
+                    resource: origin.resource.clone(),
                 });
             }
         }
@@ -455,14 +469,7 @@ pub fn from_logs(
 ) -> Rows {
     let mut out = Rows::default();
     for rl in &req.resource_logs {
-        let res: &[KeyValue] = rl
-            .resource
-            .as_ref()
-            .map(|r| r.attributes.as_slice())
-            .unwrap_or(&[]);
-        let cluster = cluster_of(res, request_cluster);
-        let node = owned(get_str(res, resource::NODE_ID));
-        let res_json = attrs_json(res);
+        let (origin, _) = Origin::of(rl.resource.as_ref(), request_cluster);
         for sl in &rl.scope_logs {
             for l in &sl.log_records {
                 let t = if l.time_unix_nano != 0 {
@@ -477,8 +484,8 @@ pub fn from_logs(
                 };
                 out.logs.push(LogRow {
                     ts_ns: ts(t, received_ns),
-                    cluster_id: cluster.clone(),
-                    node_id: node.clone(),
+                    cluster_id: origin.cluster.clone(),
+                    node_id: origin.node.clone(),
                     severity_number: l.severity_number,
                     severity_text: (!l.severity_text.is_empty()).then(|| l.severity_text.clone()),
                     body,
@@ -487,7 +494,7 @@ pub fn from_logs(
                     event_id: owned(get_str(&l.attributes, attr::EVENT_ID)),
                     causal_chain_id: causal(&l.attributes),
                     attributes: attrs_json(&l.attributes),
-                    resource: res_json.clone(),
+                    resource: origin.resource.clone(),
                 });
             }
         }
