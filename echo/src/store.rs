@@ -34,6 +34,12 @@ pub const TABLES: [&str; 8] = [
     "logs",
 ];
 
+/// The writer connection's staging table for straggler events: appended to, then moved
+/// into `straggler_events` with one `INSERT OR IGNORE ... SELECT` per commit. A prepared
+/// single-row insert checked the primary key row by row at about 4 ms per event.
+const EVENTS_STAGING: &str =
+    "CREATE TEMP TABLE straggler_events_in AS SELECT * FROM straggler_events LIMIT 0";
+
 /// The schema (idempotent). Times are Unix nanoseconds (`ts_ns`); attributes and
 /// resources are JSON object text.
 pub const SCHEMA: &str = "
@@ -166,6 +172,9 @@ impl Store {
             .map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
         let writer_conn = conn.try_clone().map_err(open_err)?;
+        writer_conn
+            .execute_batch(EVENTS_STAGING)
+            .map_err(open_err)?;
         let (tx, rx) = std::sync::mpsc::sync_channel(cfg.max_pending_batches);
         let stats = Arc::new(StoreStats::default());
         let w = Writer {
@@ -405,12 +414,10 @@ impl Writer {
         }
         if !rows.events.is_empty() {
             // One row per event id: a client retrying a batch whose acknowledgement it
-            // lost does not add it twice.
-            let mut st = c.prepare(
-                "INSERT OR IGNORE INTO straggler_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )?;
+            // lost does not add it twice, nor does a batch that repeats an id.
+            let mut a = c.appender_to_catalog_and_db("straggler_events_in", "temp", "main")?;
             for r in &rows.events {
-                st.execute(params![
+                a.append_row(params![
                     r.event_id,
                     r.ts_ns,
                     r.cluster_id,
@@ -423,6 +430,13 @@ impl Writer {
                     r.rank
                 ])?;
             }
+            a.flush()?;
+            drop(a);
+            c.execute_batch(
+                "INSERT OR IGNORE INTO straggler_events \
+                 SELECT DISTINCT ON (event_id) * FROM straggler_events_in; \
+                 DELETE FROM straggler_events_in;",
+            )?;
         }
         if !rows.flags.is_empty() {
             let mut a = c.appender("fleet_stragglers")?;

@@ -40,6 +40,21 @@ async fn pushes_are_stored_and_the_straggler_ranks_first() {
     assert_eq!(e.push(&again).await.status(), 200);
     let rows = e.sql("SELECT count(*) FROM straggler_events").await;
     assert_eq!(rows[0][0], json!(6));
+    // One batch carrying a new id twice and an old one: one new row, the batch is stored.
+    let dup = batch(
+        "prod",
+        "prod-node-5",
+        vec![
+            straggler_event("prod-ev-new", 0.45, 0.8, now_ns(), "chain-new"),
+            straggler_event("prod-ev-new", 0.45, 0.8, now_ns(), "chain-new"),
+            straggler_event("prod-ev-0", 0.45, 0.8, now_ns(), "chain-0"),
+        ],
+    );
+    assert_eq!(e.push(&dup).await.status(), 200);
+    let rows = e
+        .sql("SELECT count(*), count(*) FILTER (WHERE event_id = 'prod-ev-new') FROM straggler_events")
+        .await;
+    assert_eq!(rows[0], vec![json!(7), json!(1)]);
 
     let (s, v) = e
         .tool("fleet.cluster.nccl", json!({"cluster_id": "prod"}), None)
