@@ -8,12 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-MCP_VERSION=2.3.0
-venv=target/echo-mcp-venv
-if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$MCP_VERSION')" 2>/dev/null; then
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "mcp==$MCP_VERSION"
-fi
+python="$(scripts/py-venv.sh echo-mcp-venv mcp 2.3.0)"
 cargo build -q -p ingero-echo -p ingero-fleet -p ingero-agent
-exec "$venv/bin/python" scripts/echo_e2e.py "$@"
+exec "$python" scripts/echo_e2e.py "$@"

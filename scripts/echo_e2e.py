@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import httpx2 as httpx  # the transport the mcp package is built on
@@ -65,6 +66,25 @@ def wait_port(port, what, proc, timeout=60):
     sys.exit(f"{what} did not listen on {port} within {timeout}s")
 
 
+def wait_healthy(port, what, proc, timeout=120):
+    """Poll the health_check extension until it answers 200 (all components started)."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except urllib.error.HTTPError as e:
+            last = e.code
+        except OSError as e:
+            last = e
+        time.sleep(0.2)
+    sys.exit(f"{what} was not healthy within {timeout}s (last answer: {last})")
+
+
 def echo_config(work, p):
     return f"""receivers:
   otlp:
@@ -75,8 +95,9 @@ exporters:
   echo: {{data_dir: {work}/echo-data}}
 extensions:
   echo_api: {{endpoint: 127.0.0.1:{p['echo_api']}}}
+  health_check: {{endpoint: 127.0.0.1:{p['echo_health']}}}
 service:
-  extensions: [echo_api]
+  extensions: [echo_api, health_check]
   pipelines:
     metrics: {{receivers: [otlp], exporters: [echo]}}
   telemetry:
@@ -162,7 +183,7 @@ async def ask_stdio(echo_bin, cfg):
 
 def main():
     work = tempfile.mkdtemp(prefix="echo-e2e-")
-    p = {k: free_port() for k in ("echo_grpc", "echo_http", "echo_api", "echo_telemetry", "fleet_http",
+    p = {k: free_port() for k in ("echo_grpc", "echo_http", "echo_api", "echo_health", "echo_telemetry", "fleet_http",
                                   "fleet_agent", "fleet_admin", "fleet_telemetry")}
     echo_cfg = os.path.join(work, "echo.yaml")
     with open(echo_cfg, "w") as f:
@@ -181,7 +202,9 @@ def main():
     checks, report = {}, {"work": work}
     try:
         echo = start([echo_bin, "--config", echo_cfg], "echo.log")
-        wait_port(p["echo_api"], "ingero-echo", echo)
+        # The API listener binds before the exporter has opened the store; the health check
+        # answers 200 only once every component has started, as a readiness probe would see.
+        wait_healthy(p["echo_health"], "ingero-echo", echo)
         fleet = start([binary("INGERO_FLEET_BIN", "ingero-fleet"), "--config", fleet_cfg], "fleet.log")
         wait_port(p["fleet_http"], "ingero-fleet", fleet)
         for i in range(NODES):
@@ -217,14 +240,19 @@ def main():
             if pr.poll() is None:
                 pr.kill()
                 pr.wait()
+    finish("echo-e2e", report, checks, work)
+
+
+def finish(name, report, checks, work):
+    """Print the report; exit 1 naming the failed checks (keeping the logs), else clean up."""
     report["checks"] = checks
     print(json.dumps(report, indent=1, default=str))
     failed = [k for k, ok in checks.items() if not ok]
-    if failed:
-        print(f"echo-e2e: FAILED: {failed}; logs in {work}", file=sys.stderr)
+    if failed or not checks:
+        print(f"{name}: FAILED: {failed}; logs in {work}", file=sys.stderr)
         sys.exit(1)
     shutil.rmtree(work, ignore_errors=True)
-    print(f"echo-e2e: {len(checks)} checks passed")
+    print(f"{name}: {len(checks)} checks passed")
 
 
 if __name__ == "__main__":
