@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use component::api::Visibility;
 use component::middleware::{RequestMiddleware, ResponseMiddleware, Transport};
-use component::{
-    BatchContext, ComponentId, Extension, Host, MetricFamily, StaticHost, Timestamp,
-};
+use component::{BatchContext, ComponentId, Extension, Host, MetricFamily, StaticHost, Timestamp};
 use fleet_prometheus::PrometheusExporter;
 use tokio::net::TcpListener;
 use tokio::sync::watch;

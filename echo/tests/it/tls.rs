@@ -45,18 +45,20 @@ fn https(port: u16, ca_pem: &str, request: &str) -> Result<String, String> {
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
     }
-    let cfg = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let cfg =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
     let conn = ClientConnection::new(
         Arc::new(cfg),
         ServerName::try_from("127.0.0.1".to_string()).unwrap(),
     )
     .unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut tls = StreamOwned::new(conn, sock);
     tls.write_all(request.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
@@ -128,23 +130,28 @@ fn off_loopback_the_api_needs_tls_or_the_explicit_opt_out() {
     let o = Opts::default();
     let mut cfg = config(&o, &dir, free_port(), free_port(), free_port());
     cfg["extensions"]["echo_api"]["endpoint"] = json!("0.0.0.0:18090");
-    let err = collector_host::config::Plan::build_with(&cfg, &ingero_echo::components())
-        .err()
-        .expect("plaintext off loopback is refused");
+    let Err(err) = collector_host::config::Plan::build_with(&cfg, &ingero_echo::components())
+    else {
+        panic!("plaintext off loopback must be refused");
+    };
     let all: Vec<String> = err.iter().map(|e| e.to_string()).collect();
     assert!(
-        all.iter().any(|m| m.starts_with("extensions.echo_api.endpoint")
-            && m.contains("extensions.echo_api.tls.cert_file")),
+        all.iter()
+            .any(|m| m.starts_with("extensions.echo_api.endpoint")
+                && m.contains("extensions.echo_api.tls.cert_file")),
         "{all:?}"
     );
     // A bad tls block is reported under its key before anything starts.
-    cfg["extensions"]["echo_api"]["tls"] = json!({"cert_file": "/nonexistent.pem", "key_file": "/nonexistent.key"});
-    let err = collector_host::config::Plan::build_with(&cfg, &ingero_echo::components())
-        .err()
-        .expect("missing certificate files are refused");
+    cfg["extensions"]["echo_api"]["tls"] =
+        json!({"cert_file": "/nonexistent.pem", "key_file": "/nonexistent.key"});
+    let Err(err) = collector_host::config::Plan::build_with(&cfg, &ingero_echo::components())
+    else {
+        panic!("missing certificate files must be refused");
+    };
     let all: Vec<String> = err.iter().map(|e| e.to_string()).collect();
     assert!(
-        all.iter().any(|m| m.starts_with("extensions.echo_api.tls.")),
+        all.iter()
+            .any(|m| m.starts_with("extensions.echo_api.tls.")),
         "{all:?}"
     );
     // With the opt-out it plans.
