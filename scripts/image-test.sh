@@ -161,7 +161,7 @@ run_echo() {
 run_echo "$echo_c"
 wait_healthy "$echo_c"
 # What the running container is, not only what the image asks for.
-uid="$(docker top "$echo_c" -eo uid,comm | awk '$2 == "ingero-echo" { print $1 }')"
+uid="$(docker top "$echo_c" -eo pid,uid,comm | awk '$3 == "ingero-echo" { print $2 }')"
 [ "$uid" = 65532 ] || die "ingero-echo runs as uid '$uid', not 65532"
 [ "$(docker inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$echo_c")" = true ] || die "ingero-echo's root filesystem is writable"
 [ "$(docker inspect -f '{{json .HostConfig.CapDrop}}' "$echo_c")" = '["ALL"]' ] || die "ingero-echo keeps capabilities"
