@@ -6,7 +6,9 @@
 #   - packaging/docker/http-probe, compiled static here from http-probe.c (the HEALTHCHECK;
 #     the images hold no shell);
 #   - /etc/passwd and /etc/group with the unprivileged user 65532 (`ingero`), the CA bundle,
-#     and the container config of the binary if it has one (packaging/docker/<name>.yaml).
+#     and the container config of the binary if it has one (packaging/docker/<name>.yaml);
+#   - beside rootfs/, an empty directory `empty/` a Dockerfile can copy with --chown to make a
+#     data directory the unprivileged user owns (the classic builder gives rootfs/ to root).
 # Usage: scripts/build-images.sh BIN_DIR [TAG]    (TAG defaults to the Cargo version)
 #   IMAGE_PREFIX   registry/repository prefix for the image names (default: none)
 #   IMAGES         which binaries (default: every packaging/docker/<name>.Dockerfile)
@@ -43,6 +45,7 @@ for name in $IMAGES; do
   [ -x "$bin" ] || { echo "build-images: $bin not found or not executable" >&2; exit 1; }
   ctx="$work/$name"
   rootfs="$ctx/rootfs"
+  mkdir -p "$ctx/empty"
   mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc/ingero" "$rootfs/etc/ssl/certs" "$rootfs/tmp"
   chmod 1777 "$rootfs/tmp"
   install -m 0755 "$bin" "$rootfs/usr/local/bin/$name"

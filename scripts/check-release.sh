@@ -5,7 +5,7 @@
 #     the Cargo version and the commit;
 #   - the SBOM is CycloneDX 1.5 JSON naming the package, its version, crates it is known to
 #     link and the commit's time;
-#   - Fleet's example config validates with the archived binary.
+#   - Fleet's and Echo's example configs validate with the archived binaries.
 # Usage: scripts/check-release.sh DIST_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,7 @@ echo "ok   SHA256SUMS verifies $(wc -l <"$dist/SHA256SUMS") archives and refuses
 
 # ---- each archive -----------------------------------------------------------------------
 # binary -> a crate its SBOM must list (a dependency it is known to link).
-declare -A known_dep=([ingero-fleet]=tokio [ingero-agent]=aya)
+declare -A known_dep=([ingero-fleet]=tokio [ingero-agent]=aya [ingero-echo]=libduckdb-sys)
 while read -r _ archive; do
   name="${archive%.tar.gz}"                      # ingero-fleet_0.1.0_linux_amd64
   bin="${name%%_*}"
@@ -98,6 +98,18 @@ EOF
     "$dir/$bin" --config "$dir/examples/fleet-config.yaml" \
       --set service.allow_plaintext_listeners=true validate >/dev/null ||
       die "examples/fleet-config.yaml does not validate with the archived ingero-fleet"
+  fi
+  if [ "$bin" = ingero-echo ]; then
+    # The embedded default the unit runs, and the example with tokens on the API, with the
+    # store and the tokens file where the unit's environment would put them.
+    printf -- '- name: ops\n  token: check-release-token-0123456789\n  clusters: ["*"]\n' >"$work/echo-tokens.yaml"
+    chmod 0600 "$work/echo-tokens.yaml"
+    for args in "" "--config $dir/examples/fleet-to-echo/echo.yaml"; do
+      # shellcheck disable=SC2086 # $args is a list of flags
+      INGERO_ECHO_DATA_DIR="$work/echo-data" INGERO_ECHO_TOKENS_FILE="$work/echo-tokens.yaml" \
+        "$dir/$bin" $args validate >/dev/null || die "ingero-echo ${args:-(embedded default)} does not validate with the archived ingero-echo"
+    done
+    [ -f "$dir/examples/fleet-to-echo/fleet.yaml" ] || die "$archive lacks examples/fleet-to-echo/fleet.yaml"
   fi
   echo "ok   $archive: contents, --version '$out'"
 done <"$dist/SHA256SUMS"

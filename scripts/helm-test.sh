@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Checks the Helm charts in deploy/helm/: `helm lint --strict` with the defaults and with
-# each chart's ci/production-values.yaml, then the Go test in deploy/helm/test, which renders
-# every chart with Helm's engine and decodes each object strictly into the Kubernetes API
-# types (see that file). helm is built from the Go module proxy on first use and cached
-# under target/tools.
-# Usage: scripts/helm-test.sh [FLEET_BIN]   (an ingero-fleet binary: the test validates the
-#        rendered Fleet config with it; default target/debug/ingero-fleet)
+# Checks the Helm charts in deploy/helm/: `helm lint --strict` and `helm template` with the
+# defaults and with each chart's ci/production-values.yaml, then the Go test in
+# deploy/helm/test, which renders every chart with Helm's engine and decodes each object
+# strictly into the Kubernetes API types (see that file). A chart whose install needs values
+# (ingero-echo: a StorageClass declared encrypted, an API token) has ci/default-values.yaml
+# with just those, used in place of the bare defaults; for ingero-echo the bare defaults
+# must fail to render, saying why (its fail-closed storage rule; `helm lint` reports a
+# template's `fail` without failing, so only a render proves it). helm is built from the Go
+# module proxy on first use and cached under target/tools.
+# Usage: scripts/helm-test.sh [FLEET_BIN [ECHO_BIN]]   (the test validates the rendered
+#        configs with these binaries; default target/debug/ingero-fleet and the
+#        ingero-echo beside FLEET_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -15,6 +20,9 @@ helm="$tools/bin/helm"
 fleet_bin="${1:-${CARGO_TARGET_DIR:-$root/target}/debug/ingero-fleet}"
 [ -x "$fleet_bin" ] || { echo "helm-test: $fleet_bin not found (cargo build -p ingero-fleet)" >&2; exit 1; }
 fleet_bin="$(cd "$(dirname "$fleet_bin")" && pwd)/$(basename "$fleet_bin")"
+echo_bin="${2:-$(dirname "$fleet_bin")/ingero-echo}"
+[ -x "$echo_bin" ] || { echo "helm-test: $echo_bin not found (cargo build -p ingero-echo)" >&2; exit 1; }
+echo_bin="$(cd "$(dirname "$echo_bin")" && pwd)/$(basename "$echo_bin")"
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
 # `go install` does not stamp helm's version (it prints only v3.19), so a file beside it does.
@@ -29,19 +37,57 @@ fail=0
 for chart in deploy/helm/ingero-*/; do
   chart="${chart%/}"
   name="$(basename "$chart")"
-  for values in "" "$chart/ci/production-values.yaml"; do
-    args=(lint --strict "$chart")
-    [ -n "$values" ] && args+=(-f "$values")
-    if out="$("$helm" "${args[@]}" 2>&1)"; then
-      echo "ok   helm lint --strict $name ${values:+with $(basename "$values")}"
-    else
-      echo "FAIL helm ${args[*]}:" >&2
-      echo "$out" >&2
-      fail=1
-    fi
+  defaults=""
+  [ -f "$chart/ci/default-values.yaml" ] && defaults="$chart/ci/default-values.yaml"
+  for values in "$defaults" "$chart/ci/production-values.yaml"; do
+    for cmd in lint template; do
+      args=("$cmd")
+      [ "$cmd" = lint ] && args+=(--strict "$chart") || args+=(--kube-version 1.31.0 "$name" "$chart")
+      [ -n "$values" ] && args+=(-f "$values")
+      if out="$("$helm" "${args[@]}" 2>&1)"; then
+        echo "ok   helm $cmd $name ${values:+with $(basename "$values")}"
+      else
+        echo "FAIL helm ${args[*]}:" >&2
+        echo "$out" >&2
+        fail=1
+      fi
+    done
   done
 done
+
+# ingero-echo fails closed: no render without a StorageClass declared encrypted (the
+# bare defaults, and with every other required value given), and renders with the explicit
+# override only.
+echo_chart=deploy/helm/ingero-echo
+refusal="StorageClass is not declared encrypted at rest"
+token=(--set 'auth.tokensFile[0].name=ops' --set 'auth.tokensFile[0].token_env=T' --set 'auth.tokensFile[0].clusters[0]=*')
+refuse() {
+  local what="$1"; shift
+  if out="$("$helm" template --kube-version 1.31.0 echo "$echo_chart" "$@" 2>&1)"; then
+    echo "FAIL helm template ingero-echo ($what) rendered without an encrypted StorageClass" >&2
+    fail=1
+  elif ! grep -q "$refusal" <<<"$out"; then
+    echo "FAIL helm template ingero-echo ($what) failed, but not with '$refusal':" >&2
+    echo "$out" >&2
+    fail=1
+  else
+    echo "ok   helm template ingero-echo refused ($what): '...$refusal...'"
+  fi
+}
+refuse "the defaults"
+refuse "a token" "${token[@]}"
+refuse "a token, a class not declared encrypted" "${token[@]}" --set persistence.storageClassName=fast-ssd
+refuse "a token, a class, storageClassEncrypted=false" "${token[@]}" --set persistence.storageClassName=fast-ssd \
+  --set persistence.storageClassEncrypted=false
+if out="$("$helm" template --kube-version 1.31.0 echo "$echo_chart" "${token[@]}" --set persistence.allowUnencrypted=true 2>&1)" &&
+  grep -q 'ingero.io/storage-encryption: unencrypted-allowed' <<<"$out"; then
+  echo "ok   helm template ingero-echo with persistence.allowUnencrypted=true renders, annotated unencrypted-allowed"
+else
+  echo "FAIL helm template ingero-echo with persistence.allowUnencrypted=true:" >&2
+  echo "$out" >&2
+  fail=1
+fi
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"
-(cd deploy/helm/test && FLEET_BIN="$fleet_bin" go test -count=1 ./...)
+(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 ./...)

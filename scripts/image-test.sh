@@ -5,7 +5,12 @@
 #   - Fleet: its Docker HEALTHCHECK turns healthy, it runs as the unprivileged user,
 #     `--version` names the version, and an OTLP/HTTP push from the host is answered 200;
 #   - the agent, in synthetic mode on the same Docker network, pushes to the Fleet
-#     container: its own /metrics counts successful pushes and Fleet exports its score.
+#     container: its own /metrics counts successful pushes and Fleet exports its score;
+#   - Echo, its store on a named volume: healthy, running as 65532 with the root filesystem
+#     read-only and no capability, an OTLP/HTTP push from the host is stored and read back
+#     through the query API with a bearer token (none: 401; a token of another cluster:
+#     404), a second container on the same volume refuses to start (the data directory's
+#     lock), and after a restart the stored point is still there.
 # Starts dockerd when it is not running; fails (never skips) when Docker cannot run.
 # Usage: scripts/image-test.sh BIN_DIR   (e.g. target/debug after `cargo build`)
 #   EXPECT_COMMIT  a commit `--version` must name (scripts/release.sh --profile dev builds)
@@ -36,16 +41,19 @@ tag="image-test-$$"
 net="ingero-image-test-$$"
 fleet="ingero-fleet-test-$$"
 agent="ingero-agent-test-$$"
-images=(ingero-fleet ingero-agent)
+echo_c="ingero-echo-test-$$"
+echo_vol="ingero-echo-test-$$"
+images=(ingero-fleet ingero-agent ingero-echo)
 
 cleanup() {
   local rc=$?
   if [ "$rc" != 0 ]; then
-    for c in "$fleet" "$agent"; do
+    for c in "$fleet" "$agent" "$echo_c" "$echo_c-2"; do
       docker logs "$c" >/dev/null 2>&1 && { echo "--- docker logs $c (last 30 lines)" >&2; docker logs "$c" 2>&1 | tail -n 30 >&2; }
     done
   fi
-  docker rm -f "$fleet" "$agent" >/dev/null 2>&1 || true
+  docker rm -f "$fleet" "$agent" "$echo_c" "$echo_c-2" >/dev/null 2>&1 || true
+  docker volume rm "$echo_vol" >/dev/null 2>&1 || true
   docker network rm "$net" >/dev/null 2>&1 || true
   for i in "${images[@]}"; do docker rmi -f "$i:$tag" >/dev/null 2>&1 || true; done
 }
@@ -138,4 +146,84 @@ assert ok_pushes >= 2, f"the agent counted {ok_pushes} successful pushes"
 assert "agent-in-docker" in nodes and "probe-from-host" in nodes, f"Fleet's exporter has health scores of {nodes}"
 print(f"ok   ingero-agent: {ok_pushes} pushes accepted; Fleet exports health scores of {nodes}")
 EOF
+
+# ---- Echo: store on a named volume, tokens from the environment ------------------------
+# The image's config requires bearer tokens on the API (INGERO_ECHO_TOKENS holds the tokens
+# file): one for every cluster, one for another cluster only.
+echo_token="image-test-$$-all-clusters-token"
+echo_tokens="$(printf -- '- name: ops\n  token: %s\n  clusters: ["*"]\n- name: tenant-other\n  token: %s-other\n  clusters: [other]\n' "$echo_token" "$echo_token")"
+docker volume create "$echo_vol" >/dev/null
+run_echo() {
+  docker run -d --name "$1" --network "$net" "${hardened[@]}" \
+    -v "$echo_vol:/var/lib/ingero-echo" -e INGERO_ECHO_TOKENS="$echo_tokens" \
+    -p 127.0.0.1::4328 -p 127.0.0.1::8090 "ingero-echo:$tag" >/dev/null
+}
+run_echo "$echo_c"
+wait_healthy "$echo_c"
+# What the running container is, not only what the image asks for.
+uid="$(docker top "$echo_c" -eo pid,uid,comm | awk '$3 == "ingero-echo" { print $2 }')"
+[ "$uid" = 65532 ] || die "ingero-echo runs as uid '$uid', not 65532"
+[ "$(docker inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$echo_c")" = true ] || die "ingero-echo's root filesystem is writable"
+[ "$(docker inspect -f '{{json .HostConfig.CapDrop}}' "$echo_c")" = '["ALL"]' ] || die "ingero-echo keeps capabilities"
+echo "ok   ingero-echo: healthy, uid 65532, read-only root filesystem, every capability dropped"
+
+echo_check() {
+  python3 - "$(host_port "$echo_c" 4328)" "$(host_port "$echo_c" 8090)" "$echo_token" "$1" <<'EOF'
+import json, sys, time, urllib.error, urllib.request
+otlp_port, api_port, token, step = sys.argv[1:5]
+def call(url, body, headers):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+def tool(name, args, tok=token):
+    return call(f"http://127.0.0.1:{api_port}/api/v1/tools/{name}", args,
+                {"Authorization": f"Bearer {tok}"} if tok else {})
+if step == "push":
+    def attr(k, v): return {"key": k, "value": {"stringValue": v}}
+    body = {"resourceMetrics": [{
+        "resource": {"attributes": [attr("ingero.node.id", "probe-from-host"), attr("ingero.cluster.id", "docker-test")]},
+        "scopeMetrics": [{"scope": {"name": "ingero.health", "version": "0.10.0"}, "metrics": [{
+            "name": "ingero.node.health_score", "unit": "1",
+            "gauge": {"dataPoints": [{"timeUnixNano": str(time.time_ns()), "asDouble": 0.93,
+                "attributes": [attr("ingero.node.state", "active"), attr("ingero.workload_type", "unknown")]}]}}]}]}]}
+    # Answered 200 only once the writer committed the batch.
+    s, _ = call(f"http://127.0.0.1:{otlp_port}/v1/metrics", body, {})
+    assert s == 200, f"push answered {s}"
+    print("ok   ingero-echo: push from the host answered 200 (committed)")
+    s, v = tool("fleet.cluster.summary", {"cluster_id": "docker-test"}, tok=None)
+    assert s == 401, f"no token: {s} {v}"
+    s, v = tool("fleet.cluster.summary", {"cluster_id": "docker-test"}, tok=token + "-other")
+    assert s == 404, f"a token of another cluster: {s} {v}"
+    s, v = tool("fleet.cluster.summary", {"cluster_id": "docker-test"})
+    assert s == 200, f"summary: {s} {v}"
+    c = v["clusters"][0]
+    assert c["cluster_id"] == "docker-test" and c["nodes"] == 1 and c["health_points"] == 1, v
+    print(f"ok   ingero-echo: fleet.cluster.summary: {c['nodes']} node, {c['health_points']} health point; no token 401, other cluster's token 404")
+# Both steps: the point is in the store (after the restart, read from the volume).
+s, v = tool("fleet.cluster.run_analysis", {"sql": "SELECT node_id, score FROM health_scores WHERE cluster_id = 'docker-test'"})
+assert s == 200, f"run_analysis: {s} {v}"
+assert v["rows"] == [["probe-from-host", 0.93]], v
+print(f"ok   ingero-echo: fleet.cluster.run_analysis ({step}): {v['rows']}")
+EOF
+}
+echo_check push
+
+# One writer per data directory: a second container on the same volume refuses to start.
+if out="$(timeout 60 docker run --name "$echo_c-2" --network "$net" "${hardened[@]}" \
+  -v "$echo_vol:/var/lib/ingero-echo" -e INGERO_ECHO_TOKENS="$echo_tokens" "ingero-echo:$tag" 2>&1)"; then
+  die "a second ingero-echo on the same volume ran (and exited 0) instead of refusing"
+fi
+grep -q "is in use by another ingero-echo" <<<"$out" || die "the second ingero-echo failed, but not on the lock: $(tail -n 5 <<<"$out")"
+echo "ok   ingero-echo: a second container on the same volume refuses to start (the lock)"
+
+# The store outlives the container: stop (SIGTERM: drain, close the store), start anew.
+docker stop -t 30 "$echo_c" >/dev/null
+docker rm "$echo_c" >/dev/null
+run_echo "$echo_c"
+wait_healthy "$echo_c"
+echo_check restart
 echo "image-test: all images passed"

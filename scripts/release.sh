@@ -4,11 +4,17 @@
 # configs, its systemd unit and env file, the license and a CycloneDX SBOM made from
 # Cargo.lock; then SHA256SUMS over the archives.
 #
-# Usage: scripts/release.sh [--out DIR] [--profile release|dev]
+# Usage: scripts/release.sh [--out DIR] [--profile release|dev] [--bin-dir DIR]
 #   --out DIR        where archives go (default dist/)
 #   --profile dev    package debug builds instead (the test command's check of the archive
 #                    layout, SBOM and checksums; reuses what `cargo test` built). Release is
-#                    the default and what a release ships.
+#                    the default and what a release ships. ingero-echo compiles DuckDB's C++
+#                    (about 20 min on 2 cores per profile; export CXX="ccache c++" as
+#                    scripts/test-all.sh does, or Cargo may rebuild it).
+#   --bin-dir DIR    package the binaries already in DIR (amd64 only) instead of building
+#                    them, e.g. built by an earlier CI step; their --version must name this
+#                    commit, which scripts/check-release.sh checks.
+#   RELEASE_BINARIES which binaries (default all: ingero-fleet ingero-agent ingero-echo).
 #   RELEASE_ARCHES   "amd64" (default) or "amd64 arm64": arm64 needs the Rust target
 #                    aarch64-unknown-linux-gnu and a cross linker; the script fails naming what
 #                    is missing rather than skipping it.
@@ -30,11 +36,13 @@ root="$PWD"
 
 out="$root/dist"
 profile=release
+prebuilt=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --out) out="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --bin-dir) prebuilt="$(cd "$2" && pwd)"; shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "release.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -45,11 +53,19 @@ case "$profile" in
 esac
 
 # The binaries shipped, as package:binary:readme:examples (space-separated, relative to the
-# repository root). Each archive also gets LICENSE and packaging/systemd/<binary>.{service,env}.
-BINARIES=(
+# repository root; a file goes to examples/<name>, a directory to examples/<directory>/).
+# Each archive also gets LICENSE and packaging/systemd/<binary>.{service,env}.
+ALL_BINARIES=(
   "ingero-fleet:ingero-fleet:fleet/README.md:examples/fleet-config.yaml examples/fleet-config-tls.yaml"
   "ingero-agent:ingero-agent:agent/README.md:agent/testdata/config.yaml"
+  "ingero-echo:ingero-echo:echo/README.md:examples/fleet-to-echo"
 )
+BINARIES=()
+for entry in "${ALL_BINARIES[@]}"; do
+  IFS=: read -r _ bin _ _ <<<"$entry"
+  if [ -z "${RELEASE_BINARIES:-}" ] || grep -qw -- "$bin" <<<"$RELEASE_BINARIES"; then BINARIES+=("$entry"); fi
+done
+[ "${#BINARIES[@]}" -gt 0 ] || { echo "release.sh: RELEASE_BINARIES names none of the shipped binaries" >&2; exit 2; }
 
 version="$(cargo metadata --no-deps --format-version 1 --locked |
   python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"]=="ingero-fleet"))')"
@@ -106,13 +122,18 @@ for arch in ${RELEASE_ARCHES:-amd64}; do
     IFS=: read -r pkg bin _ _ <<<"$entry"
     build_args+=(-p "$pkg" --bin "$bin")
   done
-  echo "release: cargo ${build_args[*]}"
-  if [ "$profile" = release ]; then
+  if [ -n "$prebuilt" ]; then
+    [ "$arch" = amd64 ] || { echo "release.sh: --bin-dir packages amd64 binaries only" >&2; exit 2; }
+    bin_dir="$prebuilt"
+    echo "release: packaging the binaries in $bin_dir (not built here)"
+  elif [ "$profile" = release ]; then
+    echo "release: cargo ${build_args[*]}"
     # Paths of the checkout and of the dependency sources are rewritten in panic messages
     # and debug info, so the binary does not depend on where it was built.
     RUSTFLAGS="${RUSTFLAGS:-} --remap-path-prefix=$root=/build/ingero-fleet --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
       INGERO_GIT_COMMIT="$commit" cargo "${build_args[@]}"
   else
+    echo "release: cargo ${build_args[*]}"
     INGERO_GIT_COMMIT="$commit" cargo "${build_args[@]}"
   fi
 
@@ -121,10 +142,18 @@ for arch in ${RELEASE_ARCHES:-amd64}; do
     name="${bin}_${version}_linux_${arch}"
     dir="$stage/$name"
     mkdir -p "$dir/examples" "$dir/systemd"
+    [ -x "$bin_dir/$bin" ] || { echo "release.sh: no $bin_dir/$bin" >&2; exit 1; }
     install -m 0755 "$bin_dir/$bin" "$dir/$bin"
     install -m 0644 LICENSE "$dir/LICENSE"
     install -m 0644 "$readme" "$dir/README.md"
-    for ex in $examples; do install -m 0644 "$ex" "$dir/examples/$(basename "$ex")"; done
+    for ex in $examples; do
+      if [ -d "$ex" ]; then
+        install -d -m 0755 "$dir/examples/$(basename "$ex")"
+        for f in "$ex"/*; do install -m 0644 "$f" "$dir/examples/$(basename "$ex")/$(basename "$f")"; done
+      else
+        install -m 0644 "$ex" "$dir/examples/$(basename "$ex")"
+      fi
+    done
     install -m 0644 "packaging/systemd/$bin.service" "$dir/systemd/$bin.service"
     install -m 0644 "packaging/systemd/$bin.env" "$dir/systemd/$bin.env"
 

@@ -100,7 +100,8 @@ cargo build --locked -p ingero-fleet --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 # ---- packaging: archives, units, images, charts (docs/deploy.md) -------------------------
 # All on the debug binaries the tests built: release.sh's dev profile packages them (only
-# the commit stamp recompiles the two binary crates), twice, to check the archives are
+# the commit stamp recompiles the three binary crates; DuckDB's C++ is the debug build the
+# Echo end-to-end step made, through ccache), twice, to check the archives are
 # reproducible; the images are made from the same binaries.
 free_disk
 log "packaging: release archives (dev profile) twice, checksums, contents, SBOM"

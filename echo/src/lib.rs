@@ -51,7 +51,8 @@ pub fn components() -> Components {
 pub fn distribution() -> Distribution {
     Distribution {
         command: "ingero-echo",
-        version: env!("CARGO_PKG_VERSION"),
+        // The Cargo version, plus the git commit in release builds (build.rs).
+        version: env!("INGERO_VERSION_LINE"),
         about: "The cluster's queryable memory: OTLP into embedded DuckDB, an HTTP+JSON API and MCP",
         long_about: "Runs Ingero Echo: OTLP receivers feeding an embedded DuckDB store, and one \
                      listener with the query API (/api/v1/tools/..., /openapi.json) and MCP (/mcp). \
