@@ -6,8 +6,10 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+include!("../build-support/version_line.rs");
+
 fn main() -> anyhow::Result<()> {
-    stamp_version()?;
+    stamp_version().map_err(anyhow::Error::msg)?;
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let bpf_dir = manifest.join("bpf");
@@ -56,24 +58,5 @@ fn main() -> anyhow::Result<()> {
             bail!("clang failed on {}", path.display());
         }
     }
-    Ok(())
-}
-
-/// The version line `--version` prints: the Cargo version, plus the git commit when the
-/// build was given one in `INGERO_GIT_COMMIT` (scripts/release.sh sets it; development
-/// builds print the Cargo version alone, so a rebuild never depends on `.git`).
-fn stamp_version() -> anyhow::Result<()> {
-    println!("cargo:rerun-if-env-changed=INGERO_GIT_COMMIT");
-    let version = std::env::var("CARGO_PKG_VERSION")?;
-    let line = match std::env::var("INGERO_GIT_COMMIT") {
-        Ok(commit) if !commit.is_empty() => {
-            if !(7..=40).contains(&commit.len()) || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
-                bail!("INGERO_GIT_COMMIT must be 7 to 40 hex digits, got {commit:?}");
-            }
-            format!("{version} (commit {commit})")
-        }
-        _ => version,
-    };
-    println!("cargo:rustc-env=INGERO_VERSION_LINE={line}");
     Ok(())
 }
