@@ -177,6 +177,16 @@ impl std::fmt::Debug for Tools {
 
 fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, ToolError> {
     let args = if args.is_null() { json!({}) } else { args };
+    // The schemas type every argument without `null`: an argument given as null is an
+    // error, not an omitted one (serde would read it as `None`).
+    if let Some((k, _)) = args
+        .as_object()
+        .and_then(|m| m.iter().find(|(_, v)| v.is_null()))
+    {
+        return Err(ToolError::BadArgs(format!(
+            "{k}: must not be null (omit it instead)"
+        )));
+    }
     serde_json::from_value(args).map_err(|e| ToolError::BadArgs(e.to_string()))
 }
 

@@ -219,7 +219,11 @@ pub fn openapi(version: &str) -> Value {
                 "operationId": t.name.replace('.', "_"),
                 "summary": t.name,
                 "description": t.description,
-                "requestBody": {"required": true, "content": {"application/json": {"schema": t.input}}},
+                // An empty body is the empty object: optional where no argument is required.
+                "requestBody": {
+                    "required": t.input.get("required").and_then(Value::as_array).is_some_and(|r| !r.is_empty()),
+                    "content": {"application/json": {"schema": t.input}}
+                },
                 "responses": {
                     "200": {"description": "The tool's answer.", "content": {"application/json": {"schema": t.output}}},
                     "400": err("Invalid arguments, or SQL the sandbox refused."),
@@ -239,7 +243,10 @@ pub fn openapi(version: &str) -> Value {
         json!({"get": {
             "operationId": "list_tools",
             "summary": "Every tool with its input and output schema.",
-            "responses": {"200": {"description": "The tools.", "content": {"application/json": {"schema": {
+            "responses": {
+                "401": {"description": "Missing or invalid bearer token.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "429": {"description": "The token's rate limit is exceeded.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "200": {"description": "The tools.", "content": {"application/json": {"schema": {
                 "type": "object", "required": ["tools"],
                 "properties": {"tools": {"type": "array", "items": {"type": "object", "required": ["name", "description", "input_schema", "output_schema"], "properties": {
                     "name": {"type": "string"}, "description": {"type": "string"},
