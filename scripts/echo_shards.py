@@ -52,9 +52,10 @@ def start_nginx(work, fleets, shards, procs):
                          ("listen 8090;", pub["api"])):
         assert listen in conf
         conf = conf.replace(listen, f"listen 127.0.0.1:{port};")
+    os.chmod(work, 0o755)  # nginx's workers may run as an unprivileged user: let them in
     d = os.path.join(work, "nginx")
     os.makedirs(d)
-    os.chmod(d, 0o777)  # workers may run as an unprivileged user
+    os.chmod(d, 0o777)  # and let them use the sockets and temp directories here
     conf = conf.replace("unix:/run/nginx/", f"unix:{d}/")
     with open(os.path.join(d, "shards.conf"), "w") as f:
         f.write(conf)

@@ -85,6 +85,16 @@ log "Fleet -> Echo end to end with the Python MCP client (scripts/echo-e2e.sh)"
 scripts/echo-e2e.sh > "$TARGET_DIR/echo-e2e.json" || { cat "$TARGET_DIR/echo-e2e.json"; exit 1; }
 tail -n 1 "$TARGET_DIR/echo-e2e.json"
 
+log "Echo shards behind nginx (scripts/echo-shards.sh)"
+scripts/echo-shards.sh > "$TARGET_DIR/echo-shards.json" || { cat "$TARGET_DIR/echo-shards.json"; exit 1; }
+
+log "Echo zero loss and kill -9 (scripts/echo-bench.sh --phases zero-loss,kill, debug build)"
+INGERO_ECHO_BIN="$TARGET_DIR/debug/ingero-echo" scripts/echo-bench.sh --phases zero-loss,kill \
+  > "$TARGET_DIR/echo-zero-loss.json" || { cat "$TARGET_DIR/echo-zero-loss.json"; exit 1; }
+
+log "Echo's OpenAPI document under schemathesis (scripts/echo-schemathesis.sh)"
+scripts/echo-schemathesis.sh
+
 log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
 scripts/view-browser-deps.sh
 cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture
