@@ -162,6 +162,16 @@ impl Exporter for EchoExporter {
             "Retention checks that failed.",
             st.retention_failures.load(Relaxed),
         ));
+        out.push(c(
+            "ingero_echo_rollup_rows_merged_total",
+            "Partial health_minutes rows merged away by the writer.",
+            st.rollup_rows_merged.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_rollup_failures_total",
+            "Merges of the health rollup that failed (retried later; queries stay exact).",
+            st.rollup_failures.load(Relaxed),
+        ));
         out.push(
             MetricFamily::gauge(
                 "ingero_echo_pending_batches",

@@ -21,6 +21,7 @@ pub mod extension;
 pub mod lock;
 pub mod mcp;
 pub mod query;
+pub mod rollup;
 pub mod rows;
 pub mod sandbox;
 pub mod schema;

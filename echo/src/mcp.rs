@@ -50,8 +50,9 @@ pub fn investigate_prompt(cluster: &str, window: &str) -> String {
          barrier (peer_lag_ms p50/p95) and on which collective.\n\
          5. Call fleet.cluster.get_cost to say what the straggling cost.\n\
          6. Only if the answer is still unclear, use fleet.cluster.run_analysis with one \
-         SELECT over the tables points, health_scores, straggler_events, fleet_stragglers, \
-         nccl, node_info, spans, logs (ts_ns are Unix nanoseconds).\n\
+         SELECT over the tables points, health_scores, health_minutes (per-minute rollup), \
+         straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters (ts_ns are \
+         Unix nanoseconds).\n\
          Report the cluster-level \"where\" (which node, which rank, which collective, since \
          when, at what cost), then hand off the node-level \"why\" to the node's Ingero agent \
          (its dominant signal and the event ids to look up there)."

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::QueryConfig;
+use crate::rollup::{self, HEALTH_PARTS, health_params};
 use crate::sandbox::{SandboxError, SqlSandbox};
 use crate::store::{Store, now_ns};
 
@@ -293,10 +294,8 @@ impl Tools {
 
     fn known_clusters(&self) -> Result<HashSet<String>, ToolError> {
         Ok(self.store.with_reader(|c| {
-            let mut st = c.prepare(
-                "SELECT DISTINCT cluster_id FROM health_scores WHERE cluster_id IS NOT NULL \
-                 UNION SELECT DISTINCT cluster_id FROM points WHERE cluster_id IS NOT NULL",
-            )?;
+            // Kept by the writer with each commit (see `rollup`): no scan of the points.
+            let mut st = c.prepare("SELECT cluster_id FROM clusters")?;
             let rows = st.query_map([], |r| r.get::<_, String>(0))?;
             rows.collect::<Result<HashSet<_>, _>>()
         })?)
@@ -336,11 +335,14 @@ impl Tools {
         let mut out = Vec::new();
         for c in &clusters {
             let v = self.store.with_reader(|conn| {
+            rollup::snapshot(conn, |flushed| {
                 let (nodes, points, avg, min, last): (i64, i64, Option<f64>, Option<f64>, Option<i64>) =
                     conn.query_row(
-                        "SELECT count(DISTINCT node_id), count(*), avg(score)::DOUBLE, min(score)::DOUBLE, max(ts_ns) \
-                         FROM health_scores WHERE cluster_id = ? AND ts_ns >= ?",
-                        duckdb::params![c, since],
+                        &format!(
+                            "WITH {HEALTH_PARTS} SELECT count(DISTINCT node_id), coalesce(sum(n), 0)::BIGINT, \
+                             (sum(s) / sum(n))::DOUBLE, min(mn)::DOUBLE, max(last_ns) FROM hp"
+                        ),
+                        params_from_iter(health_params(c, since, flushed).iter()),
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
                     )?;
                 let (events, threshold): (i64, Option<f64>) = conn.query_row(
@@ -369,7 +371,8 @@ impl Tools {
                     "straggler_events": events,
                     "current_stragglers": now,
                 }))
-            })?;
+                        })
+        })?;
             out.push(v);
         }
         Ok(json!({"window_seconds": w.as_secs(), "clusters": out}))
@@ -419,9 +422,10 @@ impl Tools {
         limit: usize,
     ) -> Result<Value, ToolError> {
         let since = Self::since(w);
-        let sql = "
-            WITH h AS (SELECT node_id, avg(score)::DOUBLE AS avg_score, min(score)::DOUBLE AS min_score, count(*) AS samples
-                       FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? AND node_id IS NOT NULL GROUP BY node_id),
+        let sql = format!("
+            WITH {HEALTH_PARTS},
+                 h AS (SELECT node_id, (sum(s) / sum(n))::DOUBLE AS avg_score, min(mn)::DOUBLE AS min_score, sum(n)::BIGINT AS samples
+                       FROM hp WHERE node_id IS NOT NULL GROUP BY node_id),
                  med AS (SELECT median(avg_score)::DOUBLE AS m FROM h),
                  f AS (SELECT node_id, count(DISTINCT ts_ns) AS flagged FROM fleet_stragglers
                        WHERE cluster_id = ? AND ts_ns >= ? AND value > 0 AND node_id IS NOT NULL GROUP BY node_id),
@@ -430,7 +434,7 @@ impl Tools {
                  n AS (SELECT node_id FROM h UNION SELECT node_id FROM f UNION SELECT node_id FROM e)
             SELECT n.node_id, h.avg_score, h.min_score, coalesce(h.samples, 0), coalesce(f.flagged, 0),
                    coalesce(e.events, 0), e.depth, (SELECT m FROM med)
-            FROM n LEFT JOIN h USING (node_id) LEFT JOIN f USING (node_id) LEFT JOIN e USING (node_id)";
+            FROM n LEFT JOIN h USING (node_id) LEFT JOIN f USING (node_id) LEFT JOIN e USING (node_id)");
         type Row = (
             String,
             Option<f64>,
@@ -442,10 +446,16 @@ impl Tools {
             Option<f64>,
         );
         let rows: Vec<Row> = self.store.with_reader(|c| {
-            let mut st = c.prepare(sql)?;
-            let it = st.query_map(
-                duckdb::params![cluster, since, cluster, since, cluster, since],
-                |r| {
+            rollup::snapshot(c, |flushed| {
+                let mut st = c.prepare(&sql)?;
+                let mut p = health_params(cluster, since, flushed);
+                p.extend([
+                    Box::new(cluster.to_string()) as Box<dyn duckdb::ToSql>,
+                    Box::new(since),
+                    Box::new(cluster.to_string()),
+                    Box::new(since),
+                ]);
+                let it = st.query_map(params_from_iter(p.iter()), |r| {
                     Ok((
                         r.get(0)?,
                         r.get(1)?,
@@ -456,9 +466,9 @@ impl Tools {
                         r.get(6)?,
                         r.get(7)?,
                     ))
-                },
-            )?;
-            it.collect()
+                })?;
+                it.collect()
+            })
         })?;
         let interval = self.interval_s();
         let mut nodes: Vec<(f64, f64, Value)> = rows
@@ -745,12 +755,17 @@ impl Tools {
         let since = Self::since(w);
         let step_ns = i64::try_from(step.as_nanos()).unwrap_or(i64::MAX).max(1);
         let (scores, thresholds) = self.store.with_reader(|c| {
-            let scores = rows_json(
-                c,
-                "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
-                 FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id",
-                vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
-            )?;
+            rollup::snapshot(c, |flushed| {
+            let scores = if rollup::buckets_align(step_ns) {
+                rows_json(c, rollup::HEALTH_BUCKETS, rollup::bucket_params(cluster, since, step_ns, flushed))?
+            } else {
+                rows_json(
+                    c,
+                    "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
+                     FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id",
+                    vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
+                )?
+            };
             let thresholds = rows_json(
                 c,
                 "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
@@ -759,6 +774,7 @@ impl Tools {
                 vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
             )?;
             Ok((scores, thresholds))
+                    })
         })?;
         Ok(json!({
             "cluster_id": cluster,

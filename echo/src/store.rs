@@ -17,13 +17,14 @@ use parking_lot::Mutex;
 
 use crate::config::StoreConfig;
 use crate::lock::{DirLock, LockError};
+use crate::rollup;
 use crate::rows::Rows;
 
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "echo.duckdb";
 
 /// Every table, each with a `ts_ns` column (retention reads it).
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 10] = [
     "points",
     "health_scores",
     "straggler_events",
@@ -32,6 +33,8 @@ pub const TABLES: [&str; 8] = [
     "node_info",
     "spans",
     "logs",
+    "health_minutes",
+    "clusters",
 ];
 
 /// The writer connection's staging table for straggler events: appended to, then moved
@@ -104,6 +107,9 @@ pub struct StoreStats {
     pub retention_failures: AtomicU64,
     /// Batches queued now.
     pub pending: AtomicI64,
+    /// Partial `health_minutes` rows removed by merging.
+    pub rollup_rows_merged: AtomicU64,
+    pub rollup_failures: AtomicU64,
     /// Database bytes in use at the last retention check.
     pub used_bytes: AtomicU64,
 }
@@ -171,6 +177,12 @@ impl Store {
         let conn = Connection::open_with_flags(&path, db_config(&cfg).map_err(open_err)?)
             .map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        rollup::migrate(&conn).map_err(open_err)?;
+        let (flushed_seq, recovered) = rollup::recover(&conn).map_err(open_err)?;
+        let mut pending = rollup::Pending::default();
+        if let Some(r) = recovered {
+            pending.touch(r);
+        }
         let writer_conn = conn.try_clone().map_err(open_err)?;
         writer_conn
             .execute_batch(EVENTS_STAGING)
@@ -181,6 +193,11 @@ impl Store {
             conn: writer_conn,
             cfg: cfg.clone(),
             stats: stats.clone(),
+            pending,
+            last_compaction: Instant::now(),
+            acc: rollup::Accumulator::new(flushed_seq),
+            last_flush: Instant::now(),
+            clusters: rollup::ClusterTimes::load(&conn).map_err(open_err)?,
         };
         let handle = std::thread::Builder::new()
             .name("echo-writer".into())
@@ -300,17 +317,30 @@ struct Writer {
     conn: Connection,
     cfg: StoreConfig,
     stats: Arc<StoreStats>,
+    /// Minutes of `health_minutes` with partial rows not merged yet.
+    pending: rollup::Pending,
+    last_compaction: Instant,
+    /// Sums of the health rows committed since the last flush of the rollup.
+    acc: rollup::Accumulator,
+    last_flush: Instant,
+    clusters: rollup::ClusterTimes,
 }
 
 impl Writer {
-    fn run(self, rx: Receiver<Job>) {
+    fn run(mut self, rx: Receiver<Job>) {
         let check = self.cfg.retention.check_interval;
         let mut last_retention = Instant::now();
         self.retention();
         loop {
-            let wait = check
-                .saturating_sub(last_retention.elapsed())
-                .max(Duration::from_millis(1));
+            let mut wait = check.saturating_sub(last_retention.elapsed());
+            if self.acc.is_pending() {
+                wait = wait.min(rollup::FLUSH_EVERY.saturating_sub(self.last_flush.elapsed()));
+            }
+            if !self.pending.is_empty() {
+                wait =
+                    wait.min(rollup::COMPACT_EVERY.saturating_sub(self.last_compaction.elapsed()));
+            }
+            let wait = wait.max(Duration::from_millis(1));
             let first = match rx.recv_timeout(wait) {
                 Ok(j) => Some(j),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -330,14 +360,56 @@ impl Writer {
                 self.retention();
                 last_retention = Instant::now();
             }
+            if self.last_flush.elapsed() >= rollup::FLUSH_EVERY {
+                self.flush();
+            }
+            if self.last_compaction.elapsed() >= rollup::COMPACT_EVERY {
+                self.compact();
+            }
         }
+        self.flush();
         if let Err(e) = self.conn.execute_batch("CHECKPOINT") {
             tracing::warn!(error = %e, "echo store: checkpoint at shutdown failed");
         }
         tracing::info!("echo store writer stopped");
     }
 
-    fn commit(&self, mut jobs: Vec<Job>) {
+    /// Write the rollup of the health rows committed since the last flush. On failure the
+    /// sums stay for the next try; queries stay exact either way.
+    fn flush(&mut self) -> bool {
+        self.last_flush = Instant::now();
+        match self.acc.flush(&self.conn) {
+            Ok(range) => {
+                if let Some(r) = range {
+                    self.pending.touch(r);
+                }
+                true
+            }
+            Err(e) => {
+                self.stats.rollup_failures.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "echo store: writing the health rollup failed; retrying later");
+                false
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        self.last_compaction = Instant::now();
+        match self
+            .pending
+            .compact(&self.conn, rollup::minute_floor(now_ns()))
+        {
+            Ok(n) => {
+                self.stats.rollup_rows_merged.fetch_add(n as u64, Relaxed);
+            }
+            Err(e) => {
+                self.stats.rollup_failures.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "echo store: merging the health rollup failed; retrying later");
+            }
+        }
+    }
+
+    fn commit(&mut self, mut jobs: Vec<Job>) {
         self.stats
             .pending
             .fetch_sub(i64::try_from(jobs.len()).unwrap_or(0), Relaxed);
@@ -346,9 +418,13 @@ impl Writer {
             rows.append(std::mem::take(&mut j.rows));
         }
         let n_rows = rows.len() as u64;
-        let result = self.write(&rows);
+        let clusters = self.clusters.due(&rollup::cluster_times(&rows));
+        let seq = self.acc.next_seq();
+        let result = self.write(&rows, seq, &clusters);
         match &result {
             Ok(()) => {
+                self.clusters.stored(clusters);
+                self.acc.add(seq, &rows.health);
                 self.stats.commits.fetch_add(1, Relaxed);
                 self.stats
                     .batches_committed
@@ -367,9 +443,17 @@ impl Writer {
         }
     }
 
-    fn write(&self, rows: &Rows) -> Result<(), duckdb::Error> {
+    fn write(
+        &self,
+        rows: &Rows,
+        seq: i64,
+        clusters: &[(String, i64)],
+    ) -> Result<(), duckdb::Error> {
         self.conn.execute_batch("BEGIN TRANSACTION")?;
-        match self.append_all(rows) {
+        match self
+            .append_all(rows, seq)
+            .and_then(|()| rollup::ClusterTimes::write(&self.conn, clusters))
+        {
             Ok(()) => self.conn.execute_batch("COMMIT"),
             Err(e) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
@@ -378,7 +462,7 @@ impl Writer {
         }
     }
 
-    fn append_all(&self, rows: &Rows) -> Result<(), duckdb::Error> {
+    fn append_all(&self, rows: &Rows, seq: i64) -> Result<(), duckdb::Error> {
         let c = &self.conn;
         if !rows.points.is_empty() {
             let mut a = c.appender("points")?;
@@ -398,6 +482,7 @@ impl Writer {
             a.flush()?;
         }
         if !rows.health.is_empty() {
+            // `seq`: the commit, for the rollup (see `rollup`).
             let mut a = c.appender("health_scores")?;
             for r in &rows.health {
                 a.append_row(params![
@@ -407,7 +492,8 @@ impl Writer {
                     r.score,
                     r.state,
                     r.workload_type,
-                    r.detection_mode
+                    r.detection_mode,
+                    seq
                 ])?;
             }
             a.flush()?;
@@ -523,10 +609,25 @@ impl Writer {
     }
 
     /// Delete rows older than `max_age`, then, while the database uses more than
-    /// `max_size_mib`, the oldest tenth of the stored time range.
-    fn retention(&self) {
+    /// `max_size_mib`, the oldest tenth of the stored time range. Cutoffs are whole
+    /// minutes, so `health_minutes` loses exactly the minutes the raw tables lose.
+    fn retention(&mut self) {
         self.stats.retention_runs.fetch_add(1, Relaxed);
-        if let Err(e) = self.retention_inner() {
+        // Flushed first, so the cut applies to the rollup and the raw rows alike.
+        if !self.flush() {
+            return;
+        }
+        let mut result = self.retention_inner();
+        // Clusters whose rows are all gone left the table; when it cannot be read, an
+        // empty copy makes the next commits store every cluster again.
+        self.clusters = match rollup::ClusterTimes::load(&self.conn) {
+            Ok(c) => c,
+            Err(e) => {
+                result = result.and(Err(e));
+                rollup::ClusterTimes::default()
+            }
+        };
+        if let Err(e) = result {
             self.stats.retention_failures.fetch_add(1, Relaxed);
             tracing::warn!(error = %e, "echo store: retention failed; retrying at the next check");
         }
@@ -534,7 +635,7 @@ impl Writer {
 
     fn retention_inner(&self) -> Result<(), duckdb::Error> {
         let max_age = i64::try_from(self.cfg.retention.max_age.as_nanos()).unwrap_or(i64::MAX);
-        let cutoff = now_ns().saturating_sub(max_age);
+        let cutoff = rollup::minute_floor(now_ns().saturating_sub(max_age));
         let mut deleted = self.delete_before(cutoff)?;
         let max_bytes = self.cfg.retention.max_size_mib.saturating_mul(1 << 20);
         for _ in 0..10 {
@@ -551,7 +652,8 @@ impl Writer {
             let (Some(lo), Some(hi)) = (lo, hi) else {
                 break;
             };
-            let cut = lo.saturating_add(((hi - lo) / 10).max(1));
+            let cut = rollup::minute_floor(lo.saturating_add((hi - lo) / 10))
+                .max(rollup::minute_floor(lo).saturating_add(rollup::MINUTE_NS));
             let n = self.delete_before(cut)?;
             deleted += n;
             tracing::info!(
@@ -576,9 +678,14 @@ impl Writer {
     fn delete_before(&self, cutoff: i64) -> Result<usize, duckdb::Error> {
         let mut n = 0;
         for t in TABLES {
+            let cut = if t == "clusters" {
+                rollup::ClusterTimes::retention_cutoff(cutoff)
+            } else {
+                cutoff
+            };
             n += self
                 .conn
-                .execute(&format!("DELETE FROM {t} WHERE ts_ns < ?"), [cutoff])?;
+                .execute(&format!("DELETE FROM {t} WHERE ts_ns < ?"), [cut])?;
         }
         Ok(n)
     }
