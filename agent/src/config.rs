@@ -29,6 +29,19 @@ pub const DEFAULT_SYNTHETIC_SCRIPT: &str = "0s:1.0";
 pub const DEFAULT_SYNTHETIC_RATE: f64 = 1000.0;
 pub const DEFAULT_NCCL_MAX_POINTS: usize = 4096;
 
+/// Whether the runtime's kernel-launch probes stay attached (`probes.runtime_launch_probes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeLaunchProbes {
+    /// Count at both layers while calibrating; when every runtime launch is seen reaching
+    /// the exported driver entry, detach the runtime's launch probes and count at the
+    /// driver alone (one trap per launch instead of two).
+    #[default]
+    Auto,
+    /// Keep the runtime's launch probes attached (two traps per runtime launch).
+    Always,
+}
+
 /// OTLP body encoding of pushes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -178,6 +191,9 @@ pub struct ProbesConfig {
     /// Watch only the processes of these cgroup v2 directories and their child cgroups
     /// (absolute, or relative to the cgroup v2 mount).
     pub cgroups: Vec<PathBuf>,
+    /// `auto`: count runtime launches at the driver alone once that is shown to miss
+    /// none; `always`: keep the runtime's launch probes.
+    pub runtime_launch_probes: RuntimeLaunchProbes,
 }
 
 impl Default for ProbesConfig {
@@ -190,6 +206,7 @@ impl Default for ProbesConfig {
             nccl_max_points: DEFAULT_NCCL_MAX_POINTS,
             pids: Vec::new(),
             cgroups: Vec::new(),
+            runtime_launch_probes: RuntimeLaunchProbes::Auto,
         }
     }
 }

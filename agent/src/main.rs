@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use component::config::{decode, parse_duration, parse_yaml};
 use component::{Clock, ComponentConfig, SystemClock};
-use ingero_agent::config::{AgentConfig, Encoding, ProviderSetting};
+use ingero_agent::config::{AgentConfig, Encoding, ProviderSetting, RuntimeLaunchProbes};
 use ingero_agent::events_out::sink;
 use ingero_agent::signals::SignalSource;
 use ingero_agent::signals::synthetic::{SyntheticScript, SyntheticSource};
@@ -133,6 +133,10 @@ struct RunArgs {
     cgroups: Vec<PathBuf>,
     #[arg(long, value_parser = duration_arg)]
     libnccl_discovery_interval: Option<Duration>,
+    /// Runtime launch probes: auto (count at the driver alone once every runtime launch is
+    /// seen reaching it) or always (keep them; two probes per runtime launch).
+    #[arg(long, value_enum)]
+    runtime_launch_probes: Option<RuntimeLaunchProbes>,
     /// Serve the agent's own Prometheus metrics on 127.0.0.1:9465.
     #[arg(long)]
     metrics: bool,
@@ -257,6 +261,7 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     c.probes.pids.extend(a.pids.iter().copied());
     c.probes.cgroups.extend(a.cgroups.iter().cloned());
     set!(c.probes.discovery_interval, a.libnccl_discovery_interval);
+    set!(c.probes.runtime_launch_probes, a.runtime_launch_probes);
     if a.metrics && c.metrics.listen.is_empty() {
         c.metrics.listen = ingero_agent::selfmetrics::DEFAULT_LISTEN.to_string();
     }
@@ -358,6 +363,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
                         cuda_events: st.cuda_events,
                         nccl_events: st.nccl_events,
                         libraries: st.attached.len() as u64,
+                        runtime_launch: st.runtime_launch,
                     };
                     (st.summary(), counts)
                 };
@@ -401,6 +407,9 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
             user_read_failed = st.kernel_drops[2],
             launch_counts_full = st.kernel_drops[3],
             launches = ?st.launches,
+            runtime_launch_probes = st.runtime_launch.state.as_str(),
+            calibration_runtime = st.runtime_launch.runtime,
+            calibration_nested = st.runtime_launch.nested,
             decode_errors = st.decode_errors,
             attach_errors = st.attach_errors,
             "probe totals"

@@ -32,6 +32,8 @@ pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
 pub const PROBE_EVENTS_TOTAL: &str = "ingero_agent_probe_events_total";
 pub const PROBE_DROPPED_TOTAL: &str = "ingero_agent_probe_dropped_total";
 pub const PROBE_LIBRARIES: &str = "ingero_agent_probe_libraries";
+pub const RUNTIME_LAUNCH_PROBES: &str = "ingero_agent_runtime_launch_probes";
+pub const RUNTIME_LAUNCH_CALIBRATION: &str = "ingero_agent_runtime_launch_calibration_launches";
 
 /// `ingero_agent_launches_total{layer}` in the order of `events::launch`'s counters.
 pub const LAUNCH_LAYERS: [&str; 4] = ["runtime", "runtime_graph", "driver", "driver_graph"];
@@ -157,7 +159,7 @@ fn render_probes(o: &mut String, s: &StatusSnapshot) {
         o,
         LAUNCHES_TOTAL,
         "counter",
-        "Kernel and graph launches of the watched processes, each counted once, by the layer that made it.",
+        "Kernel and graph launches of the watched processes, each counted once, by the layer that counted it (runtime launches are counted under driver once the runtime launch probes are detached).",
     );
     for (i, layer) in LAUNCH_LAYERS.iter().enumerate() {
         let _ = writeln!(o, "{LAUNCHES_TOTAL}{{layer=\"{layer}\"}} {}", p.launches[i]);
@@ -209,6 +211,37 @@ fn render_probes(o: &mut String, s: &StatusSnapshot) {
         "Library files the probes are attached to.",
     );
     let _ = writeln!(o, "{PROBE_LIBRARIES} {}", p.libraries);
+    let rl = &p.runtime_launch;
+    head(
+        o,
+        RUNTIME_LAUNCH_PROBES,
+        "gauge",
+        "The runtime's launch probes: 1 for the current state (calibrating, detaching, detached: counted at the driver alone, attached: both layers).",
+    );
+    for st in crate::probes::runtime_launch::State::ALL {
+        let _ = writeln!(
+            o,
+            "{RUNTIME_LAUNCH_PROBES}{{state=\"{}\"}} {}",
+            st.as_str(),
+            flag(rl.state == st)
+        );
+    }
+    head(
+        o,
+        RUNTIME_LAUNCH_CALIBRATION,
+        "gauge",
+        "The last calibration's runtime launches and the nested driver launches among them.",
+    );
+    let _ = writeln!(
+        o,
+        "{RUNTIME_LAUNCH_CALIBRATION}{{counter=\"runtime\"}} {}",
+        rl.runtime
+    );
+    let _ = writeln!(
+        o,
+        "{RUNTIME_LAUNCH_CALIBRATION}{{counter=\"nested\"}} {}",
+        rl.nested
+    );
 }
 
 /// Bind the endpoint; the bound address is returned (port 0 picks one).
@@ -260,6 +293,12 @@ mod tests {
                 cuda_events: 90,
                 nccl_events: 5,
                 libraries: 3,
+                runtime_launch: crate::probes::runtime_launch::Status {
+                    state: crate::probes::runtime_launch::State::Detached,
+                    runtime: 20_000,
+                    nested: 19_990,
+                    threshold: 20_000,
+                },
             },
             ..Default::default()
         }
@@ -289,6 +328,11 @@ mod tests {
             "ingero_agent_probe_events_total{library=\"nccl\"} 5\n",
             "ingero_agent_probe_dropped_total{reason=\"ringbuf_full\"} 3\n",
             "ingero_agent_probe_libraries 3\n",
+            "ingero_agent_runtime_launch_probes{state=\"detached\"} 1\n",
+            "ingero_agent_runtime_launch_probes{state=\"calibrating\"} 0\n",
+            "ingero_agent_runtime_launch_probes{state=\"attached\"} 0\n",
+            "ingero_agent_runtime_launch_calibration_launches{counter=\"runtime\"} 20000\n",
+            "ingero_agent_runtime_launch_calibration_launches{counter=\"nested\"} 19990\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
@@ -299,7 +343,15 @@ mod tests {
                 .filter(|l| l.starts_with(prefix) && l.ends_with("} 1"))
                 .count()
         };
-        assert_eq!((on(DETECTION_MODE), on(NODE_STATE)), (1, 1), "{text}");
+        assert_eq!(
+            (
+                on(DETECTION_MODE),
+                on(NODE_STATE),
+                on(RUNTIME_LAUNCH_PROBES)
+            ),
+            (1, 1, 1),
+            "{text}"
+        );
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct ProbeCounts {
     pub cuda_events: u64,
     pub nccl_events: u64,
     pub libraries: u64,
+    /// The runtime's launch probes: state and calibration figures.
+    pub runtime_launch: crate::probes::runtime_launch::Status,
 }
 
 /// Shared between the tick (writer) and the view (reader).

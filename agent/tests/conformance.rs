@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use component::config::{decode, parse_yaml};
 use component::{ComponentConfig, ManualClock, Timestamp};
-use ingero_agent::config::{AgentConfig, Encoding, ProviderSetting};
+use ingero_agent::config::{AgentConfig, Encoding, ProviderSetting, RuntimeLaunchProbes};
 use ingero_agent::events_out::uds::UdsServer;
 use ingero_agent::setup;
 use ingero_agent::signals::synthetic::{SyntheticScript, SyntheticSource};
@@ -45,6 +45,10 @@ fn testdata_config_decodes_and_round_trips() {
         ingero_agent::health::classifier::Rule::OneSample
     );
     assert_eq!(cfg.metrics.listen, "127.0.0.1:9465");
+    assert_eq!(
+        cfg.probes.runtime_launch_probes,
+        RuntimeLaunchProbes::Always
+    );
     assert_eq!(
         cfg.probes.extra_library_roots,
         vec![std::path::PathBuf::from("/srv/venvs")]

@@ -15,13 +15,15 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::Duration;
 
 use component::Timestamp;
+use ingero_agent::config::RuntimeLaunchProbes;
 use ingero_agent::events::{CudaEvent, NcclEvent, cuda_op, fold_unique_id, source};
 use ingero_agent::nccl::{NcclOutbox, op};
+use ingero_agent::probes::runtime_launch::{self, State};
 use ingero_agent::probes::scope::{self, Scope};
 use ingero_agent::probes::{self, ProbeEvent, ProbeHandle, ProbeOptions};
 use ingero_agent::signals::SignalSource;
 use ingero_agent::signals::window::{EbpfSource, SharedWindow};
-use native::{Fakes, TempDir, Workload, build_fakes, is_root, wait_until};
+use native::{Fakes, TempDir, Workload, build_fakes, build_private_runtime, is_root, wait_until};
 
 const MS: u64 = 1_000_000;
 /// Generous ceiling on a probed call's duration on a loaded machine.
@@ -57,6 +59,37 @@ fn start_with(
     scope: Scope,
     discovery_interval: Duration,
 ) -> Probed {
+    start_opts(
+        dir,
+        cuda,
+        nccl,
+        scope,
+        discovery_interval,
+        runtime_launch::DEFAULT_THRESHOLD,
+    )
+}
+
+/// CUDA probes only, deciding about the runtime's launch probes after `threshold` runtime
+/// launches.
+fn start_calibrating(dir: &TempDir, threshold: u64) -> Probed {
+    start_opts(
+        dir,
+        true,
+        false,
+        Scope::default(),
+        Duration::from_millis(200),
+        threshold,
+    )
+}
+
+fn start_opts(
+    dir: &TempDir,
+    cuda: bool,
+    nccl: bool,
+    scope: Scope,
+    discovery_interval: Duration,
+    launch_calibration: u64,
+) -> Probed {
     let (tx, rx) = sync_channel(100_000);
     let opts = ProbeOptions {
         cuda,
@@ -67,6 +100,8 @@ fn start_with(
         proc_root: PathBuf::from("/proc"),
         scope,
         tap: Some(tx),
+        runtime_launch_probes: RuntimeLaunchProbes::Auto,
+        launch_calibration,
     };
     let shared = Arc::new(SharedWindow::default());
     let (outbox, sender) = NcclOutbox::new(4096);
@@ -395,6 +430,184 @@ fn launch_counts(p: &Probed) -> BTreeMap<u32, [u64; 5]> {
         .iter()
         .map(|(pid, a)| (*pid, a.launch_counts))
         .collect()
+}
+
+fn runtime_launch_status(p: &Probed) -> runtime_launch::Status {
+    p.handle.status().runtime_launch
+}
+
+/// The symbols attached in the library at `path`.
+fn symbols_of(p: &Probed, path: &std::path::Path) -> Vec<&'static str> {
+    p.handle
+        .status()
+        .attached
+        .iter()
+        .find(|a| a.path == path.to_str().unwrap())
+        .map(|a| a.symbols.clone())
+        .unwrap_or_default()
+}
+
+/// Wait until the process's counters are `want`, then a few more drains (a count still
+/// growing fails), and check them.
+fn expect_counts(p: &Probed, pid: u32, want: [u64; 5], what: &str) {
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(p).get(&pid) == Some(&want)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        launch_counts(p).get(&pid),
+        Some(&want),
+        "{what}: [runtime, runtime graph, driver, driver graph, nested]"
+    );
+}
+
+#[test]
+fn runtime_launches_move_to_the_driver_probe_after_calibration_each_counted_once() {
+    if skip_unless_root(
+        "runtime_launches_move_to_the_driver_probe_after_calibration_each_counted_once",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("driver-only");
+    let fakes = build_fakes(dir.path());
+    let mut w = Workload::spawn(&fakes.workload, &["launches"]);
+    let pid = w.pid();
+    let p = start_calibrating(&dir, 1000);
+    wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    assert_eq!(runtime_launch_status(&p).state, State::Calibrating);
+
+    // Below the threshold: both layers count, still calibrating.
+    w.send("600");
+    expect_counts(&p, pid, [600, 0, 0, 0, 600], "calibrating");
+    let st = runtime_launch_status(&p);
+    assert_eq!(
+        (st.state, st.runtime, st.nested),
+        (State::Calibrating, 600, 600)
+    );
+
+    // Past the threshold: every runtime launch reached the exported cuLaunchKernel, so the
+    // runtime's launch probes go (the verdict may land in the middle of this batch).
+    w.send("3000");
+    assert!(
+        wait_until(Duration::from_secs(15), || runtime_launch_status(&p).state
+            == State::Detached),
+        "not detached: {:?}",
+        p.handle.status()
+    );
+    // The drain that decided may have read a launch between its runtime and driver probes:
+    // one launch in flight on the workload's one thread.
+    let st = runtime_launch_status(&p);
+    assert!(
+        st.runtime >= 1000 && st.runtime.abs_diff(st.nested) <= 1,
+        "{st:?}"
+    );
+    let syms = symbols_of(&p, &fakes.cudart);
+    assert!(
+        !syms.contains(&"cudaLaunchKernel") && !syms.contains(&"cudaGraphLaunch"),
+        "runtime launch probes gone: {syms:?}"
+    );
+    assert!(
+        syms.contains(&"cudaMalloc") && syms.contains(&"cudaStreamSynchronize"),
+        "the other runtime probes stay: {syms:?}"
+    );
+    // Every launch so far counted once across the switch: runtime (with its nested driver
+    // launch) before it, driver after it.
+    wait_until(Duration::from_secs(15), || {
+        launch_counts(&p)
+            .get(&pid)
+            .is_some_and(|n| n[..4].iter().sum::<u64>() == 3600)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let before = launch_counts(&p)[&pid];
+    assert_eq!(before[0] + before[2], 3600, "{before:?}");
+    assert_eq!((before[1], before[3], before[4]), (0, 0, before[0]));
+
+    // After the switch: K launches, K driver launches, no runtime, nothing nested.
+    w.send("700");
+    let after = [before[0], 0, before[2] + 700, 0, before[4]];
+    expect_counts(&p, pid, after, "after the switch");
+
+    // A new runtime library (one that reaches the driver privately) calibrates again; its
+    // launches keep its probes, and the switched library stays switched.
+    let private = build_private_runtime(dir.path(), &fakes);
+    let mut pw = Workload::spawn(&private.workload, &["launches"]);
+    let ppid = pw.pid();
+    wait_attached(&p, &fakes, &[&private.cudart]);
+    let st = runtime_launch_status(&p);
+    assert_eq!(
+        (st.state, st.runtime, st.nested),
+        (State::Calibrating, 0, 0),
+        "calibrating again"
+    );
+    pw.send("1500");
+    assert!(
+        wait_until(Duration::from_secs(15), || runtime_launch_status(&p).state
+            == State::Attached),
+        "private entry: runtime launch probes kept: {:?}",
+        p.handle.status()
+    );
+    let st = runtime_launch_status(&p);
+    assert!(st.runtime >= 1000 && st.nested == 0, "{st:?}");
+    expect_counts(&p, ppid, [1500, 0, 0, 0, 0], "private runtime");
+    assert!(symbols_of(&p, &private.cudart).contains(&"cudaLaunchKernel"));
+    w.send("500");
+    let after = [after[0], 0, after[2] + 500, 0, after[4]];
+    expect_counts(&p, pid, after, "the switched library stays switched");
+
+    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
+    let sample = src.collect(Timestamp::now()).unwrap();
+    assert_eq!(
+        sample.kernel_launches,
+        3600 + 700 + 1500 + 500,
+        "the window counts every launch once"
+    );
+    let st = p.handle.status();
+    assert_eq!(
+        st.launches[..4].iter().sum::<u64>(),
+        3600 + 700 + 1500 + 500
+    );
+    assert_eq!(st.kernel_drops, [0, 0, 0, 0]);
+    w.finish();
+    pw.finish();
+    p.handle.stop();
+}
+
+#[test]
+fn a_runtime_reaching_the_driver_privately_keeps_its_launch_probes() {
+    if skip_unless_root("a_runtime_reaching_the_driver_privately_keeps_its_launch_probes") {
+        return;
+    }
+    let dir = TempDir::new("private-entry");
+    let fakes = build_fakes(dir.path());
+    let private = build_private_runtime(dir.path(), &fakes);
+    let mut w = Workload::spawn(&private.workload, &["launches"]);
+    let pid = w.pid();
+    let p = start_calibrating(&dir, 1000);
+    wait_attached(&p, &fakes, &[&private.cudart, &fakes.cuda]);
+    w.send("1500");
+    assert!(
+        wait_until(Duration::from_secs(15), || runtime_launch_status(&p).state
+            != State::Calibrating),
+        "no verdict: {:?}",
+        p.handle.status()
+    );
+    let st = runtime_launch_status(&p);
+    assert_eq!(st.state, State::Attached, "{st:?}");
+    assert!(st.runtime >= 1000 && st.nested == 0, "{st:?}");
+    expect_counts(&p, pid, [1500, 0, 0, 0, 0], "calibration");
+    w.send("700");
+    expect_counts(&p, pid, [2200, 0, 0, 0, 0], "after the verdict");
+    assert_eq!(runtime_launch_status(&p).state, State::Attached);
+    assert!(symbols_of(&p, &private.cudart).contains(&"cudaLaunchKernel"));
+    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
+    let sample = src.collect(Timestamp::now()).unwrap();
+    assert_eq!(
+        sample.kernel_launches, 2200,
+        "the window counts every launch once"
+    );
+    assert_eq!(p.handle.status().kernel_drops, [0, 0, 0, 0]);
+    w.finish();
+    p.handle.stop();
 }
 
 #[test]

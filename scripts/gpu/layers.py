@@ -124,9 +124,12 @@ def main():
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     log = open(os.path.join(a.out, "agent-layers.log"), "w")
+    # Both layers' launch probes stay attached (no calibration switch mid-table), so the
+    # table shows what fires at each layer.
     agent = subprocess.Popen([a.agent_bin, "--fleet-node-id", "layers", "--log-json",
                               "--fleet-persist-path", os.path.join(a.out, "layers.json.state"),
                               "--metrics-listen", f"127.0.0.1:{port}", "--libnccl-discovery-interval", "1s",
+                              "--runtime-launch-probes", "always",
                               *a.agent_arg], stdout=log, stderr=subprocess.STDOUT)
     report = {"layers": [], "rate": None}
     try:

@@ -77,6 +77,17 @@ pub const CUDA_RUNTIME: &[ProbeSpec] = &[
     ),
 ];
 
+/// The runtime's kernel-launch programs: the probes `probes.runtime_launch_probes: auto`
+/// may detach once calibration shows the driver probes see every runtime launch.
+pub const RUNTIME_LAUNCH_PROGRAMS: [&str; 2] = ["cudart_launch", "cudart_graph_launch"];
+
+/// Whether `symbol` is one of the runtime's launch functions.
+pub fn is_runtime_launch_symbol(symbol: &str) -> bool {
+    CUDA_RUNTIME
+        .iter()
+        .any(|p| p.symbol == symbol && RUNTIME_LAUNCH_PROGRAMS.contains(&p.entry))
+}
+
 /// libcuda.
 pub const CUDA_DRIVER: &[ProbeSpec] = &[
     e("cuLaunchKernel", "cu_launch"),
@@ -190,6 +201,13 @@ pub struct BpfObject {
 pub struct Link {
     program: &'static str,
     id: UProbeLinkId,
+}
+
+impl Link {
+    /// The program this link runs.
+    pub fn program(&self) -> &'static str {
+        self.program
+    }
 }
 
 fn uprobe<'a>(
@@ -324,8 +342,12 @@ impl BpfObject {
 
     /// Detach links without waiting: the kernel's uprobe unregistration waits for an RCU
     /// grace period per probe (about 0.1 s each), so the owned links are dropped on a
-    /// short-lived thread and the caller keeps draining events meanwhile.
-    pub fn detach_in_background(&mut self, links: Vec<Link>) {
+    /// short-lived thread and the caller keeps draining events meanwhile. Returns that
+    /// thread: once it has finished, the probes are gone.
+    pub fn detach_in_background(
+        &mut self,
+        links: Vec<Link>,
+    ) -> Option<std::thread::JoinHandle<()>> {
         let obj = self.name;
         let mut owned = Vec::with_capacity(links.len());
         for l in links {
@@ -340,13 +362,19 @@ impl BpfObject {
             }
         }
         if owned.is_empty() {
-            return;
+            return None;
         }
-        let spawned = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("ingero-detach".into())
-            .spawn(move || drop(owned));
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "could not start the detach thread");
+            .spawn(move || drop(owned))
+        {
+            Ok(h) => Some(h),
+            Err(e) => {
+                // The links were moved into the failed closure and dropped with it: the
+                // probes are detached here, synchronously.
+                tracing::warn!(error = %e, "could not start the detach thread");
+                None
+            }
         }
     }
 

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod correlate;
 pub mod discovery;
 pub mod loader;
+pub mod runtime_launch;
 pub mod scope;
 pub mod symbols;
 
@@ -25,9 +26,10 @@ use parking_lot::Mutex;
 use self::correlate::BarrierCorrelator;
 use self::discovery::FileId;
 use self::loader::{BpfObject, Filters, Link, LoadError, ProbeSpec};
+use self::runtime_launch::{Calibration, Verdict};
 use self::scope::Scope;
 use self::symbols::SymbolTable;
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, RuntimeLaunchProbes};
 use crate::events::{CudaEvent, LaunchCounts, NcclEvent, cuda_op, launch};
 use crate::fleet::payload::GpuInfo;
 use crate::nccl::{NcclOutbox, NcclPoint, NcclSender};
@@ -59,6 +61,10 @@ pub struct ProbeOptions {
     pub scope: Scope,
     /// Receives every decoded event (bounded; events are dropped when it is full).
     pub tap: Option<std::sync::mpsc::SyncSender<ProbeEvent>>,
+    /// Whether the runtime's launch probes may be detached after calibration.
+    pub runtime_launch_probes: RuntimeLaunchProbes,
+    /// Runtime launches seen before deciding (`runtime_launch::DEFAULT_THRESHOLD`).
+    pub launch_calibration: u64,
 }
 
 impl ProbeOptions {
@@ -82,6 +88,8 @@ impl ProbeOptions {
                 cgroups,
             },
             tap: None,
+            runtime_launch_probes: cfg.probes.runtime_launch_probes,
+            launch_calibration: runtime_launch::DEFAULT_THRESHOLD,
         })
     }
 }
@@ -122,6 +130,8 @@ pub struct ProbeStatus {
     /// runtime, runtime graph, driver, driver graph, nested (the same launch one layer down).
     pub launches: [u64; launch::COUNTERS],
     pub tap_drops: u64,
+    /// The runtime's launch probes: state and the calibration's figures.
+    pub runtime_launch: runtime_launch::Status,
     pub attach_errors: u64,
     pub scans: u64,
     pub running: bool,
@@ -131,9 +141,10 @@ impl ProbeStatus {
     /// One line for the status view.
     pub fn summary(&self) -> String {
         format!(
-            "{} libraries, launches {}, cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
+            "{} libraries, launches {} (runtime launch probes {}), cuda events {}, nccl events {}, kernel drops {}, decode errors {}",
             self.attached.len(),
             self.launches[..launch::NESTED].iter().sum::<u64>(),
+            self.runtime_launch.state.as_str(),
             self.cuda_events,
             self.nccl_events,
             self.kernel_drops.iter().sum::<u64>(),
@@ -304,6 +315,9 @@ struct Attached {
     path: String,
     pids: BTreeSet<u32>,
     links: Vec<(usize, Link)>,
+    /// The runtime's launch probes (`loader::RUNTIME_LAUNCH_PROGRAMS`), kept apart so
+    /// calibration can detach them alone.
+    launch_links: Vec<(usize, Link)>,
     symbols: Vec<&'static str>,
     /// The library file, held open: while it still has a name on disk the probes stay
     /// attached (uprobes are per file), so a process started later is traced from its
@@ -366,8 +380,10 @@ pub fn spawn(
     refresh_filters(&opts.scope, &mut objects.filters);
     let stop = Arc::new(AtomicBool::new(false));
     let rescan = Arc::new(AtomicBool::new(true));
+    let calibration = Calibration::new(opts.runtime_launch_probes, opts.launch_calibration);
     let status = Arc::new(Mutex::new(ProbeStatus {
         running: true,
+        runtime_launch: calibration.status(),
         ..Default::default()
     }));
     shared.alive.store(true, Ordering::Relaxed);
@@ -384,6 +400,8 @@ pub fn spawn(
         correlator: BarrierCorrelator::default(),
         offset: clock::sample_offset(),
         launch_prev: HashMap::new(),
+        calibration,
+        detaching: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("ingero-probes".into())
@@ -411,6 +429,9 @@ struct Worker {
     offset: i128,
     /// Each process's cumulative launch counters at the previous drain.
     launch_prev: HashMap<u32, LaunchCounts>,
+    calibration: Calibration,
+    /// Threads dropping runtime launch links after a detach verdict.
+    detaching: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
@@ -446,6 +467,7 @@ impl Worker {
         self.drain(&mut cuda_buf, &mut released);
         for (_, lib) in std::mem::take(&mut self.attached) {
             self.detach_links(lib.links, false);
+            self.detach_links(lib.launch_links, false);
         }
     }
 
@@ -525,7 +547,17 @@ impl Worker {
             }
         }
         let launched = self.drain_launches();
+        if let Some(v) = self.calibration.observe(&launched) {
+            self.on_verdict(v);
+        }
+        if !self.detaching.is_empty() {
+            self.detaching.retain(|h| !h.is_finished());
+            if self.detaching.is_empty() {
+                self.calibration.detach_done();
+            }
+        }
         let mut s = self.status.lock();
+        s.runtime_launch = self.calibration.status();
         for (t, d) in s.launches.iter_mut().zip(launched) {
             *t += d;
         }
@@ -624,12 +656,26 @@ impl Worker {
             match self.attach(&target) {
                 Ok((links, symbols)) if !links.is_empty() => {
                     tracing::info!(path = %path, pid, probes = links.len(), "probes attached");
+                    let (launch_links, links): (Vec<_>, Vec<_>) = links
+                        .into_iter()
+                        .partition(|(_, l)| loader::RUNTIME_LAUNCH_PROGRAMS.contains(&l.program()));
+                    if !launch_links.is_empty()
+                        && self.opts.runtime_launch_probes == RuntimeLaunchProbes::Auto
+                    {
+                        tracing::info!(
+                            path = %path,
+                            threshold = self.calibration.status().threshold,
+                            "runtime launch probes attached; calibrating"
+                        );
+                        self.calibration.restart();
+                    }
                     self.attached.insert(
                         *id,
                         Attached {
                             path: path.clone(),
                             pids: pids.clone(),
                             links,
+                            launch_links,
                             symbols,
                             file,
                         },
@@ -650,15 +696,61 @@ impl Worker {
         let mut s = self.status.lock();
         s.scans += 1;
         s.attach_errors += errors;
-        s.attached = self
-            .attached
+        s.runtime_launch = self.calibration.status();
+        s.attached = self.attached_list();
+    }
+
+    fn attached_list(&self) -> Vec<AttachedLibrary> {
+        self.attached
             .values()
             .map(|a| AttachedLibrary {
                 path: a.path.clone(),
                 pids: a.pids.iter().copied().collect(),
                 symbols: a.symbols.clone(),
             })
-            .collect();
+            .collect()
+    }
+
+    /// Act on the calibration's verdict: detach every attached runtime launch probe (in
+    /// the background; the state turns `detached` once the kernel has removed them), or
+    /// keep them.
+    fn on_verdict(&mut self, v: Verdict) {
+        let st = self.calibration.status();
+        match v {
+            Verdict::Detach => {
+                let mut links = Vec::new();
+                let mut libraries = 0;
+                for lib in self.attached.values_mut() {
+                    if lib.launch_links.is_empty() {
+                        continue;
+                    }
+                    libraries += 1;
+                    links.append(&mut lib.launch_links);
+                    lib.symbols.retain(|s| !loader::is_runtime_launch_symbol(s));
+                }
+                tracing::info!(
+                    runtime = st.runtime,
+                    nested = st.nested,
+                    libraries,
+                    "every runtime launch reached the exported driver entry: runtime launch \
+                     probes detached, launches counted at the driver alone"
+                );
+                let handles = self.detach_links(links, true);
+                self.detaching.extend(handles);
+                if self.detaching.is_empty() {
+                    self.calibration.detach_done();
+                }
+                let list = self.attached_list();
+                self.status.lock().attached = list;
+            }
+            Verdict::Keep => tracing::info!(
+                runtime = st.runtime,
+                nested = st.nested,
+                min_nested_percent = runtime_launch::MIN_NESTED_PERCENT,
+                "runtime launches that did not reach the exported driver entry: runtime \
+                 launch probes kept"
+            ),
+        }
     }
 
     /// Attach every probe set of every object whose symbols the library has.
@@ -684,7 +776,13 @@ impl Worker {
         Ok((links, names))
     }
 
-    fn detach_links(&mut self, links: Vec<(usize, Link)>, background: bool) {
+    /// Detach links; in the background, the threads doing it are returned.
+    fn detach_links(
+        &mut self,
+        links: Vec<(usize, Link)>,
+        background: bool,
+    ) -> Vec<std::thread::JoinHandle<()>> {
+        let mut handles = Vec::new();
         let mut per: BTreeMap<usize, Vec<Link>> = BTreeMap::new();
         for (i, l) in links {
             per.entry(i).or_default().push(l);
@@ -692,16 +790,19 @@ impl Worker {
         for (i, ls) in per {
             if let Some((obj, _)) = self.objects.list.get_mut(i) {
                 if background {
-                    obj.detach_in_background(ls);
+                    handles.extend(obj.detach_in_background(ls));
                 } else {
                     obj.detach(ls);
                 }
             }
         }
+        handles
     }
 
     fn detach(&mut self, lib: Attached) {
-        self.detach_links(lib.links, true);
+        let mut links = lib.links;
+        links.extend(lib.launch_links);
+        self.detach_links(links, true);
     }
 }
 

@@ -5,7 +5,11 @@
  * linked in), cudaLaunchKernel with work after the driver call, cudaLaunchKernelExC and
  * cudaGraphLaunch as tail calls (the driver then runs in the runtime's frame, with the
  * runtime's return address). A launch of a null function fails before the driver
- * (cudaErrorInvalidDeviceFunction), as the real runtime's argument checks do. */
+ * (cudaErrorInvalidDeviceFunction), as the real runtime's argument checks do.
+ *
+ * Built with -DPRIVATE_DRIVER_ENTRY, cudaLaunchKernel reaches the "driver" through a private
+ * function instead of the exported cuLaunchKernel: a runtime whose launches the driver
+ * probes never see. */
 #include <stddef.h>
 #include <time.h>
 
@@ -32,11 +36,25 @@ static void sleep_us(long us)
 
 static volatile unsigned long sink;
 
+#ifdef PRIVATE_DRIVER_ENTRY
+static __attribute__((noinline)) int private_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+						     unsigned by, unsigned bz, unsigned shmem, void *stream, void **params,
+						     void **extra)
+{
+	sink += (unsigned long)f + gx + gy + gz + bx + by + bz + shmem + (unsigned long)stream + (unsigned long)params +
+		(unsigned long)extra;
+	return 0;
+}
+#define DRIVER_LAUNCH private_launch
+#else
+#define DRIVER_LAUNCH cuLaunchKernel
+#endif
+
 API int cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, cudaStream_t stream)
 {
 	if (!func)
 		return 98;
-	int rc = cuLaunchKernel((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream,
+	int rc = DRIVER_LAUNCH((void *)func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream,
 				args, NULL);
 	sink += (unsigned long)rc;
 	return rc;

@@ -5,6 +5,8 @@
  *   workload cuda
  *   workload layers <mix>     kernel launches through the layers (see run_layers)
  *   workload nccl <rank> <nranks> <id-seed>
+ *   workload launches         each line read makes that many cudaLaunchKernel calls, then
+ *                             prints "done"; exits at EOF
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,10 +165,30 @@ static void run_nccl(int rank, int nranks, int seed)
 	ncclCommDestroy(comm);
 }
 
+/* Runtime launches on command, as many times as asked. */
+static void run_launches(void)
+{
+	char line[64];
+	dim3 grid = { 4, 2, 1 }, block = { 128, 1, 1 };
+	printf("ready\n");
+	fflush(stdout);
+	while (fgets(line, sizeof line, stdin)) {
+		long n = atol(line);
+		for (long i = 0; i < n; i++)
+			cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
+		printf("done\n");
+		fflush(stdout);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 2;
+	if (strcmp(argv[1], "launches") == 0) {
+		run_launches();
+		return 0;
+	}
 	handshake();
 	if (strcmp(argv[1], "cuda") == 0)
 		run_cuda();

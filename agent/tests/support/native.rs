@@ -123,6 +123,54 @@ pub fn build_fakes(dir: &Path) -> Fakes {
     }
 }
 
+/// A runtime whose `cudaLaunchKernel` reaches the driver through a private entry (not the
+/// exported `cuLaunchKernel`), and a workload linked to it.
+#[derive(Debug)]
+pub struct PrivateRuntime {
+    pub cudart: PathBuf,
+    pub workload: PathBuf,
+}
+
+/// Build the private-entry runtime (same soname, in `dir/private`) and a workload that
+/// loads it instead of `fakes.cudart`; the other fakes are shared.
+pub fn build_private_runtime(dir: &Path, fakes: &Fakes) -> PrivateRuntime {
+    let c = c_dir();
+    let sub = dir.join("private");
+    std::fs::create_dir_all(&sub).unwrap();
+    let cudart = sub.join("libcudart.so.12");
+    // The private directory first: the workload's libcudart.so.12 is the variant.
+    let rpath = format!("-Wl,-rpath,{}:{}", sub.display(), dir.display());
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-DPRIVATE_DRIVER_ENTRY",
+        "-Wl,-soname,libcudart.so.12",
+        "-o",
+        cudart.to_str().unwrap(),
+        c.join("fake_cudart.c").to_str().unwrap(),
+        fakes.cuda.to_str().unwrap(),
+        &rpath,
+    ]);
+    let workload = sub.join("workload");
+    cc(&[
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-o",
+        workload.to_str().unwrap(),
+        c.join("workload.c").to_str().unwrap(),
+        cudart.to_str().unwrap(),
+        fakes.cuda.to_str().unwrap(),
+        fakes.cublas.to_str().unwrap(),
+        fakes.nccl.to_str().unwrap(),
+        &rpath,
+    ]);
+    PrivateRuntime { cudart, workload }
+}
+
 /// A running workload process.
 pub struct Workload {
     child: Child,
@@ -163,6 +211,14 @@ impl Workload {
     pub fn go(&mut self) {
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+        self.expect_line("done");
+    }
+
+    /// Send one command line (`workload launches`: how many launches) and wait for "done".
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
         self.expect_line("done");
     }
