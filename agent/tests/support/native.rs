@@ -101,19 +101,7 @@ pub fn build_fakes(dir: &Path) -> Fakes {
     let cublas = lib("fake_cublas.c", "libcublasLt.so.12", &[&cuda]);
     let nccl = lib("fake_nccl.c", "libnccl.so.2", &[]);
     let workload = dir.join("workload");
-    cc(&[
-        "-O1",
-        "-Wall",
-        "-Werror",
-        "-o",
-        workload.to_str().unwrap(),
-        c.join("workload.c").to_str().unwrap(),
-        cudart.to_str().unwrap(),
-        cuda.to_str().unwrap(),
-        cublas.to_str().unwrap(),
-        nccl.to_str().unwrap(),
-        &rpath,
-    ]);
+    link_workload(&workload, &[&cudart, &cuda, &cublas, &nccl], &rpath);
     Fakes {
         cudart,
         cuda,
@@ -155,20 +143,28 @@ pub fn build_private_runtime(dir: &Path, fakes: &Fakes) -> PrivateRuntime {
         &rpath,
     ]);
     let workload = sub.join("workload");
-    cc(&[
+    link_workload(
+        &workload,
+        &[&cudart, &fakes.cuda, &fakes.cublas, &fakes.nccl],
+        &rpath,
+    );
+    PrivateRuntime { cudart, workload }
+}
+
+/// Link `workload.c` against `libs` (in that order) with `rpath`.
+fn link_workload(out: &Path, libs: &[&Path], rpath: &str) {
+    let src = c_dir().join("workload.c");
+    let mut args = vec![
         "-O1",
         "-Wall",
         "-Werror",
         "-o",
-        workload.to_str().unwrap(),
-        c.join("workload.c").to_str().unwrap(),
-        cudart.to_str().unwrap(),
-        fakes.cuda.to_str().unwrap(),
-        fakes.cublas.to_str().unwrap(),
-        fakes.nccl.to_str().unwrap(),
-        &rpath,
-    ]);
-    PrivateRuntime { cudart, workload }
+        out.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ];
+    args.extend(libs.iter().map(|l| l.to_str().unwrap()));
+    args.push(rpath);
+    cc(&args);
 }
 
 /// A running workload process.
