@@ -359,6 +359,23 @@ impl Agent {
             fleet_reachable: self.push.as_ref().is_some_and(|p| p.reachable()),
         };
         let outcome = self.core.tick(input, fleet, now);
+        if let Some(r) = &outcome.report {
+            // One line per tick at debug level (RUST_LOG=ingero_agent=debug): what the score
+            // was made of, for an operator asking why a node scored what it did.
+            let s = &r.score.signals;
+            tracing::debug!(
+                score = r.score.value,
+                throughput = s.throughput,
+                compute = s.compute,
+                memory = s.memory,
+                cpu = s.cpu,
+                penalty = r.score.penalty,
+                raw_launches_per_s = self.last_raw_throughput,
+                sync_wait,
+                state = r.state.as_str(),
+                "tick"
+            );
+        }
         self.log_outcome(&outcome, now);
 
         let mut health_push = None;

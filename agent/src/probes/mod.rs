@@ -547,6 +547,8 @@ impl Worker {
             }
         }
         let launched = self.drain_launches();
+        // The window's totals now run to here.
+        self.shared.acc.lock().drained_at = Some(std::time::Instant::now());
         if let Some(v) = self.calibration.observe(&launched) {
             self.on_verdict(v);
         }

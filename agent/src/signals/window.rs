@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use component::Timestamp;
 use parking_lot::Mutex;
@@ -71,6 +71,10 @@ impl PidActivity {
 pub struct TickAccumulator {
     pub per_pid: HashMap<u32, PidActivity>,
     pub dropped: u64,
+    /// When the probe thread last read the kernel's counters and rings into this
+    /// accumulator: the end of the time its totals cover (`None`: no drain since the tick
+    /// took the previous totals).
+    pub drained_at: Option<Instant>,
 }
 
 impl TickAccumulator {
@@ -123,7 +127,7 @@ pub struct SharedWindow {
     pub alive: AtomicBool,
 }
 
-/// One tick's totals, for the interval `(from, at]`.
+/// One drain-to-drain stretch of totals, for the interval `(from, at]`.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     from: Timestamp,
@@ -139,8 +143,8 @@ struct Bucket {
 const WINDOW_SPAN_TOLERANCE: f64 = 0.9;
 
 /// Window arithmetic, pure. Rates divide by the time the kept buckets actually span, so a
-/// window that holds one bucket more or less than usual (tick jitter, a late tick) still
-/// gives the true rate.
+/// window that holds one bucket more or less than usual (tick jitter, a late tick) or
+/// buckets shorter than the window still gives the true rate.
 #[derive(Debug, Clone)]
 pub struct Window {
     len: Duration,
@@ -155,8 +159,14 @@ impl Window {
         }
     }
 
-    /// Add one tick's totals at `now`; returns (launches in window, launches/s, busy
-    /// fraction per GPU).
+    /// The end of the newest bucket.
+    pub fn end(&self) -> Option<Timestamp> {
+        self.buckets.back().map(|b| b.at)
+    }
+
+    /// Add the totals observed up to `now` (the end of the time they cover: the last
+    /// drain, not the tick); returns (launches in window, launches/s, busy fraction per
+    /// GPU).
     pub fn push(
         &mut self,
         now: Timestamp,
@@ -165,9 +175,10 @@ impl Window {
         gpus: u32,
     ) -> (u64, f64, f64) {
         // The first tick's totals cover the time since the agent started watching, which
-        // the window does not know: that bucket is taken to span nothing (and the divisor
-        // is at least 1 s below).
+        // the window does not know: that bucket is taken to span nothing (and a window of
+        // zero span divides by 1 s below).
         let from = self.buckets.back().map_or(now, |b| b.at);
+        let now = now.max(from);
         self.buckets.push_back(Bucket {
             from,
             at: now,
@@ -179,7 +190,10 @@ impl Window {
             self.buckets.pop_front();
         }
         let oldest = self.buckets.front().map_or(now, |b| b.from);
-        let covered = now.since(oldest).max(Duration::from_secs(1));
+        let covered = match now.since(oldest) {
+            d if d.is_zero() => Duration::from_secs(1),
+            d => d,
+        };
         let n: u64 = self.buckets.iter().map(|b| b.launches).sum();
         let busy: u64 = self.buckets.iter().map(|b| b.busy_ns).sum();
         let secs = covered.as_secs_f64();
@@ -223,6 +237,14 @@ impl SignalSource for EbpfSource {
             return Err(CollectError("the eBPF event reader stopped".into()));
         }
         let acc = std::mem::take(&mut *self.shared.acc.lock());
+        // The totals end at the last drain, up to a drain interval before this tick: the
+        // bucket ends there, so the window's span is the time its counts cover (a bucket
+        // ending at the tick read 10 % low or high at 1 s windows with 100 ms drains). No
+        // drain since the previous tick: an empty bucket spanning nothing.
+        let observed = match acc.drained_at {
+            Some(at) => now.saturating_sub(at.elapsed()),
+            None => self.window.end().unwrap_or(now),
+        };
         if acc.dropped > 0 {
             tracing::warn!(
                 dropped = acc.dropped,
@@ -232,7 +254,7 @@ impl SignalSource for EbpfSource {
         }
         let launches: u64 = acc.per_pid.values().map(PidActivity::launches).sum();
         let busy: u64 = acc.per_pid.values().map(PidActivity::busy_ns).sum();
-        let (in_window, rate, compute) = self.window.push(now, launches, busy, self.gpus);
+        let (in_window, rate, compute) = self.window.push(observed, launches, busy, self.gpus);
         let memory = self
             .nvml
             .as_ref()
@@ -378,6 +400,60 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn windows_shorter_than_a_second_read_the_true_rate() {
+        // A 1 s window whose buckets end at the drains, 0.9-1.1 s apart, at a steady 3,000
+        // launches/s, half the time inside CUDA calls: every reading is 3,000/s and 0.5.
+        // (A divisor floored at 1 s read 2,700/s and 0.45 after a 0.9 s stretch.)
+        let mut w = Window::new(Duration::from_secs(1));
+        let mut at = Timestamp::from_secs(1000);
+        w.push(at, 0, 0, 1);
+        for (i, ms) in [900u64, 1_000, 1_100, 1_000, 950]
+            .repeat(20)
+            .into_iter()
+            .enumerate()
+        {
+            at = at.saturating_add(Duration::from_millis(ms));
+            let (_, rate, compute) = w.push(at, 3 * ms, ms * 500_000, 1);
+            assert!((rate - 3_000.0).abs() < 1e-6, "stretch {i}: {rate}");
+            assert!((compute - 0.5).abs() < 1e-9, "stretch {i}: {compute}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_ends_at_the_last_drain_not_at_the_tick() {
+        let shared = Arc::new(SharedWindow::default());
+        shared.alive.store(true, Ordering::Relaxed);
+        let mut src = EbpfSource::new(shared.clone(), Duration::from_secs(1), 1, None);
+        let t0 = Timestamp::from_secs(5_000);
+        shared.acc.lock().drained_at = Some(Instant::now());
+        src.collect(t0).unwrap();
+        // The next tick comes 1 s later, but the probe thread's last drain was 200 ms
+        // before it: the 900 launches cover 0.8 s.
+        {
+            let mut acc = shared.acc.lock();
+            acc.on_launches(7, &counts([900, 0, 0, 0, 0], 0));
+            acc.drained_at = Instant::now().checked_sub(Duration::from_millis(200));
+        }
+        let s = src
+            .collect(t0.saturating_add(Duration::from_secs(1)))
+            .unwrap();
+        assert!(
+            (s.raw.throughput - 1_125.0).abs() < 5.0,
+            "{}",
+            s.raw.throughput
+        );
+        // No drain since: an empty bucket spanning nothing, the rate unchanged.
+        let s = src
+            .collect(t0.saturating_add(Duration::from_secs(2)))
+            .unwrap();
+        assert!(
+            (s.raw.throughput - 1_125.0).abs() < 5.0,
+            "{}",
+            s.raw.throughput
+        );
     }
 
     #[test]
