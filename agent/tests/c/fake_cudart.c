@@ -105,9 +105,15 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStre
 	return 0;
 }
 
+/* Defined by the fake libnccl when it is loaded: waits for a pending cross-process
+ * all-reduce on the stream (FAKE_NCCL_BARRIER). */
+void fake_nccl_stream_wait(cudaStream_t) __attribute__((weak));
+
 API int cudaStreamSynchronize(cudaStream_t s)
 {
 	sink += (unsigned long)s;
+	if (fake_nccl_stream_wait)
+		fake_nccl_stream_wait(s);
 	sleep_us(2000);
 	return 0;
 }

@@ -7,10 +7,23 @@
  *   workload nccl <rank> <nranks> <id-seed>
  *   workload launches         each line read makes that many cudaLaunchKernel calls, then
  *                             prints "done"; exits at EOF
+ *   workload train <secs> <ctl>
+ *                             a training loop for scripts/gpu-e2e.sh --fake (no handshake):
+ *                             per step 12 runtime launches and a two-kernel "GEMM" through
+ *                             the driver, a stream synchronize (2 ms of "GPU time"); with
+ *                             FAKE_NCCL_BARRIER set, an all-reduce with the ranks RANK of
+ *                             WORLD_SIZE and a synchronize on its stream (where fast ranks
+ *                             wait for the slowest). Control files in <ctl>, read every step:
+ *                             stall_ms (a host sleep before the step, a data-loader stall)
+ *                             and pause (while it exists, no CUDA call at all). Prints one
+ *                             JSON line per second: {"t": unix, "steps_per_s": x}.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct { unsigned x, y, z; } dim3;
 typedef struct { char internal[128]; } ncclUniqueId;
@@ -181,12 +194,95 @@ static void run_launches(void)
 	}
 }
 
+static double now_s(void)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	return tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+static void sleep_ms(double ms)
+{
+	struct timespec t = { (time_t)(ms / 1000), (long)(ms * 1e6) % 1000000000L };
+	while (nanosleep(&t, &t) != 0)
+		;
+}
+
+/* A float from the file `dir/name`, 0 when absent or unreadable. */
+static double ctl_value(const char *dir, const char *name)
+{
+	char path[4096];
+	double v = 0;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%lf", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+static int ctl_exists(const char *dir, const char *name)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+static void run_train(double secs, const char *ctl)
+{
+	static char buf[4096];
+	dim3 grid = { 4, 2, 1 }, block = { 128, 1, 1 };
+	ncclComm_t comm = NULL;
+	int rank = getenv("RANK") ? atoi(getenv("RANK")) : 0;
+	int world = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 1;
+	if (getenv("FAKE_NCCL_BARRIER")) {
+		ncclUniqueId id;
+		memset(&id, 0x2a, sizeof id); /* the same communicator on every rank */
+		ncclCommInitRank(&comm, world, id, rank);
+	}
+	double end = now_s() + secs, last = now_s();
+	long steps = 0;
+	while (now_s() < end) {
+		if (ctl_exists(ctl, "pause")) {
+			sleep_ms(50);
+		} else {
+			double stall = ctl_value(ctl, "stall_ms");
+			if (stall > 0)
+				sleep_ms(stall);
+			for (int i = 0; i < 12; i++)
+				cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
+			cublasFakeGemm(2);
+			cudaStreamSynchronize(STREAM);
+			if (comm) {
+				ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
+				cudaStreamSynchronize(NCCL_STREAM);
+			}
+			steps++;
+		}
+		double now = now_s();
+		if (now - last >= 1.0) {
+			printf("{\"t\": %.3f, \"rank\": %d, \"steps_per_s\": %.2f}\n", now, rank, steps / (now - last));
+			fflush(stdout);
+			last = now;
+			steps = 0;
+		}
+	}
+	if (comm)
+		ncclCommDestroy(comm);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		return 2;
 	if (strcmp(argv[1], "launches") == 0) {
 		run_launches();
+		return 0;
+	}
+	if (strcmp(argv[1], "train") == 0 && argc == 4) {
+		run_train(atof(argv[2]), argv[3]);
 		return 0;
 	}
 	handshake();
