@@ -547,8 +547,15 @@ impl Worker {
             }
         }
         let launched = self.drain_launches();
-        // The window's totals now run to here.
-        self.shared.acc.lock().drained_at = Some(std::time::Instant::now());
+        {
+            // One bucket of the signal window per drain, stamped now.
+            let mut log = self.shared.drains.lock();
+            for e in cuda_buf.iter() {
+                log.on_cuda(e);
+            }
+            log.on_launches(&launched);
+            log.mark(std::time::Instant::now());
+        }
         if let Some(v) = self.calibration.observe(&launched) {
             self.on_verdict(v);
         }

@@ -1,7 +1,10 @@
 //! From CUDA events to the four raw signals (spec 3.1), over a rolling window.
 //!
-//! The probe thread folds every event into a per-process [`TickAccumulator`]; each tick the
-//! [`EbpfSource`] takes it, turns it into one bucket and keeps the buckets of the window:
+//! The probe thread folds every event into a per-process [`TickAccumulator`] (per-cgroup
+//! series, each tick) and, per drain (every 100 ms), into the [`DrainLog`]: one bucket of
+//! work per drain, stamped with the drain's time. Each tick the [`EbpfSource`] moves the new
+//! buckets into the [`Window`], so the window is exact to a drain, whatever its length
+//! against the tick (a 1 s window at 2 s pushes covers the last second, not the last tick):
 //!
 //! - throughput = kernel launches in the window / window seconds;
 //! - compute = time host threads spent inside CUDA calls in the window / (window x GPUs),
@@ -43,8 +46,6 @@ pub struct PidActivity {
     pub cgroup_id: u64,
     /// New launches per counter (`events::launch`), `NESTED` included.
     pub launch_counts: [u64; launch::COUNTERS],
-    pub runtime_busy_ns: u64,
-    pub driver_busy_ns: u64,
     pub runtime_events: u64,
     pub memcpy_bytes: [u64; 5],
 }
@@ -56,14 +57,6 @@ impl PidActivity {
             .iter()
             .fold(0u64, |a, v| a.saturating_add(*v))
     }
-
-    fn busy_ns(&self) -> u64 {
-        if self.runtime_events > 0 {
-            self.runtime_busy_ns
-        } else {
-            self.driver_busy_ns
-        }
-    }
 }
 
 /// What the probe thread accumulates between ticks.
@@ -71,10 +64,69 @@ impl PidActivity {
 pub struct TickAccumulator {
     pub per_pid: HashMap<u32, PidActivity>,
     pub dropped: u64,
-    /// When the probe thread last read the kernel's counters and rings into this
-    /// accumulator: the end of the time its totals cover (`None`: no drain since the tick
-    /// took the previous totals).
-    pub drained_at: Option<Instant>,
+}
+
+/// One drain's work: launches counted as work and busy time, read at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainTotals {
+    pub at: Instant,
+    pub launches: u64,
+    pub busy_ns: u64,
+}
+
+/// Processes remembered as runtime users (their driver time is not busy time).
+const MAX_RUNTIME_PIDS: usize = 65_536;
+/// Drains kept for a tick that does not come (10 minutes at 100 ms).
+const MAX_PENDING_DRAINS: usize = 6_000;
+
+/// The work of each drain, for the window. Busy time follows the rule of
+/// [`PidActivity`], decided per process for good: once a process's runtime calls are seen,
+/// its driver calls are the runtime's own (a runtime synchronize returning in the drain
+/// after the driver synchronize it made is still timed once).
+#[derive(Debug, Default)]
+pub struct DrainLog {
+    runtime_pids: std::collections::HashSet<u32>,
+    launches: u64,
+    busy_ns: u64,
+    done: VecDeque<DrainTotals>,
+}
+
+impl DrainLog {
+    pub fn on_cuda(&mut self, e: &CudaEvent) {
+        if e.source == source::CUDA_RUNTIME {
+            if self.runtime_pids.len() >= MAX_RUNTIME_PIDS {
+                self.runtime_pids.clear();
+            }
+            self.runtime_pids.insert(e.pid);
+        } else if self.runtime_pids.contains(&e.pid) {
+            return;
+        }
+        self.busy_ns = self.busy_ns.saturating_add(e.duration_ns);
+    }
+
+    /// New launches per counter (`events::launch`); `NESTED` is not work.
+    pub fn on_launches(&mut self, n: &[u64; launch::COUNTERS]) {
+        let work = n[..launch::NESTED]
+            .iter()
+            .fold(0u64, |a, v| a.saturating_add(*v));
+        self.launches = self.launches.saturating_add(work);
+    }
+
+    /// Close the drain at `at`.
+    pub fn mark(&mut self, at: Instant) {
+        if self.done.len() >= MAX_PENDING_DRAINS {
+            self.done.pop_front();
+        }
+        self.done.push_back(DrainTotals {
+            at,
+            launches: std::mem::take(&mut self.launches),
+            busy_ns: std::mem::take(&mut self.busy_ns),
+        });
+    }
+
+    fn take(&mut self) -> VecDeque<DrainTotals> {
+        std::mem::take(&mut self.done)
+    }
 }
 
 impl TickAccumulator {
@@ -104,9 +156,6 @@ impl TickAccumulator {
         let runtime = e.source == source::CUDA_RUNTIME;
         if runtime {
             a.runtime_events += 1;
-            a.runtime_busy_ns = a.runtime_busy_ns.saturating_add(e.duration_ns);
-        } else {
-            a.driver_busy_ns = a.driver_busy_ns.saturating_add(e.duration_ns);
         }
         match e.op {
             // The driver's own copies are seen through the runtime already.
@@ -123,11 +172,12 @@ impl TickAccumulator {
 #[derive(Debug, Default)]
 pub struct SharedWindow {
     pub acc: Mutex<TickAccumulator>,
+    pub drains: Mutex<DrainLog>,
     /// False once the probe thread stopped reading events.
     pub alive: AtomicBool,
 }
 
-/// One drain-to-drain stretch of totals, for the interval `(from, at]`.
+/// One drain's totals, for the interval `(from, at]` since the previous drain.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     from: Timestamp,
@@ -159,14 +209,8 @@ impl Window {
         }
     }
 
-    /// The end of the newest bucket.
-    pub fn end(&self) -> Option<Timestamp> {
-        self.buckets.back().map(|b| b.at)
-    }
-
-    /// Add the totals observed up to `now` (the end of the time they cover: the last
-    /// drain, not the tick); returns (launches in window, launches/s, busy fraction per
-    /// GPU).
+    /// Add the totals observed up to `now` (a drain's time) and read the window; returns
+    /// (launches in window, launches/s, busy fraction per GPU).
     pub fn push(
         &mut self,
         now: Timestamp,
@@ -174,10 +218,20 @@ impl Window {
         busy_ns: u64,
         gpus: u32,
     ) -> (u64, f64, f64) {
-        // The first tick's totals cover the time since the agent started watching, which
-        // the window does not know: that bucket is taken to span nothing (and a window of
-        // zero span divides by 1 s below).
-        let from = self.buckets.back().map_or(now, |b| b.at);
+        self.add(now, launches, busy_ns);
+        self.read(gpus)
+    }
+
+    /// Add the totals observed up to `now`, dropping what fell out of the window.
+    pub fn add(&mut self, now: Timestamp, launches: u64, busy_ns: u64) {
+        // The first totals cover time the window does not know (since the probes were
+        // attached, seconds before when attaching was slow): they only mark the start.
+        // Counting them over no span read a rate several times the true one, which the
+        // throughput reference then took as its level.
+        let (from, launches, busy_ns) = match self.buckets.back() {
+            Some(b) => (b.at, launches, busy_ns),
+            None => (now, 0, 0),
+        };
         let now = now.max(from);
         self.buckets.push_back(Bucket {
             from,
@@ -189,6 +243,14 @@ impl Window {
         while self.buckets.len() > 1 && now.since(self.buckets[1].from) >= keep {
             self.buckets.pop_front();
         }
+    }
+
+    /// (launches in window, launches/s, busy fraction per GPU) over the kept buckets.
+    pub fn read(&self, gpus: u32) -> (u64, f64, f64) {
+        let now = self
+            .buckets
+            .back()
+            .map_or(Timestamp::from_millis(0), |b| b.at);
         let oldest = self.buckets.front().map_or(now, |b| b.from);
         let covered = match now.since(oldest) {
             d if d.is_zero() => Duration::from_secs(1),
@@ -237,14 +299,15 @@ impl SignalSource for EbpfSource {
             return Err(CollectError("the eBPF event reader stopped".into()));
         }
         let acc = std::mem::take(&mut *self.shared.acc.lock());
-        // The totals end at the last drain, up to a drain interval before this tick: the
-        // bucket ends there, so the window's span is the time its counts cover (a bucket
-        // ending at the tick read 10 % low or high at 1 s windows with 100 ms drains). No
-        // drain since the previous tick: an empty bucket spanning nothing.
-        let observed = match acc.drained_at {
-            Some(at) => now.saturating_sub(at.elapsed()),
-            None => self.window.end().unwrap_or(now),
-        };
+        // One bucket per drain, ending at the drain's time (on the agent's clock: `now`
+        // less the drain's age). Buckets ending at the tick instead read up to 10 % low or
+        // high at 1 s windows, and a window shorter than the tick covered the whole tick.
+        let drains = self.shared.drains.lock().take();
+        let wall = Instant::now();
+        for d in &drains {
+            let at = now.saturating_sub(wall.saturating_duration_since(d.at));
+            self.window.add(at, d.launches, d.busy_ns);
+        }
         if acc.dropped > 0 {
             tracing::warn!(
                 dropped = acc.dropped,
@@ -252,9 +315,7 @@ impl SignalSource for EbpfSource {
                 "CUDA events of processes beyond the per-tick cap were dropped"
             );
         }
-        let launches: u64 = acc.per_pid.values().map(PidActivity::launches).sum();
-        let busy: u64 = acc.per_pid.values().map(PidActivity::busy_ns).sum();
-        let (in_window, rate, compute) = self.window.push(observed, launches, busy, self.gpus);
+        let (in_window, rate, compute) = self.window.read(self.gpus);
         let memory = self
             .nvml
             .as_ref()
@@ -310,16 +371,34 @@ mod tests {
     }
 
     #[test]
-    fn runtime_time_wins_over_driver_time_per_process() {
-        let mut acc = TickAccumulator::default();
-        // pid 1 uses the runtime (whose synchronize calls the driver's): timed once.
-        acc.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::STREAM_SYNC, 1000));
-        acc.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 990));
+    fn runtime_time_wins_over_driver_time_per_process_across_drains() {
+        let mut log = DrainLog::default();
+        let t = Instant::now();
+        // pid 1 uses the runtime (whose synchronize calls the driver's): timed once, also
+        // when a driver synchronize returns in a later drain than the runtime's first call.
+        log.on_cuda(&ev(1, source::CUDA_RUNTIME, cuda_op::STREAM_SYNC, 1000));
+        log.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 990));
         // pid 2 is driver-only.
-        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 5));
-        acc.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::MALLOC, 5));
-        assert_eq!(acc.per_pid[&1].busy_ns(), 1000);
-        assert_eq!(acc.per_pid[&2].busy_ns(), 10);
+        log.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 5));
+        log.on_cuda(&ev(2, source::CUDA_DRIVER, cuda_op::MALLOC, 5));
+        log.on_launches(&[40, 3, 20, 2, 40]);
+        log.mark(t);
+        log.on_cuda(&ev(1, source::CUDA_DRIVER, cuda_op::STREAM_SYNC, 700));
+        log.mark(t + Duration::from_millis(100));
+        let d: Vec<DrainTotals> = log.take().into();
+        let drain = |at, launches, busy_ns| DrainTotals {
+            at,
+            launches,
+            busy_ns,
+        };
+        assert_eq!(
+            d,
+            [
+                drain(t, 65, 1010),
+                drain(t + Duration::from_millis(100), 0, 0)
+            ]
+        );
+        assert!(log.take().is_empty());
     }
 
     #[test]
@@ -350,11 +429,11 @@ mod tests {
     fn window_rates_cover_the_elapsed_time_until_full() {
         let mut w = Window::new(Duration::from_secs(60));
         let t0 = Timestamp::from_secs(1000);
-        // First tick: nothing known about the past, 1 s floor.
-        assert_eq!(w.push(t0, 100, 0, 1), (100, 100.0, 0.0));
+        // First totals: they cover an unknown time, so they only mark the start.
+        assert_eq!(w.push(t0, 100_000, 0, 1), (0, 0.0, 0.0));
         let t = |s| t0.saturating_add(Duration::from_secs(s));
-        // 10 s in: 100 + 900 launches over 10 s; 5 s busy on 1 GPU.
-        let (n, rate, compute) = w.push(t(10), 900, 5_000_000_000, 1);
+        // 10 s in: 1,000 launches over 10 s; 5 s busy on 1 GPU.
+        let (n, rate, compute) = w.push(t(10), 1000, 5_000_000_000, 1);
         assert_eq!((n, rate), (1000, 100.0));
         assert!((compute - 0.5).abs() < 1e-12);
         // Two GPUs halve the compute signal.
@@ -423,34 +502,39 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_ends_at_the_last_drain_not_at_the_tick() {
+    fn the_window_is_made_of_drains_not_ticks() {
         let shared = Arc::new(SharedWindow::default());
         shared.alive.store(true, Ordering::Relaxed);
         let mut src = EbpfSource::new(shared.clone(), Duration::from_secs(1), 1, None);
         let t0 = Timestamp::from_secs(5_000);
-        shared.acc.lock().drained_at = Some(Instant::now());
-        src.collect(t0).unwrap();
-        // The next tick comes 1 s later, but the probe thread's last drain was 200 ms
-        // before it: the 900 launches cover 0.8 s.
+        // The drains ran over the 2 s before this tick.
+        let start = Instant::now().checked_sub(Duration::from_secs(2)).unwrap();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        // Ticks 2 s apart, a 1 s window, a drain every 100 ms: 100 launches per drain for
+        // the first second, then 50 (a slowdown halfway through the tick). The window
+        // reads the last second alone: 500/s, not the tick's average of 750/s.
         {
-            let mut acc = shared.acc.lock();
-            acc.on_launches(7, &counts([900, 0, 0, 0, 0], 0));
-            acc.drained_at = Instant::now().checked_sub(Duration::from_millis(200));
+            let mut log = shared.drains.lock();
+            log.mark(at(0));
+            for i in 1..=20u64 {
+                log.on_launches(&[if i <= 10 { 100 } else { 50 }, 0, 0, 0, 0]);
+                log.mark(at(100 * i));
+            }
         }
-        let s = src
-            .collect(t0.saturating_add(Duration::from_secs(1)))
-            .unwrap();
+        let s = src.collect(t0).unwrap();
         assert!(
-            (s.raw.throughput - 1_125.0).abs() < 5.0,
+            (s.raw.throughput - 500.0).abs() < 1e-6,
             "{}",
             s.raw.throughput
         );
-        // No drain since: an empty bucket spanning nothing, the rate unchanged.
+        // The window keeps 0.9-1 s of drains (WINDOW_SPAN_TOLERANCE): here the last 0.9 s.
+        assert_eq!(s.kernel_launches, 450);
+        // No drain since: the window is unchanged.
         let s = src
-            .collect(t0.saturating_add(Duration::from_secs(2)))
+            .collect(t0.saturating_add(Duration::from_millis(50)))
             .unwrap();
         assert!(
-            (s.raw.throughput - 1_125.0).abs() < 5.0,
+            (s.raw.throughput - 500.0).abs() < 1e-6,
             "{}",
             s.raw.throughput
         );
