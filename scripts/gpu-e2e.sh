@@ -8,7 +8,10 @@
 #   sudo scripts/gpu-e2e.sh --python /opt/torch/.venv/bin/python \
 #       --agent-arg=--probe-library-root=/opt/torch/.venv
 #
-# Without a GPU: scripts/gpu-e2e.sh --dry-run (synthetic agents, same timeline and report).
+# Without a GPU: scripts/gpu-e2e.sh --dry-run (synthetic agents, same timeline and report),
+# or as root scripts/gpu-e2e.sh --fake [--sync] --injections stall (C workloads on the fake
+# CUDA/NCCL libraries under real eBPF agents; --sync: the workloads are one synchronous job).
+# --check exits 1 when the report's verdict fails.
 # Binaries: INGERO_AGENT_BIN, INGERO_FLEET_BIN (defaults target/release/...). All flags:
 # scripts/gpu-e2e.sh --help
 set -euo pipefail

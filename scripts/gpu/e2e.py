@@ -5,7 +5,7 @@ N identical PyTorch workloads share one GPU as N nodes; N agents, each scoped to
 workload with `--pid`, push to one ingero-fleet. After a healthy period one node (the
 victim, node 0) gets, in turn, (a) a host stall that slows it by --slowdown, (b) GPU
 contention from another process, (c) a stop (no GPU work). Fleet's diagnostics are read
-every second. The report (JSON, stdout and OUT/report.json) gives per injection the time
+four times a second. The report (JSON, stdout and OUT/report.json) gives per injection the time
 to detect on the agent and on Fleet and the time to recover, the false positives over the
 healthy minutes, IDLE transitions while kernels ran, and the overhead figures (ns per
 launch without and with an agent, agent RSS and CPU, ring-buffer drops).
@@ -14,6 +14,16 @@ launch without and with an agent, agent RSS and CPU, ring-buffer drops).
 timeline written into their scripts, so argument handling, Fleet, the diagnostics poller
 and the report run for real (no overhead figures). `--report-only DIR` rebuilds the report
 from a previous run's files.
+
+`--fake` needs root but no GPU: the workloads are the C training loop of
+agent/tests/c/workload.c on the fake CUDA and NCCL libraries (built here with cc), probed by
+the real agents, so everything but the GPU runs for real (no contention, no overhead
+figures). `--sync` (with `--fake`) makes the N workloads one synchronous job: every step
+ends with an all-reduce that completes only when every rank has reached it, so a stall on
+node 0 slows every rank and only node 0 may be flagged.
+
+`--check` exits 1 when the report misses a goal (the `verdict` section); `--check A,B`
+judges only the named checks (and fails on a name the verdict does not have).
 
 Binaries: INGERO_AGENT_BIN (default target/release/ingero-agent), INGERO_FLEET_BIN (default
 target/release/ingero-fleet; the binary may move, so the variable wins).
@@ -42,6 +52,9 @@ def parse_args(argv):
     p.add_argument("--nodes", type=int, default=6, help="workloads and agents (>= 6)")
     p.add_argument("--push-interval", type=float, default=2.0, help="seconds (>= 1)")
     p.add_argument("--warmup-samples", type=int, default=10)
+    p.add_argument("--signal-window", type=float, default=None,
+                   help="the agents' signal window in seconds (default: half the push interval, "
+                        "at least 1 s)")
     p.add_argument("--healthy", type=float, default=300.0, help="healthy seconds after warm-up")
     p.add_argument("--inject", type=float, default=40.0, help="seconds per injection")
     p.add_argument("--recover", type=float, default=40.0, help="seconds after each injection")
@@ -57,6 +70,13 @@ def parse_args(argv):
     p.add_argument("--overhead-launches", type=int, default=200000)
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="synthetic agents, no GPU")
+    p.add_argument("--fake", action="store_true",
+                   help="C workloads on the fake CUDA/NCCL libraries, real eBPF agents (root, no GPU)")
+    p.add_argument("--sync", action="store_true",
+                   help="with --fake: the workloads are the ranks of one synchronous job")
+    p.add_argument("--check", nargs="?", const="all", default=None, metavar="CHECKS",
+                   help="exit 1 when the verdict fails; with a comma-separated list of check "
+                        "names, when one of those fails")
     p.add_argument("--report-only", metavar="DIR", help="rebuild the report from DIR")
     a = p.parse_args(argv)
     errors = []
@@ -64,6 +84,12 @@ def parse_args(argv):
         errors.append(f"--nodes must be >= 6 (Fleet's quorum needs 5 peers), got {a.nodes}")
     if a.push_interval < 1:
         errors.append(f"--push-interval must be >= 1, got {a.push_interval}")
+    if a.signal_window is None:
+        # Recovery needs one full window after the slowdown ends, plus the tick's phase: a
+        # window of half the interval leaves room for Fleet's tick inside two intervals.
+        a.signal_window = max(1.0, a.push_interval / 2)
+    elif not 0.1 <= a.signal_window <= 600:
+        errors.append(f"--signal-window must be in [0.1, 600] seconds, got {a.signal_window}")
     if a.warmup_samples < 2:
         errors.append(f"--warmup-samples must be >= 2, got {a.warmup_samples}")
     for name in ("healthy", "inject", "recover"):
@@ -76,6 +102,14 @@ def parse_args(argv):
         errors.append(f"--injections: unknown {bad}, choose from {list(INJECTIONS)}")
     if not 0 < a.slowdown < 1:
         errors.append(f"--slowdown must be in (0, 1), got {a.slowdown}")
+    if a.fake and a.dry_run:
+        errors.append("--fake and --dry-run exclude each other")
+    if a.sync and not a.fake:
+        errors.append("--sync needs --fake (one GPU cannot run a multi-rank NCCL job)")
+    if a.fake and "contention" in a.injections:
+        errors.append("--fake has no GPU to contend for: leave contention out of --injections")
+    if a.sync and [x for x in a.injections if x != "stall"]:
+        errors.append("--sync injects stall only (a stopped rank stops the whole job)")
     if errors:
         p.error("; ".join(errors))
     return a
@@ -101,6 +135,35 @@ def synthetic_script(windows, slowdown, first_tick):
         steps.append(f"{int((start - first_tick) * 1000)}ms:{factor}")
         steps.append(f"{int((end - first_tick) * 1000)}ms:1.0")
     return ",".join(steps)
+
+
+FAKE_LIBS = (  # (source, soname, driver-linked)
+    ("fake_cuda.c", "libcuda.so.1", False),
+    ("fake_cudart.c", "libcudart.so.12", True),
+    ("fake_cublas.c", "libcublasLt.so.12", True),
+    ("fake_nccl.c", "libnccl.so.2", False),
+)
+
+
+def build_fakes(out):
+    """Compile the fake libraries and the C workload of agent/tests/c into out; returns the
+    workload's path (the same build as agent/tests/support/native.rs)."""
+    src = os.path.join(ROOT, "agent", "tests", "c")
+    os.makedirs(out, exist_ok=True)
+    rpath = f"-Wl,-rpath,{out}"
+    cuda = os.path.join(out, "libcuda.so.1")
+    libs = []
+    for c, soname, on_driver in FAKE_LIBS:
+        lib = os.path.join(out, soname)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-Wl,-soname,{soname}",
+                        "-o", lib, os.path.join(src, c), *([cuda] if on_driver else []), rpath], check=True)
+        libs.append(lib)
+    workload = os.path.join(out, "workload")
+    # The runtime first, as in native.rs.
+    order = [libs[1], libs[0], libs[2], libs[3]]
+    subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", workload, os.path.join(src, "workload.c"), *order, rpath],
+                   check=True)
+    return workload
 
 
 def free_port():
@@ -206,6 +269,8 @@ def build_report(run):
             "agent_wake_after_s": rel(wake, end),
             "agent_detect_ok": a_det is not None and a_det - start <= budget_detect,
             "fleet_detect_ok": f_det is not None and f_det - start <= budget_detect,
+            "agent_recover_ok": a_rec is not None and a_rec - end <= budget_recover,
+            "fleet_recover_ok": f_rec is not None and f_rec - end <= budget_recover,
             "recover_ok": (a_rec is not None and a_rec - end <= budget_recover
                            and f_rec is not None and f_rec - end <= budget_recover),
         })
@@ -251,26 +316,73 @@ def build_report(run):
                 if not (n == victim and any(s <= et < e for s, e in stop_windows)):
                     idle_while_running.append({"node": n, "t": round(et, 2)})
     totals = {n: v for n in run["nodes"] for _, k, v in events[n] if k == "totals"}
+    false_positives = {
+        "healthy_node_seconds": healthy_seconds,
+        "agent_flagged_node_seconds": sum(agent_fp.values()),
+        "agent_by_node": agent_fp,
+        "fleet_samples": fleet_samples,
+        "fleet_flagged_samples": sum(fleet_fp.values()),
+        "fleet_by_node": fleet_fp,
+    }
+    ovh = run.get("overhead")
     return {
+        "verdict": verdict(injections, false_positives, idle_while_running, ovh, budget_detect, budget_recover),
         "healthy_scores": score_spread(run, injected),
         "machine": run.get("machine", {}),
         "nodes": len(run["nodes"]),
         "victim": victim,
         "push_interval_s": p,
+        "signal_window_s": run.get("signal_window"),
+        # One synchronous job: a stall on the victim slows every rank, and a flag on any
+        # other rank during it counts as a false positive.
+        "synchronous_ranks": bool(run.get("sync")),
         "budgets": {"detect_s": budget_detect, "recover_s": budget_recover},
         "injections": injections,
-        "false_positives": {
-            "healthy_node_seconds": healthy_seconds,
-            "agent_flagged_node_seconds": sum(agent_fp.values()),
-            "agent_by_node": agent_fp,
-            "fleet_samples": fleet_samples,
-            "fleet_flagged_samples": sum(fleet_fp.values()),
-            "fleet_by_node": fleet_fp,
-        },
+        "false_positives": false_positives,
         "idle_while_running": idle_while_running,
         "probe_totals": totals,
-        "overhead": run.get("overhead"),
+        "overhead": ovh,
     }
+
+
+# Issue 17's overhead targets: step time within 1 % (matmul) and 2 % (transformer) of no
+# agent, idle RSS under 30 MB.
+OVERHEAD_TARGETS = {"matmul_ms_per_step": 1.01, "transformer_ms_per_step": 1.02}
+RSS_IDLE_TARGET_BYTES = 30_000_000
+
+
+def verdict(injections, fp, idle_while_running, ovh, budget_detect, budget_recover):
+    """The goals a run is judged by, each a named check: no false positives; a stall flagged
+    by the agent and by Fleet within two intervals plus a tick and cleared within two
+    intervals; a stopped node flagged or IDLE within the detection budget and back within
+    the recovery budget; no IDLE while kernels ran; the overhead targets when measured.
+    Contention loads every node of a shared GPU: reported, not judged."""
+    checks = {
+        "no_agent_false_positives": fp["agent_flagged_node_seconds"] == 0,
+        "no_fleet_false_positives": fp["fleet_flagged_samples"] == 0,
+        "no_idle_while_running": not idle_while_running,
+    }
+    within = lambda v, budget: v is not None and v <= budget
+    for i, inj in enumerate(injections):
+        key = f"{inj['injection']}{i}"
+        if inj["injection"] == "stall":
+            checks[f"{key}_agent_detect"] = inj["agent_detect_ok"]
+            checks[f"{key}_fleet_detect"] = inj["fleet_detect_ok"]
+            checks[f"{key}_agent_recover"] = inj["agent_recover_ok"]
+            checks[f"{key}_fleet_recover"] = inj["fleet_recover_ok"]
+        elif inj["injection"] == "stop":
+            checks[f"{key}_agent_detect"] = inj["agent_detect_ok"] or within(inj["agent_idle_after_s"], budget_detect)
+            checks[f"{key}_agent_recover"] = (within(inj["agent_recover_s"], budget_recover)
+                                              or within(inj["agent_wake_after_s"], budget_recover))
+    if ovh:
+        for k, target in OVERHEAD_TARGETS.items():
+            checks[f"overhead_{k}"] = ovh["ratio_median"].get(k, float("inf")) <= target
+        checks["overhead_rss_idle"] = ovh["agent_rss_idle_bytes"] < RSS_IDLE_TARGET_BYTES
+        drops = (ovh.get("probe_totals") or {}).get("ringbuf_full")
+        if drops is not None:
+            checks["overhead_no_ring_drops"] = drops == 0
+    failed = sorted(k for k, ok in checks.items() if not ok)
+    return {"pass": not failed, "failed": failed, "checks": checks}
 
 
 def score_spread(run, injected):
@@ -326,6 +438,11 @@ class Procs:
             f.close()
 
 
+# Fleet's diagnostics are read four times a second: its verdict times are known to a
+# quarter of a second (a 1 s poll could report a clear up to 1 s late, half a budget).
+POLL_S = 0.25
+
+
 def poll_diag(admin, stop, t0, path):
     url = f"http://{admin}/api/v1/diagnostics?cluster_id={CLUSTER}"
     with open(path, "w") as out:
@@ -341,7 +458,7 @@ def poll_diag(admin, stop, t0, path):
                 rec["err"] = str(e)[:120]
             out.write(json.dumps(rec) + "\n")
             out.flush()
-            stop.wait(1.0)
+            stop.wait(POLL_S)
 
 
 def proc_usage(pid):
@@ -357,9 +474,33 @@ def proc_usage(pid):
     return rss, (int(fields[11]) + int(fields[12])) / ticks
 
 
+def rss_by_mapping(pid, top=12):
+    """Where a process's resident memory is: KiB of Rss per mapped file (or [heap],
+    [anon], ...) from /proc/PID/smaps, the largest `top`, for the idle-RSS target."""
+    by = {}
+    name = None
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if not head:
+                    continue
+                if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                    name = head[5] if len(head) > 5 else "[anon]"
+                elif head[0] == "Rss:" and name is not None:
+                    by[name] = by.get(name, 0) + int(head[1])
+    except OSError:
+        return None
+    return dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
+
+
 def machine_info(a):
-    info = {"dry_run": a.dry_run}
+    info = {"dry_run": a.dry_run, "fake": a.fake, "sync": a.sync}
     if a.dry_run:
+        return info
+    if a.fake:
+        info["kernel"] = os.uname().release
+        info["cpus"] = os.cpu_count()
         return info
     try:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -377,7 +518,7 @@ def machine_info(a):
 
 
 def overhead(a, out):
-    if a.dry_run or a.skip_overhead:
+    if a.dry_run or a.fake or a.skip_overhead:
         return None
     w = os.path.join(HERE, "workload.py")
 
@@ -400,6 +541,7 @@ def overhead(a, out):
                      os.path.join(out, "agent-overhead.log"))
     time.sleep(3)
     rss_idle, _ = proc_usage(ag.pid)
+    rss_idle_map = rss_by_mapping(ag.pid)
     warm = subprocess.Popen([a.python, w, "tiny", "100000"], stdout=subprocess.DEVNULL)
     time.sleep(12)  # a discovery scan attaches to the libraries the warm-up process maps
     warm.wait()
@@ -407,6 +549,7 @@ def overhead(a, out):
     t = time.time()
     probed = measure()
     rss_load, cpu1 = proc_usage(ag.pid)
+    rss_load_map = rss_by_mapping(ag.pid)
     procs.stop_all()
     with open(os.path.join(out, "agent-overhead.log")) as f:
         totals = [v for _, k, v in agent_events(f.read().splitlines(), 0.0) if k == "totals"]
@@ -414,6 +557,7 @@ def overhead(a, out):
     return {"bare": bare, "agent": probed,
             "ratio_median": {k: round(med(probed[k]) / med(bare[k]), 4) for k in bare},
             "agent_rss_idle_bytes": rss_idle, "agent_rss_load_bytes": rss_load,
+            "agent_rss_idle_kib_by_mapping": rss_idle_map, "agent_rss_load_kib_by_mapping": rss_load_map,
             "probe_totals": totals[-1] if totals else None,
             "agent_cpu_share_under_load": round((cpu1 - cpu0) / max(1e-9, time.time() - t), 4)}
 
@@ -423,7 +567,10 @@ def run(a):
     for b in (a.agent_bin, a.fleet_bin):
         if not os.access(b, os.X_OK):
             sys.exit(f"gpu-e2e: {b} is not an executable (set INGERO_AGENT_BIN / INGERO_FLEET_BIN)")
+    if a.fake and os.geteuid() != 0:
+        sys.exit("gpu-e2e: --fake runs eBPF agents: run it as root")
     warm, windows, end = timeline(a)
+    fake_workload = build_fakes(os.path.join(a.out, "fake")) if a.fake else None
     ovh = overhead(a, a.out)
     otlp, agent_ep, admin, prom = free_port(), free_port(), free_port(), free_port()
     cfg = os.path.join(a.out, "fleet.yaml")
@@ -442,18 +589,27 @@ service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [o
     victim = nodes[0]
     common = ["--fleet-endpoint", f"http://127.0.0.1:{otlp}", "--fleet-insecure", "--fleet-cluster-id", CLUSTER,
               "--fleet-push-interval", f"{a.push_interval}s", "--warmup-samples", str(a.warmup_samples),
-              "--fleet-provider", "none", "--signal-window", f"{a.push_interval}s", "--log-json", *a.agent_arg]
+              "--fleet-provider", "none", "--signal-window", f"{int(a.signal_window * 1000)}ms", "--log-json", *a.agent_arg]
+    if a.fake:
+        common += ["--probe-library-root", os.path.dirname(fake_workload)]
     ctl = {}
     workloads = {}
     if not a.dry_run:
         w = os.path.join(HERE, "workload.py")
-        for n in nodes:
+        barrier = os.path.join(a.out, "fake", "barrier")
+        if a.sync and os.path.exists(barrier):
+            os.remove(barrier)
+        for i, n in enumerate(nodes):
             ctl[n] = os.path.join(a.out, "ctl-" + n)
             shutil.rmtree(ctl[n], ignore_errors=True)
             os.makedirs(ctl[n])
-            workloads[n] = procs.start([a.python, w, "train", str(end + 30), ctl[n]],
-                                       os.path.join(a.out, f"workload-{n}.log"))
-        time.sleep(5)  # CUDA initialisation before the agents look for the libraries
+            # torchrun's variables: the agents read the rank from the traced process.
+            env = {**os.environ, "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(len(nodes))}
+            if a.sync:
+                env["FAKE_NCCL_BARRIER"] = barrier
+            argv = [fake_workload, "train", str(end + 30), ctl[n]] if a.fake else [a.python, w, "train", str(end + 30), ctl[n]]
+            workloads[n] = procs.start(argv, os.path.join(a.out, f"workload-{n}.log"), env=env)
+        time.sleep(1 if a.fake else 5)  # CUDA initialisation before the agents look for the libraries
     t0 = time.time()
     for n in nodes:
         argv = [a.agent_bin, *common, "--fleet-node-id", n, "--fleet-persist-path", os.path.join(a.out, f"{n}.json")]
@@ -496,7 +652,7 @@ service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [o
         stop.set()
         poller.join()
         procs.stop_all()
-    meta = {"t0": t0, "push_interval": a.push_interval, "warm": warm, "windows": windows, "end": end,
+    meta = {"t0": t0, "push_interval": a.push_interval, "signal_window": a.signal_window, "sync": a.sync, "warm": warm, "windows": windows, "end": end,
             "victim": victim, "nodes": nodes, "overhead": ovh, "machine": machine_info(a)}
     with open(os.path.join(a.out, "run.json"), "w") as f:
         json.dump(meta, f)
@@ -541,6 +697,13 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     report = report_from_dir(a.report_only) if a.report_only else run(a)
     print(json.dumps(report, indent=1))
+    if a.check:
+        v = report["verdict"]
+        names = v["checks"] if a.check == "all" else [x.strip() for x in a.check.split(",") if x.strip()]
+        missing = [n for n in names if n not in v["checks"]]
+        failed = [n for n in names if n in v["checks"] and not v["checks"][n]]
+        if missing or failed:
+            sys.exit("gpu-e2e: verdict failed: " + ", ".join(failed + [f"{n} (no such check)" for n in missing]))
 
 
 if __name__ == "__main__":

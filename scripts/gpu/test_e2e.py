@@ -51,6 +51,17 @@ class Args(unittest.TestCase):
                      ["--nodes must be >= 6", "--push-interval", "melt", "--slowdown"])
         self.rejects(["--inject", "2"], ["--inject must be at least 3 push intervals"])
 
+    def test_fake_and_sync_go_together_with_the_injections_they_can_make(self):
+        self.rejects(["--sync"], ["--sync needs --fake"])
+        self.rejects(["--fake", "--dry-run"], ["exclude each other"])
+        self.rejects(["--fake"], ["leave contention out"])
+        self.rejects(["--fake", "--sync", "--injections", "stall,stop"], ["--sync injects stall only"])
+        a = e2e.parse_args(["--fake", "--sync", "--injections", "stall", "--check"])
+        self.assertEqual((a.fake, a.sync, a.check, a.injections), (True, True, "all", ["stall"]))
+        self.assertEqual(a.signal_window, 1.0)
+        self.assertEqual(e2e.parse_args(["--push-interval", "5"]).signal_window, 2.5)
+        self.rejects(["--signal-window", "0.01"], ["--signal-window must be in"])
+
     def test_timeline_and_dry_run_script(self):
         a = e2e.parse_args(["--push-interval", "1", "--warmup-samples", "3", "--healthy", "10",
                             "--inject", "5", "--recover", "4", "--injections", "stall,stop"])
@@ -101,6 +112,51 @@ class Report(unittest.TestCase):
         self.assertEqual(fp["fleet_by_node"], {"n2": 1})
         self.assertEqual(r["idle_while_running"], [{"node": "n3", "t": 50.0}])
         self.assertEqual(r["budgets"], {"detect_s": 6.0, "recover_s": 4.0})
+        v = r["verdict"]
+        self.assertFalse(v["pass"])
+        self.assertEqual(v["failed"], ["no_agent_false_positives", "no_fleet_false_positives",
+                                       "no_idle_while_running", "stall0_fleet_recover"])
+        self.assertTrue(v["checks"]["stall0_agent_recover"])
+        # The stop went IDLE at 6.0 s (the budget) and woke 0.5 s after: both in budget.
+        self.assertTrue(v["checks"]["stop1_agent_detect"] and v["checks"]["stop1_agent_recover"])
+        self.assertTrue(v["checks"]["stall0_agent_detect"] and v["checks"]["stall0_fleet_detect"])
+
+    def test_the_overhead_targets_are_judged_when_measured(self):
+        ovh = {"ratio_median": {"ns_per_launch": 1.13, "matmul_ms_per_step": 1.0005,
+                                "transformer_ms_per_step": 1.18},
+               "agent_rss_idle_bytes": 52 << 20, "probe_totals": {"ringbuf_full": 0}}
+        fp = {"agent_flagged_node_seconds": 0, "fleet_flagged_samples": 0}
+        v = e2e.verdict([], fp, [], ovh, 6.0, 4.0)
+        self.assertEqual(v["failed"], ["overhead_rss_idle", "overhead_transformer_ms_per_step"])
+        self.assertTrue(v["checks"]["overhead_matmul_ms_per_step"] and v["checks"]["overhead_no_ring_drops"])
+        ovh.update(ratio_median={"matmul_ms_per_step": 1.004, "transformer_ms_per_step": 1.019},
+                   agent_rss_idle_bytes=29_000_000)
+        self.assertTrue(e2e.verdict([], fp, [], ovh, 6.0, 4.0)["pass"])
+
+    def test_rss_by_mapping_reads_this_process(self):
+        m = e2e.rss_by_mapping(os.getpid())
+        self.assertTrue(m and all(v >= 0 for v in m.values()), m)
+        self.assertTrue(any("python" in k or k.startswith("[") for k in m), m)
+        self.assertIsNone(e2e.rss_by_mapping(2 ** 22 + 1))
+
+    def test_check_fails_the_command_on_a_failed_verdict(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "run.json"), "w") as f:
+                json.dump({"t0": T0, "push_interval": 1.0, "warm": 5.0, "end": 30.0, "victim": "n0",
+                           "nodes": ["n0", "n1"], "windows": [("stall", 10.0, 20.0)], "overhead": None}, f)
+            open(os.path.join(d, "diag.ndjson"), "w").close()
+            with contextlib.redirect_stdout(io.StringIO()), self.assertRaises(SystemExit) as e:
+                e2e.main(["--report-only", d, "--check"])
+            self.assertIn("stall0_agent_detect", str(e.exception.code))
+            with contextlib.redirect_stdout(io.StringIO()) as o:
+                e2e.main(["--report-only", d])
+            self.assertFalse(json.loads(o.getvalue())["verdict"]["pass"])
+            # Only the named checks are judged; a name the verdict lacks fails.
+            with contextlib.redirect_stdout(io.StringIO()):
+                e2e.main(["--report-only", d, "--check", "no_agent_false_positives,no_idle_while_running"])
+            with contextlib.redirect_stdout(io.StringIO()), self.assertRaises(SystemExit) as e:
+                e2e.main(["--report-only", d, "--check", "no_agent_false_positives,stall9_recover"])
+            self.assertIn("stall9_recover (no such check)", str(e.exception.code))
 
     def test_a_stop_cleared_by_idle_recovers_before_the_end(self):
         logs = {"n0": [flag(71.0, True), state(73.0, "idle"), flag(73.0, False), state(86.0, "active")]}
