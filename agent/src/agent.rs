@@ -93,6 +93,39 @@ pub struct Agent {
     last_raw_throughput: f64,
     gpu_activity: Option<GpuActivity>,
     last_tick_at: Option<Timestamp>,
+    wait_window: Option<WaitWindow>,
+}
+
+/// Most NCCL points kept for the barrier-wait share.
+const MAX_WAIT_POINTS: usize = 8192;
+
+/// The NCCL points of the last signal window: the barrier-wait share is taken over the
+/// same time as the launch rate it corrects (over the points since the previous tick, a
+/// 1 s window at 2 s pushes mixed a second of a slowdown's waits into the first healthy
+/// window after it).
+#[derive(Debug)]
+struct WaitWindow {
+    len: Duration,
+    points: std::collections::VecDeque<crate::nccl::NcclPoint>,
+    since: Option<Timestamp>,
+}
+
+impl WaitWindow {
+    fn share(&mut self, new: &[crate::nccl::NcclPoint], now: Timestamp) -> f64 {
+        let since = *self.since.get_or_insert(now);
+        for p in new {
+            if self.points.len() >= MAX_WAIT_POINTS {
+                self.points.pop_front();
+            }
+            self.points.push_back(*p);
+        }
+        let from = now.saturating_sub(self.len);
+        while self.points.front().is_some_and(|p| p.time <= from) {
+            self.points.pop_front();
+        }
+        let span = now.since(since).min(self.len);
+        crate::nccl::sync_wait_fraction(self.points.make_contiguous(), span)
+    }
 }
 
 /// Reads GPU utilization in [0, 1] (NVML), `None` when unknown.
@@ -131,7 +164,18 @@ impl Agent {
             last_raw_throughput: 0.0,
             gpu_activity: None,
             last_tick_at: None,
+            wait_window: None,
         }
+    }
+
+    /// Take the barrier-wait share over the last `window` (the signal window) instead of
+    /// over the points since the previous tick.
+    pub fn set_sync_wait_window(&mut self, window: Duration) {
+        self.wait_window = Some(WaitWindow {
+            len: window,
+            points: std::collections::VecDeque::new(),
+            since: None,
+        });
     }
 
     /// A GPU utilization reader (NVML): utilization above 0 keeps the node out of IDLE.
@@ -319,9 +363,12 @@ impl Agent {
             .as_ref()
             .map(NcclOutbox::drain)
             .unwrap_or_default();
-        let sync_wait = self.last_tick_at.map_or(0.0, |t| {
-            crate::nccl::sync_wait_fraction(&nccl_points, now.since(t))
-        });
+        let sync_wait = match self.wait_window.as_mut() {
+            Some(w) => w.share(&nccl_points, now),
+            None => self.last_tick_at.map_or(0.0, |t| {
+                crate::nccl::sync_wait_fraction(&nccl_points, now.since(t))
+            }),
+        };
         self.last_tick_at = Some(now);
         let input = match self.source.collect(now) {
             Ok(s) => {
@@ -533,5 +580,47 @@ impl Agent {
             uds.shutdown().await;
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl::NcclPoint;
+
+    #[test]
+    fn the_barrier_wait_share_covers_the_signal_window() {
+        let t0 = Timestamp::from_secs(10_000);
+        let at = |ms: u64| t0.saturating_add(Duration::from_millis(ms));
+        let point = |ms: u64, wait_ms: u64| NcclPoint {
+            time: at(ms),
+            op: crate::nccl::op::ALL_REDUCE,
+            comm_id_hash: 1,
+            rank: 0,
+            nranks: 2,
+            datatype: 7,
+            reduce_op: 0,
+            peer_rank: 0,
+            count: 1,
+            duration_ns: 1,
+            op_seq: ms,
+            barrier_wait_ns: Some(wait_ms * 1_000_000),
+        };
+        let mut w = WaitWindow {
+            len: Duration::from_secs(1),
+            points: std::collections::VecDeque::new(),
+            since: None,
+        };
+        assert_eq!(w.share(&[], t0), 0.0, "no span yet");
+        // A tick 2 s later: one collective every 100 ms, waiting 60 ms each in the first
+        // second and 10 ms in the second. Over the 1 s window: 100 ms of 1 s.
+        let pts: Vec<NcclPoint> = (1..=20u64)
+            .map(|i| point(100 * i, if i <= 10 { 60 } else { 10 }))
+            .collect();
+        let share = w.share(&pts, at(2_000));
+        assert!((share - 0.1).abs() < 1e-9, "{share}");
+        // Nothing new a second later: the window is empty of waits.
+        assert_eq!(w.share(&[], at(3_000)), 0.0);
+        assert!(w.points.is_empty());
     }
 }
