@@ -48,6 +48,8 @@ pub struct AgentParts {
     pub clock: Arc<dyn Clock>,
     pub status: Arc<StatusBoard>,
     pub push_interval: Duration,
+    /// The signal window: the barrier-wait share is taken over it.
+    pub signal_window: Duration,
     /// Where the baseline is persisted on shutdown (`None`: never).
     pub persist_path: Option<PathBuf>,
 }
@@ -92,8 +94,7 @@ pub struct Agent {
     straggler_events: u64,
     last_raw_throughput: f64,
     gpu_activity: Option<GpuActivity>,
-    last_tick_at: Option<Timestamp>,
-    wait_window: Option<WaitWindow>,
+    wait_window: WaitWindow,
 }
 
 /// Most NCCL points kept for the barrier-wait share.
@@ -163,19 +164,12 @@ impl Agent {
             straggler_events: 0,
             last_raw_throughput: 0.0,
             gpu_activity: None,
-            last_tick_at: None,
-            wait_window: None,
+            wait_window: WaitWindow {
+                len: p.signal_window,
+                points: std::collections::VecDeque::new(),
+                since: None,
+            },
         }
-    }
-
-    /// Take the barrier-wait share over the last `window` (the signal window) instead of
-    /// over the points since the previous tick.
-    pub fn set_sync_wait_window(&mut self, window: Duration) {
-        self.wait_window = Some(WaitWindow {
-            len: window,
-            points: std::collections::VecDeque::new(),
-            since: None,
-        });
     }
 
     /// A GPU utilization reader (NVML): utilization above 0 keeps the node out of IDLE.
@@ -356,20 +350,14 @@ impl Agent {
     pub async fn tick(&mut self) -> TickReport {
         let now = self.clock.now();
         self.ticks += 1;
-        // NCCL points since the last tick: their barrier waits correct the throughput
-        // (synchronous training), and they are exported after the health push.
+        // NCCL points since the last tick: exported after the health push, and kept for the
+        // signal window, whose barrier waits correct the throughput (synchronous training).
         let nccl_points = self
             .nccl
             .as_ref()
             .map(NcclOutbox::drain)
             .unwrap_or_default();
-        let sync_wait = match self.wait_window.as_mut() {
-            Some(w) => w.share(&nccl_points, now),
-            None => self.last_tick_at.map_or(0.0, |t| {
-                crate::nccl::sync_wait_fraction(&nccl_points, now.since(t))
-            }),
-        };
-        self.last_tick_at = Some(now);
+        let sync_wait = self.wait_window.share(&nccl_points, now);
         let input = match self.source.collect(now) {
             Ok(s) => {
                 self.cgroups.add(&s.per_cgroup);

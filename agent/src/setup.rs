@@ -197,7 +197,7 @@ pub fn build(
             .unwrap_or_default();
         s.warmup_samples = cfg.health.warmup_samples;
     });
-    let mut agent = Agent::new(AgentParts {
+    let agent = Agent::new(AgentParts {
         core: HealthCore::new(core_cfg),
         source,
         push: push.clone(),
@@ -210,9 +210,9 @@ pub fn build(
         clock,
         status: status.clone(),
         push_interval: f.push_interval,
+        signal_window: cfg.health.signal_window,
         persist_path: (!f.persist_path.as_os_str().is_empty()).then(|| f.persist_path.clone()),
     });
-    agent.set_sync_wait_window(cfg.health.signal_window);
     Ok(Built {
         agent,
         poller,
