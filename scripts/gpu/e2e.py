@@ -42,6 +42,9 @@ import time
 import urllib.request
 
 INJECTIONS = ("stall", "contention", "stop")
+# Gap between injections, in push intervals: the classifier's clear hold-off (10 ticks),
+# one tick for the clear itself and one for the next detection.
+RECOVER_INTERVALS = 12
 CLUSTER = "gpu-e2e"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -57,7 +60,8 @@ def parse_args(argv):
                         "at least 1 s)")
     p.add_argument("--healthy", type=float, default=300.0, help="healthy seconds after warm-up")
     p.add_argument("--inject", type=float, default=40.0, help="seconds per injection")
-    p.add_argument("--recover", type=float, default=40.0, help="seconds after each injection")
+    p.add_argument("--recover", type=float, default=None,
+                   help=f"seconds after each injection (default: 40, at least {RECOVER_INTERVALS} push intervals)")
     p.add_argument("--injections", default=",".join(INJECTIONS),
                    help="comma-separated subset of " + ",".join(INJECTIONS))
     p.add_argument("--slowdown", type=float, default=0.30, help="stall: fraction of the step rate lost")
@@ -92,11 +96,20 @@ def parse_args(argv):
         errors.append(f"--signal-window must be in [0.1, 600] seconds, got {a.signal_window}")
     if a.warmup_samples < 2:
         errors.append(f"--warmup-samples must be >= 2, got {a.warmup_samples}")
+    if a.recover is None:
+        a.recover = max(40.0, RECOVER_INTERVALS * a.push_interval)
     for name in ("healthy", "inject", "recover"):
         v = getattr(a, name)
         if v < 3 * a.push_interval:
             errors.append(f"--{name} must be at least 3 push intervals ({3 * a.push_interval}s), got {v}")
     a.injections = [x.strip() for x in a.injections.split(",") if x.strip()]
+    if len(a.injections) > 1 and a.recover < RECOVER_INTERVALS * a.push_interval:
+        # Fleet's classifier lets an episode clear at once only after classifier.clear_holdoff
+        # (10) unflagged ticks since the previous clear: a shorter gap makes the next
+        # injection a flapping episode that clears by the slow drain, and measures that.
+        errors.append(f"--recover must be at least {RECOVER_INTERVALS} push intervals "
+                      f"({RECOVER_INTERVALS * a.push_interval}s) between injections (Fleet's clear "
+                      f"hold-off), got {a.recover}")
     bad = [x for x in a.injections if x not in INJECTIONS]
     if bad or not a.injections:
         errors.append(f"--injections: unknown {bad}, choose from {list(INJECTIONS)}")
@@ -261,6 +274,8 @@ def build_report(run):
             "injection": name,
             "start_s": start,
             "end_s": end,
+            "peer_rate_change": peer_rate_change(run.get("rates") or {}, victim, run["warm"],
+                                                 windows[0][1], start, end),
             "agent_detect_s": rel(a_det, start),
             "fleet_detect_s": rel(f_det, start),
             "agent_recover_s": rel(a_rec, end),
@@ -279,33 +294,43 @@ def build_report(run):
     # second for agents and per diagnostics record for Fleet.
     judged_from, judged_to = run["warm"], run["end"]
 
-    def injected(node, t):
-        # Contention from another process on the one shared GPU slows every node (Fleet
-        # sees a systemic slowdown, holds its threshold and flags all of them, by design):
-        # its window is nobody's healthy time.
-        return any(s <= t < e + 10 * budget_recover for name, s, e in windows
-                   if node == victim or name == "contention")
+    # A window that moved every other node's step rate is systemic: contention from another
+    # process on the one shared GPU slows them all, and a stopped node on it hands its
+    # share to the others (they speed up, then slow down again when it resumes). Fleet
+    # sees a fleet-wide shift there, holds its threshold and may flag anybody, by design:
+    # such a window is nobody's healthy time. Its flags are reported apart.
+    systemic = [name == "contention" or abs(inj["peer_rate_change"] or 0.0) >= SYSTEMIC_RATE_CHANGE
+                for (name, _, _), inj in zip(windows, injections)]
+
+    def injected(node, t, everybody_too=True):
+        return any(s <= t < e + 10 * budget_recover for (_, s, e), sys_ in zip(windows, systemic)
+                   if node == victim or (sys_ and everybody_too))
 
     healthy_seconds = 0
-    agent_fp = {}
+    agent_fp, agent_fp_systemic = {}, 0
     t = judged_from
     while t < judged_to:
         for n in run["nodes"]:
             if injected(n, t):
+                if not injected(n, t, everybody_too=False) and flag_at(events[n], t):
+                    agent_fp_systemic += 1
                 continue
             healthy_seconds += 1
             if flag_at(events[n], t):
                 agent_fp[n] = agent_fp.get(n, 0) + 1
         t += 1.0
-    fleet_fp, fleet_samples = {}, 0
+    fleet_fp, fleet_samples, fleet_fp_systemic = {}, 0, 0
     for d in run["diag"]:
         if "nodes" not in d or not judged_from <= d["t"] < judged_to:
             continue
         for n in run["nodes"]:
+            flagged = d["nodes"].get(n, {}).get("straggler")
             if injected(n, d["t"]):
+                if flagged and not injected(n, d["t"], everybody_too=False):
+                    fleet_fp_systemic += 1
                 continue
             fleet_samples += 1
-            if d["nodes"].get(n, {}).get("straggler"):
+            if flagged:
                 fleet_fp[n] = fleet_fp.get(n, 0) + 1
     # IDLE while kernels ran: any idle transition outside the victim's stop window.
     stop_windows = [(s, e + 10 * budget_recover) for name, s, e in windows if name == "stop"]
@@ -323,6 +348,10 @@ def build_report(run):
         "fleet_samples": fleet_samples,
         "fleet_flagged_samples": sum(fleet_fp.values()),
         "fleet_by_node": fleet_fp,
+        # Flags on the other nodes inside systemic windows (not judged).
+        "systemic_windows": [name for (name, _, _), sys_ in zip(windows, systemic) if sys_],
+        "agent_flagged_node_seconds_in_systemic_windows": agent_fp_systemic,
+        "fleet_flagged_samples_in_systemic_windows": fleet_fp_systemic,
     }
     ovh = run.get("overhead")
     return {
@@ -343,6 +372,24 @@ def build_report(run):
         "probe_totals": totals,
         "overhead": ovh,
     }
+
+
+# The other nodes' mean step rate moved this much (as a fraction) during an injection: the
+# window is systemic (see build_report). A tenth of every node's rate is a fleet-wide event,
+# three times what one node's 30 % stall moves its peers on a shared GPU (they speed up).
+SYSTEMIC_RATE_CHANGE = 0.10
+
+
+def peer_rate_change(rates, victim, healthy_from, healthy_to, start, end):
+    """The non-victim nodes' mean step rate during [start + 2 s, end - 1 s] relative to the
+    healthy period [healthy_from, healthy_to), minus 1; None without workload logs."""
+    mean = lambda v: sum(v) / len(v) if v else None
+    peers = [r for n, r in rates.items() if n != victim]
+    base = mean([x for r in peers for t, x in r if healthy_from <= t < healthy_to])
+    during = mean([x for r in peers for t, x in r if start + 2 <= t < end - 1])
+    if not base or during is None:
+        return None
+    return round(during / base - 1.0, 4)
 
 
 # Issue 17's overhead targets: step time within 1 % (matmul) and 2 % (transformer) of no
@@ -427,7 +474,10 @@ class Procs:
         for pr in reversed(self.procs):
             if pr.poll() is None:
                 pr.send_signal(signal.SIGINT)
-        deadline = time.time() + 15
+        # An agent's stop detaches its probes, about 0.1 s each and one at a time across
+        # the host (the kernel waits for an RCU grace period per uprobe): six agents with
+        # the real libraries' 98 probes each need about a minute together.
+        deadline = time.time() + 90
         for pr in self.procs:
             try:
                 pr.wait(timeout=max(0.1, deadline - time.time()))
@@ -494,6 +544,25 @@ def rss_by_mapping(pid, top=12):
     return dict(sorted(by.items(), key=lambda kv: -kv[1])[:top])
 
 
+PROBE_METRICS = ("ingero_agent_runtime_launch_probes", "ingero_agent_runtime_launch_calibration_launches",
+                 "ingero_agent_launches_total", "ingero_agent_nested_launches_total",
+                 "ingero_agent_probe_dropped_total", "ingero_agent_probe_libraries")
+
+
+def agent_probe_metrics(addr):
+    """{series: value} of the agent's probe metrics from its /metrics, or {"error": ...}."""
+    try:
+        text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=2).read().decode()
+    except OSError as e:
+        return {"error": str(e)[:200]}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(PROBE_METRICS):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def machine_info(a):
     info = {"dry_run": a.dry_run, "fake": a.fake, "sync": a.sync}
     if a.dry_run:
@@ -535,9 +604,10 @@ def overhead(a, out):
 
     bare = measure()
     procs = Procs()
+    metrics = f"127.0.0.1:{free_port()}"
     # Unscoped: the agent watches every process that maps the CUDA libraries.
     ag = procs.start([a.agent_bin, "--fleet-node-id", "overhead", "--fleet-persist-path",
-                      os.path.join(out, "ovh.json"), "--log-json", *a.agent_arg],
+                      os.path.join(out, "ovh.json"), "--log-json", "--metrics-listen", metrics, *a.agent_arg],
                      os.path.join(out, "agent-overhead.log"))
     time.sleep(3)
     rss_idle, _ = proc_usage(ag.pid)
@@ -550,6 +620,7 @@ def overhead(a, out):
     probed = measure()
     rss_load, cpu1 = proc_usage(ag.pid)
     rss_load_map = rss_by_mapping(ag.pid)
+    probe_metrics = agent_probe_metrics(metrics)
     procs.stop_all()
     with open(os.path.join(out, "agent-overhead.log")) as f:
         totals = [v for _, k, v in agent_events(f.read().splitlines(), 0.0) if k == "totals"]
@@ -559,6 +630,9 @@ def overhead(a, out):
             "agent_rss_idle_bytes": rss_idle, "agent_rss_load_bytes": rss_load,
             "agent_rss_idle_kib_by_mapping": rss_idle_map, "agent_rss_load_kib_by_mapping": rss_load_map,
             "probe_totals": totals[-1] if totals else None,
+            # Whether the runtime's launch probes were detached after calibration (launches
+            # then pay one trap, at the driver), with the launch counters by layer.
+            "agent_probe_metrics": probe_metrics,
             "agent_cpu_share_under_load": round((cpu1 - cpu0) / max(1e-9, time.time() - t), 4)}
 
 
@@ -571,6 +645,7 @@ def run(a):
         sys.exit("gpu-e2e: --fake runs eBPF agents: run it as root")
     warm, windows, end = timeline(a)
     fake_workload = build_fakes(os.path.join(a.out, "fake")) if a.fake else None
+    machine = machine_info(a)
     ovh = overhead(a, a.out)
     otlp, agent_ep, admin, prom = free_port(), free_port(), free_port(), free_port()
     cfg = os.path.join(a.out, "fleet.yaml")
@@ -611,6 +686,12 @@ service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [o
             workloads[n] = procs.start(argv, os.path.join(a.out, f"workload-{n}.log"), env=env)
         time.sleep(1 if a.fake else 5)  # CUDA initialisation before the agents look for the libraries
     t0 = time.time()
+    # Written before the scenario: a run cut short (an outer time limit) still has what
+    # `--report-only` needs to judge the part that ran.
+    meta = {"t0": t0, "push_interval": a.push_interval, "signal_window": a.signal_window, "sync": a.sync, "warm": warm,
+            "windows": windows, "end": end, "victim": victim, "nodes": nodes, "overhead": ovh, "machine": machine}
+    with open(os.path.join(a.out, "run.json"), "w") as f:
+        json.dump(meta, f)
     for n in nodes:
         argv = [a.agent_bin, *common, "--fleet-node-id", n, "--fleet-persist-path", os.path.join(a.out, f"{n}.json")]
         if a.dry_run:
@@ -652,10 +733,6 @@ service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [o
         stop.set()
         poller.join()
         procs.stop_all()
-    meta = {"t0": t0, "push_interval": a.push_interval, "signal_window": a.signal_window, "sync": a.sync, "warm": warm, "windows": windows, "end": end,
-            "victim": victim, "nodes": nodes, "overhead": ovh, "machine": machine_info(a)}
-    with open(os.path.join(a.out, "run.json"), "w") as f:
-        json.dump(meta, f)
     return report_from_dir(a.out)
 
 
@@ -681,13 +758,25 @@ def report_from_dir(d):
                 logs[n] = f.read().splitlines()
         except FileNotFoundError:
             logs[n] = []
+    rates = {}
+    for n in meta["nodes"]:
+        try:
+            with open(os.path.join(d, f"workload-{n}.log")) as f:
+                for line in f:
+                    try:
+                        r = json.loads(line)
+                        rates.setdefault(n, []).append((r["t"] - meta["t0"], r["steps_per_s"]))
+                    except (ValueError, KeyError, TypeError):
+                        pass
+        except FileNotFoundError:
+            pass
     diag = []
     with open(os.path.join(d, "diag.ndjson")) as f:
         for line in f:
             if line.strip():
                 diag.append(json.loads(line))
     meta["windows"] = [tuple(w) for w in meta["windows"]]
-    report = build_report({**meta, "agent_logs": logs, "diag": diag})
+    report = build_report({**meta, "agent_logs": logs, "diag": diag, "rates": rates})
     with open(os.path.join(d, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report

@@ -70,7 +70,8 @@ def build(layer):
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
             port = sk.getsockname()[1]
-        os.environ.setdefault("NCCL_DEBUG", "WARN")
+        # A machine without a network: NCCL's bootstrap must use loopback.
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
         t = torch.ones(256 * 1024, device="cuda")

@@ -20,9 +20,11 @@ Prints a JSON report and writes it to OUT/layers.json.
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -69,19 +71,41 @@ def settle(url, before=None, wait=2.5):
     return counters(scrape(url))
 
 
-def run_layer(python, url, layer, n):
+def run_layer(python, url, layer, n, limit_s=120.0):
     p = subprocess.Popen([python, os.path.join(HERE, "layer_workload.py"), layer, str(n)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline().strip()
-    if line != "ready":
-        err = p.stderr.read()
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    # A workload that hangs (an NCCL init without a usable interface, say) is killed with
+    # everything it started, so one layer cannot cost the others.
+    watchdog = threading.Timer(limit_s, lambda: os.killpg(p.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        return drive_layer(p, url, layer, n)
+    finally:
+        watchdog.cancel()
+
+
+def drive_layer(p, url, layer, n):
+    # Libraries may print to stdout first (NCCL prints its version line when NCCL_DEBUG is
+    # set): skip to "ready". On EOF the workload has exited, so its stderr can be read
+    # without waiting on it (it would otherwise wait on stdin for ever).
+    seen = []
+    for line in p.stdout:
+        if line.strip() == "ready":
+            break
+        seen.append(line.strip())
+    else:
         p.wait()
-        return {"layer": layer, "error": (line + " " + err)[-600:]}
+        err = p.stderr.read()
+        return {"layer": layer, "error": (" ".join(seen) + " " + err)[-600:]}
     time.sleep(2.5)  # discovery (1 s) attaches to anything the warm-up mapped
     before = settle(url)
     p.stdin.write("go\n")
     p.stdin.flush()
-    done = json.loads(p.stdout.readline())
+    done = next((json.loads(x) for x in p.stdout if x.startswith("{")), None)
+    if done is None:
+        p.wait()
+        return {"layer": layer, "error": ("no result: " + p.stderr.read())[-600:]}
     after = settle(url)
     p.stdin.write("exit\n")
     p.stdin.flush()

@@ -64,13 +64,22 @@ class Args(unittest.TestCase):
 
     def test_timeline_and_dry_run_script(self):
         a = e2e.parse_args(["--push-interval", "1", "--warmup-samples", "3", "--healthy", "10",
-                            "--inject", "5", "--recover", "4", "--injections", "stall,stop"])
+                            "--inject", "5", "--recover", "12", "--injections", "stall,stop"])
         warm, windows, end = e2e.timeline(a)
         self.assertEqual(warm, 5)
-        self.assertEqual(windows, [("stall", 15, 20), ("stop", 24, 29)])
-        self.assertEqual(end, 33)
+        self.assertEqual(windows, [("stall", 15, 20), ("stop", 32, 37)])
+        self.assertEqual(end, 49)
         self.assertEqual(e2e.synthetic_script(windows, 0.3, 1.0),
-                         "0s:1.0,14000ms:0.7,19000ms:1.0,23000ms:0.0,28000ms:1.0")
+                         "0s:1.0,14000ms:0.7,19000ms:1.0,31000ms:0.0,36000ms:1.0")
+
+    def test_injections_are_spaced_beyond_the_clear_hold_off(self):
+        # Fleet's classifier clears at once only an episode that began 10 unflagged ticks
+        # after the previous clear: injections closer than that would measure flapping.
+        self.rejects(["--injections", "stall,stop", "--recover", "20"],
+                     ["--recover must be at least 12 push intervals (24.0s)"])
+        self.assertEqual(e2e.parse_args(["--injections", "stall", "--recover", "20"]).recover, 20)
+        self.assertEqual(e2e.parse_args([]).recover, 40)
+        self.assertEqual(e2e.parse_args(["--push-interval", "5"]).recover, 60)
 
 
 class Report(unittest.TestCase):
@@ -166,6 +175,31 @@ class Report(unittest.TestCase):
         self.assertEqual((stop["fleet_detect_s"], stop["fleet_recover_s"]), (2.5, -10.5))
         self.assertTrue(stop["recover_ok"])
 
+    def test_a_window_that_moved_every_node_is_nobodys_healthy_time(self):
+        # On one shared GPU a stopped node hands its share to the others: they run 20 %
+        # faster, then slow down when it resumes, and Fleet (threshold held) flags one.
+        rates = {f"n{i}": [(float(t), 50.0) for t in range(100)] for i in range(6)}
+        for i in range(1, 6):
+            rates[f"n{i}"] = [(t, 60.0 if 70 <= t < 85 else r) for t, r in rates[f"n{i}"]]
+        diag = [{"t": t + 0.5, "nodes": {"n3": {"straggler": 88 <= t < 92}}} for t in range(100)]
+        logs = {"n3": [flag(89.0, True), flag(91.0, False)]}
+        nodes = [f"n{i}" for i in range(6)]
+        run = {"t0": T0, "push_interval": 2.0, "warm": 10.0, "end": 100.0, "victim": "n0", "nodes": nodes,
+               "windows": [("stall", 40.0, 60.0), ("stop", 70.0, 85.0)], "diag": diag, "overhead": None,
+               "agent_logs": {n: logs.get(n, []) for n in nodes}, "rates": rates}
+        r = e2e.build_report(run)
+        self.assertEqual([i["peer_rate_change"] for i in r["injections"]], [0.0, 0.2])
+        fp = r["false_positives"]
+        self.assertEqual(fp["systemic_windows"], ["stop"])
+        self.assertEqual((fp["fleet_flagged_samples"], fp["fleet_flagged_samples_in_systemic_windows"]), (0, 4))
+        self.assertEqual((fp["agent_flagged_node_seconds"], fp["agent_flagged_node_seconds_in_systemic_windows"]),
+                         (0, 2))
+        self.assertTrue(r["verdict"]["checks"]["no_fleet_false_positives"])
+        # The same flags outside a systemic window are false positives.
+        run["rates"] = {n: [(float(t), 50.0) for t in range(100)] for n in nodes}
+        fp = e2e.build_report(run)["false_positives"]
+        self.assertEqual((fp["fleet_flagged_samples"], fp["agent_flagged_node_seconds"]), (4, 2))
+
     def test_nothing_detected_is_reported_as_such(self):
         r = self.run_report({}, [])
         self.assertIsNone(r["injections"][0]["agent_detect_s"])
@@ -179,7 +213,7 @@ class DryRun(unittest.TestCase):
     def test_synthetic_nodes_through_the_real_fleet(self):
         with tempfile.TemporaryDirectory() as out:
             argv = ["--dry-run", "--out", out, "--push-interval", "1", "--warmup-samples", "3",
-                    "--healthy", "8", "--inject", "6", "--recover", "6", "--injections", "stall,stop"]
+                    "--healthy", "8", "--inject", "6", "--recover", "12", "--injections", "stall,stop"]
             with contextlib.redirect_stdout(io.StringIO()) as o:
                 e2e.main(argv)
             r = json.loads(o.getvalue())
