@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n=== %s\n' "$*"; }
+# Each stage's line carries the minutes and seconds since the start: a slow stage shows in
+# the log of a run that ran long.
+log() { printf '\n=== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # Disk: a fresh run writes several GB (debug build 3.8 GB, the release library for the Go
 # shim, the fuzz build, Go caches). Each stage logs the free space, so an out-of-space
