@@ -16,6 +16,9 @@
 # LOAD_SECONDS (30), RATE (200000), WORKERS (2: the rate is split over this many processes),
 # CALIBRATION (25000: runtime launches made to reach the agent's 20,000-launch calibration),
 # METRICS_PORT (19465: the agent's /metrics, read for the calibration state).
+# Prebuilt binaries (a machine without cargo, such as a GPU host): INGERO_AGENT_BIN,
+# ATTACH_EMPTY_BIN and BPF_STATS_BIN (the examples attach_empty and bpf_stats); with all
+# three set nothing is built but the fake libraries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AGENT_DIR=$(pwd)
@@ -51,15 +54,28 @@ cc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o "$WORK/libcuda.so.1" "$AGENT_DI
 cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c" \
   "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
 cc -O2 -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
-(cd "$ROOT" && cargo build --release -q -p ingero-agent --bin ingero-agent --example attach_empty --example bpf_stats)
-AGENT="$TARGET/release/ingero-agent"
-EMPTY="$TARGET/release/examples/attach_empty"
-STATS="$TARGET/release/examples/bpf_stats"
+if [ -n "${INGERO_AGENT_BIN:-}" ] && [ -n "${ATTACH_EMPTY_BIN:-}" ] && [ -n "${BPF_STATS_BIN:-}" ]; then
+  AGENT=$INGERO_AGENT_BIN EMPTY=$ATTACH_EMPTY_BIN STATS=$BPF_STATS_BIN
+else
+  (cd "$ROOT" && cargo build --release -q -p ingero-agent --bin ingero-agent --example attach_empty --example bpf_stats)
+  AGENT="$TARGET/release/ingero-agent"
+  EMPTY="$TARGET/release/examples/attach_empty"
+  STATS="$TARGET/release/examples/bpf_stats"
+fi
 # Kernel run-time statistics of BPF programs (restored on exit).
 OLD_STATS=$(cat /proc/sys/kernel/bpf_stats_enabled)
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 TCK=$(getconf CLK_TCK)
 
+# The agent's /metrics (curl, or Python where curl is missing).
+metrics() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null
+  else
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())' \
+      "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null
+  fi
+}
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 per_call() { # api: runtime or driver
   for _ in $(seq "$RUNS"); do "$WORK/loop" max "$CALLS" "$1" | awk '{print $2}'; done | median
@@ -121,7 +137,7 @@ start_agent() {
   [ "$n" -ge 2 ] || { echo "agent did not attach both libraries:" >&2; cat "$WORK/agent.$1.log" >&2; exit 1; }
 }
 launch_state() { # the agent's runtime launch probe state, from its /metrics
-  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null \
+  metrics \
     | awk -F'"' '/^ingero_agent_runtime_launch_probes\{/ && / 1$/ {print $2}'
 }
 # Both layers: the runtime probe and the nested driver probe on every runtime launch.
@@ -145,7 +161,7 @@ SOLO_MADE=$((CALIBRATION + CALIBRATION / 10 + 2 * TIGHT_CALLS))
 # What the agent counted of those single-process loops (the status board is copied to
 # /metrics once a second).
 launches_counted() {
-  curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" 2>/dev/null \
+  metrics \
     | awk '/^ingero_agent_launches_total\{/ {c += $2} END {printf "%d", c}'
 }
 for _ in $(seq 50); do [ "$(launches_counted)" -ge "$SOLO_MADE" ] && break; sleep 0.1; done

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The agent's checks on a GPU host, in stages that each fit a short session on a machine
+# without cargo or network (build here, copy the binaries there):
+#
+#   scripts/gpu-check.sh [STAGE...]      (root; default: every stage, in this order)
+#
+#   facts     GPU, driver, kernel, CPUs, torch / CUDA / NCCL / Triton versions
+#   rss       the agent's idle RSS by mapping, with NVML loaded, as is and with
+#             MALLOC_ARENA_MAX=1 (does the off-main-thread memory follow glibc's arenas?)
+#   layers    which probe counts each launch layer, and the ring buffer at a high combined
+#             launch rate (scripts/gpu/layers.py)                                  ~2 min
+#   overhead  the cost of an empty entry-only uprobe, of an uprobe + uretprobe pair and
+#             of the agent's probes on the fake libraries of agent/tests/c, on this host
+#             (agent/bench/overhead.sh; needs cc)                                 ~1.5 min
+#   e2e       the end-to-end harness (scripts/gpu-e2e.sh): six PyTorch nodes, one stall,
+#             contention and a stop, with the overhead figures                       ~8 min
+#
+# Binaries (default target/release/...): INGERO_AGENT_BIN, INGERO_FLEET_BIN, and for
+# `overhead` ATTACH_EMPTY_BIN, BPF_STATS_BIN (`cargo build --release -p ingero-agent
+# --examples`). PYTHON: an interpreter with torch (default /opt/torch/.venv/bin/python3 when
+# it exists, else python3). E2E_HEALTHY (150), E2E_INJECT (20), E2E_RECOVER (24),
+# E2E_INJECTIONS (stall,contention,stop) shorten or widen the harness's timeline.
+# Everything lands in OUT (default /tmp/gpu-check): OUT/<stage>.log and OUT/<stage>/.
+# A stage that fails is reported and the next one runs; the exit status is 1 if any failed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+OUT=${OUT:-/tmp/gpu-check}
+release=${CARGO_TARGET_DIR:-$root/target}/release
+export INGERO_AGENT_BIN=${INGERO_AGENT_BIN:-$release/ingero-agent}
+export INGERO_FLEET_BIN=${INGERO_FLEET_BIN:-$release/ingero-fleet}
+export ATTACH_EMPTY_BIN=${ATTACH_EMPTY_BIN:-$release/examples/attach_empty}
+export BPF_STATS_BIN=${BPF_STATS_BIN:-$release/examples/bpf_stats}
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  [ -x /opt/torch/.venv/bin/python3 ] && PYTHON=/opt/torch/.venv/bin/python3
+fi
+export PYTHONUNBUFFERED=1
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(facts rss layers overhead e2e)
+for s in "${stages[@]}"; do
+  case "$s" in
+    facts | rss | layers | overhead | e2e) ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu-check: unknown stage '$s' (facts rss layers overhead e2e)" >&2; exit 2 ;;
+  esac
+done
+if [ "$(id -u)" != 0 ]; then
+  echo "gpu-check: needs root (uprobes)" >&2
+  exit 1
+fi
+mkdir -p "$OUT"
+
+stage_facts() {
+  date -u
+  echo "kernel $(uname -r), $(nproc) CPUs"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  else
+    echo "no nvidia-smi"
+  fi
+  "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)' 2>&1 | tail -1
+  "$PYTHON" -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
+  "$INGERO_AGENT_BIN" --version
+  command -v cc >/dev/null 2>&1 && cc --version | head -1 || echo "no cc (the overhead stage needs it)"
+}
+
+# The idle agent's RSS by mapping, once as is and once with one malloc arena.
+stage_rss() {
+  local label
+  for label in default arena1; do
+    local env=()
+    [ "$label" = arena1 ] && env=(MALLOC_ARENA_MAX=1)
+    env "${env[@]}" "$INGERO_AGENT_BIN" --fleet-node-id gpu-check --log-json \
+      --fleet-persist-path "$OUT/rss/$label.json" > "$OUT/rss/agent-$label.log" 2>&1 &
+    local pid=$!
+    sleep 4
+    echo "== $label: $(grep -E '^(VmRSS|Threads)' "/proc/$pid/status" | tr -s ' \t' ' ' | paste -sd ' ')"
+    awk '/^[0-9a-f]+-[0-9a-f]+ / {n = ($6 == "" ? "[anon]" : $6)} /^Rss:/ {r[n] += $2}
+         END {for (k in r) print r[k], k}' "/proc/$pid/smaps" | sort -rn | head -8
+    kill -INT "$pid"
+    wait "$pid"
+  done
+}
+
+stage_layers() {
+  "$PYTHON" "$here/gpu/layers.py" --python "$PYTHON" --agent-bin "$INGERO_AGENT_BIN" --out "$OUT/layers"
+}
+
+stage_overhead() {
+  RUNS=${RUNS:-3} CALLS=${CALLS:-100000} IDLE_SECONDS=${IDLE_SECONDS:-10} LOAD_SECONDS=${LOAD_SECONDS:-10} \
+    "$root/agent/bench/overhead.sh"
+}
+
+stage_e2e() {
+  "$here/gpu-e2e.sh" --python "$PYTHON" --out "$OUT/e2e" --push-interval 2 \
+    --healthy "${E2E_HEALTHY:-150}" --inject "${E2E_INJECT:-20}" --recover "${E2E_RECOVER:-24}" \
+    --injections "${E2E_INJECTIONS:-stall,contention,stop}"
+}
+
+failed=()
+for s in "${stages[@]}"; do
+  mkdir -p "$OUT/$s"
+  printf '=== %s (%s)\n' "$s" "$(date -u +%T)"
+  if "stage_$s" > "$OUT/$s.log" 2>&1; then
+    tail -n 40 "$OUT/$s.log"
+  else
+    tail -n 40 "$OUT/$s.log"
+    echo "=== $s FAILED (log: $OUT/$s.log)"
+    failed+=("$s")
+  fi
+done
+[ ${#failed[@]} -eq 0 ] || { echo "gpu-check: failed: ${failed[*]}"; exit 1; }
