@@ -298,8 +298,11 @@ def build_report(run):
     # process on the one shared GPU slows them all, and a stopped node on it hands its
     # share to the others (they speed up, then slow down again when it resumes). Fleet
     # sees a fleet-wide shift there, holds its threshold and may flag anybody, by design:
-    # such a window is nobody's healthy time. Its flags are reported apart.
-    systemic = [name == "contention" or abs(inj["peer_rate_change"] or 0.0) >= SYSTEMIC_RATE_CHANGE
+    # such a window is nobody's healthy time. Its flags are reported apart. Not so for the
+    # ranks of one synchronous job: every rank slows with the slow one, and a flag on a
+    # waiting rank is exactly the false positive that run is there to catch.
+    systemic = [name == "contention"
+                or (not run.get("sync") and abs(inj["peer_rate_change"] or 0.0) >= SYSTEMIC_RATE_CHANGE)
                 for (name, _, _), inj in zip(windows, injections)]
 
     def injected(node, t, everybody_too=True):

@@ -195,6 +195,11 @@ class Report(unittest.TestCase):
         self.assertEqual((fp["agent_flagged_node_seconds"], fp["agent_flagged_node_seconds_in_systemic_windows"]),
                          (0, 2))
         self.assertTrue(r["verdict"]["checks"]["no_fleet_false_positives"])
+        # The ranks of one synchronous job all slow with the slow one: a flag on a waiting
+        # rank stays a false positive, however far their rate moved.
+        fp = e2e.build_report({**run, "sync": True})["false_positives"]
+        self.assertEqual(fp["systemic_windows"], [])
+        self.assertEqual((fp["fleet_flagged_samples"], fp["agent_flagged_node_seconds"]), (4, 2))
         # The same flags outside a systemic window are false positives.
         run["rates"] = {n: [(float(t), 50.0) for t in range(100)] for n in nodes}
         fp = e2e.build_report(run)["false_positives"]
