@@ -12,14 +12,19 @@
 #   overhead  the cost of an empty entry-only uprobe, of an uprobe + uretprobe pair and
 #             of the agent's probes on the fake libraries of agent/tests/c, on this host
 #             (agent/bench/overhead.sh; needs cc)                                 ~1.5 min
-#   e2e       the end-to-end harness (scripts/gpu-e2e.sh): six PyTorch nodes, one stall,
-#             contention and a stop, with the overhead figures                       ~8 min
+#   steps     step and launch times of PyTorch loops without and with one agent, its RSS
+#             by mapping and its probe state (scripts/gpu-e2e.sh --overhead-only)   ~3.5 min
+#   e2e       the end-to-end harness (scripts/gpu-e2e.sh --skip-overhead): six PyTorch
+#             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
+#
+# A 15-minute GPU session fits `facts rss overhead steps` in one call and `e2e` in the
+# next (with `layers` too when time is left).
 #
 # Binaries (default target/release/...): INGERO_AGENT_BIN, INGERO_FLEET_BIN, and for
 # `overhead` ATTACH_EMPTY_BIN, BPF_STATS_BIN (`cargo build --release -p ingero-agent
 # --examples`). PYTHON: an interpreter with torch (default /opt/torch/.venv/bin/python3 when
 # it exists, else python3). E2E_HEALTHY (150), E2E_INJECT (20), E2E_RECOVER (24),
-# E2E_INJECTIONS (stall,contention,stop) shorten or widen the harness's timeline.
+# E2E_INJECTIONS (stall,stop,contention) shorten or widen the harness's timeline.
 # Everything lands in OUT (default /tmp/gpu-check): OUT/<stage>.log and OUT/<stage>/.
 # A stage that fails is reported and the next one runs; the exit status is 1 if any failed.
 set -uo pipefail
@@ -39,12 +44,12 @@ export PYTHONUNBUFFERED=1
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(facts rss layers overhead e2e)
+[ ${#stages[@]} -gt 0 ] || stages=(facts rss layers overhead steps e2e)
 for s in "${stages[@]}"; do
   case "$s" in
-    facts | rss | layers | overhead | e2e) ;;
+    facts | rss | layers | overhead | steps | e2e) ;;
     -h | --help) usage; exit 0 ;;
-    *) echo "gpu-check: unknown stage '$s' (facts rss layers overhead e2e)" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown stage '$s' (facts rss layers overhead steps e2e)" >&2; exit 2 ;;
   esac
 done
 if [ "$(id -u)" != 0 ]; then
@@ -94,10 +99,16 @@ stage_overhead() {
     "$root/agent/bench/overhead.sh"
 }
 
+stage_steps() {
+  "$here/gpu-e2e.sh" --python "$PYTHON" --out "$OUT/steps" --overhead-only
+}
+
+# The stop before contention: contention slows every node, and what follows it is judged
+# against the fleet it leaves behind.
 stage_e2e() {
-  "$here/gpu-e2e.sh" --python "$PYTHON" --out "$OUT/e2e" --push-interval 2 \
+  "$here/gpu-e2e.sh" --python "$PYTHON" --out "$OUT/e2e" --skip-overhead --push-interval 2 \
     --healthy "${E2E_HEALTHY:-150}" --inject "${E2E_INJECT:-20}" --recover "${E2E_RECOVER:-24}" \
-    --injections "${E2E_INJECTIONS:-stall,contention,stop}"
+    --injections "${E2E_INJECTIONS:-stall,stop,contention}"
 }
 
 failed=()

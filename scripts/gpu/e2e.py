@@ -73,6 +73,8 @@ def parse_args(argv):
                    help="extra agent flag (repeatable), e.g. --agent-arg=--probe-library-root=/opt/torch")
     p.add_argument("--overhead-launches", type=int, default=200000)
     p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--overhead-only", action="store_true",
+                   help="measure the overhead figures and stop (no nodes, no Fleet)")
     p.add_argument("--dry-run", action="store_true", help="synthetic agents, no GPU")
     p.add_argument("--fake", action="store_true",
                    help="C workloads on the fake CUDA/NCCL libraries, real eBPF agents (root, no GPU)")
@@ -117,6 +119,8 @@ def parse_args(argv):
         errors.append(f"--slowdown must be in (0, 1), got {a.slowdown}")
     if a.fake and a.dry_run:
         errors.append("--fake and --dry-run exclude each other")
+    if a.overhead_only and (a.dry_run or a.fake or a.skip_overhead):
+        errors.append("--overhead-only needs a GPU run (not --dry-run, --fake or --skip-overhead)")
     if a.sync and not a.fake:
         errors.append("--sync needs --fake (one GPU cannot run a multi-rank NCCL job)")
     if a.fake and "contention" in a.injections:
@@ -407,7 +411,8 @@ def verdict(injections, fp, idle_while_running, ovh, budget_detect, budget_recov
     intervals; a stopped node flagged or IDLE within the detection budget and back within
     the recovery budget; no IDLE while kernels ran; the overhead targets when measured.
     Contention loads every node of a shared GPU: reported, not judged."""
-    checks = {
+    # Without nodes (--overhead-only) there is nothing to judge but the overhead.
+    checks = {} if fp.get("healthy_node_seconds") == 0 and not injections else {
         "no_agent_false_positives": fp["agent_flagged_node_seconds"] == 0,
         "no_fleet_false_positives": fp["fleet_flagged_samples"] == 0,
         "no_idle_while_running": not idle_while_running,
@@ -650,6 +655,14 @@ def run(a):
     fake_workload = build_fakes(os.path.join(a.out, "fake")) if a.fake else None
     machine = machine_info(a)
     ovh = overhead(a, a.out)
+    if a.overhead_only:
+        meta = {"t0": time.time(), "push_interval": a.push_interval, "signal_window": a.signal_window,
+                "sync": False, "warm": 0.0, "windows": [], "end": 0.0, "victim": None, "nodes": [],
+                "overhead": ovh, "machine": machine}
+        with open(os.path.join(a.out, "run.json"), "w") as f:
+            json.dump(meta, f)
+        open(os.path.join(a.out, "diag.ndjson"), "w").close()
+        return report_from_dir(a.out)
     otlp, agent_ep, admin, prom = free_port(), free_port(), free_port(), free_port()
     cfg = os.path.join(a.out, "fleet.yaml")
     with open(cfg, "w") as f:

@@ -72,6 +72,11 @@ class Args(unittest.TestCase):
         self.assertEqual(e2e.synthetic_script(windows, 0.3, 1.0),
                          "0s:1.0,14000ms:0.7,19000ms:1.0,31000ms:0.0,36000ms:1.0")
 
+    def test_overhead_only_is_for_gpu_runs(self):
+        self.assertTrue(e2e.parse_args(["--overhead-only"]).overhead_only)
+        for other in ("--fake", "--dry-run", "--skip-overhead"):
+            self.rejects(["--overhead-only", other], ["--overhead-only needs a GPU run"])
+
     def test_injections_are_spaced_beyond_the_clear_hold_off(self):
         # Fleet's classifier clears at once only an episode that began 10 unflagged ticks
         # after the previous clear: injections closer than that would measure flapping.
@@ -141,6 +146,20 @@ class Report(unittest.TestCase):
         ovh.update(ratio_median={"matmul_ms_per_step": 1.004, "transformer_ms_per_step": 1.019},
                    agent_rss_idle_bytes=29_000_000)
         self.assertTrue(e2e.verdict([], fp, [], ovh, 6.0, 4.0)["pass"])
+
+    def test_an_overhead_only_run_is_judged_on_the_overhead_alone(self):
+        ovh = {"ratio_median": {"ns_per_launch": 1.4, "matmul_ms_per_step": 0.997,
+                                "transformer_ms_per_step": 1.074},
+               "agent_rss_idle_bytes": 54_677_504, "probe_totals": {"ringbuf_full": 0}}
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "run.json"), "w") as f:
+                json.dump({"t0": T0, "push_interval": 2.0, "warm": 0.0, "end": 0.0, "victim": None,
+                           "nodes": [], "windows": [], "overhead": ovh}, f)
+            open(os.path.join(d, "diag.ndjson"), "w").close()
+            v = e2e.report_from_dir(d)["verdict"]
+        self.assertEqual(sorted(v["checks"]), ["overhead_matmul_ms_per_step", "overhead_no_ring_drops",
+                                               "overhead_rss_idle", "overhead_transformer_ms_per_step"])
+        self.assertEqual(v["failed"], ["overhead_rss_idle", "overhead_transformer_ms_per_step"])
 
     def test_rss_by_mapping_reads_this_process(self):
         m = e2e.rss_by_mapping(os.getpid())
