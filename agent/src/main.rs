@@ -295,6 +295,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut probe_handle = None;
+    let mut nvml = None;
     let (source, nccl, gpu): (Box<dyn SignalSource>, _, _) = if cfg.synthetic.enabled {
         let script = SyntheticScript::load(&cfg.synthetic.script)
             .map_err(|e| format!("synthetic.script: {e}"))?;
@@ -311,13 +312,12 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     } else {
         let started = probes::start(&cfg, rx.clone()).map_err(|e| e.to_string())?;
         probe_handle = Some(started.handle);
+        nvml = started.nvml;
         (Box::new(started.source), started.nccl, started.gpu)
     };
     let built = setup::build(&cfg, clock.clone(), source, nccl, gpu).map_err(|e| e.to_string())?;
     let mut agent = built.agent;
-    if !cfg.synthetic.enabled
-        && let Some(nvml) = ingero_agent::signals::nvml::Nvml::load()
-    {
+    if let Some(nvml) = nvml {
         agent.set_gpu_activity(Box::new(move || nvml.gpu_utilization()));
     }
     agent.restore_baseline(cfg.fleet.persist_stale_age);

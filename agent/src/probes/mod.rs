@@ -202,6 +202,8 @@ pub struct Started {
     pub nccl: Option<NcclOutbox>,
     pub gpu: Option<GpuInfo>,
     pub handle: ProbeHandle,
+    /// NVML, when the driver is there (shared with `source`).
+    pub nvml: Option<Arc<Nvml>>,
 }
 
 /// Check privileges, load the objects and start the probe thread, from the agent config.
@@ -211,8 +213,9 @@ pub fn start(
 ) -> Result<Started, ProbeError> {
     caps::check_self().map_err(ProbeError::Privileges)?;
     let opts = ProbeOptions::from_config(cfg)?;
-    let nvml = Nvml::load();
-    let gpu = nvml.as_ref().and_then(Nvml::gpu_info);
+    // One NVML for the whole agent: memory headroom here, utilization for IDLE (main).
+    let nvml = Nvml::load().map(Arc::new);
+    let gpu = nvml.as_deref().and_then(Nvml::gpu_info);
     let gpus = if cfg.health.num_gpus > 0 {
         cfg.health.num_gpus
     } else {
@@ -228,7 +231,8 @@ pub fn start(
     };
     let handle = spawn(opts, shared.clone(), sender)?;
     Ok(Started {
-        source: EbpfSource::new(shared, cfg.health.signal_window, gpus, nvml),
+        source: EbpfSource::new(shared, cfg.health.signal_window, gpus, nvml.clone()),
+        nvml,
         nccl: outbox,
         gpu,
         handle,

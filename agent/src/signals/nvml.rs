@@ -168,3 +168,6 @@ impl Drop for Nvml {
 
 // SAFETY: NVML's API is thread-safe (documented in nvml.h); the handles are opaque.
 unsafe impl Send for Nvml {}
+// SAFETY: as above: every method takes `&self` and only calls NVML, which may be called
+// from several threads at once.
+unsafe impl Sync for Nvml {}

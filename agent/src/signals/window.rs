@@ -270,7 +270,7 @@ pub struct EbpfSource {
     shared: Arc<SharedWindow>,
     window: Window,
     gpus: u32,
-    nvml: Option<Nvml>,
+    nvml: Option<Arc<Nvml>>,
     cpu: CpuReader,
     stall: StallTracker,
     cgroups: CgroupHashCache,
@@ -278,7 +278,12 @@ pub struct EbpfSource {
 
 impl EbpfSource {
     /// `gpus`: the divisor of the compute signal (config value, else NVML's count, else 1).
-    pub fn new(shared: Arc<SharedWindow>, window: Duration, gpus: u32, nvml: Option<Nvml>) -> Self {
+    pub fn new(
+        shared: Arc<SharedWindow>,
+        window: Duration,
+        gpus: u32,
+        nvml: Option<Arc<Nvml>>,
+    ) -> Self {
         let mut cpu = CpuReader::new();
         let _ = cpu.read();
         EbpfSource {
@@ -318,7 +323,7 @@ impl SignalSource for EbpfSource {
         let (in_window, rate, compute) = self.window.read(self.gpus);
         let memory = self
             .nvml
-            .as_ref()
+            .as_deref()
             .and_then(Nvml::memory_headroom)
             .or_else(host_memory_headroom)
             .ok_or_else(|| CollectError("no memory reading (NVML and /proc/meminfo)".into()))?;
