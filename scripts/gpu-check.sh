@@ -83,8 +83,8 @@ stage_rss() {
     local pid=$!
     sleep 4
     echo "== $label: $(grep -E '^(VmRSS|Threads)' "/proc/$pid/status" | tr -s ' \t' ' ' | paste -sd ' ')"
-    awk '/^[0-9a-f]+-[0-9a-f]+ / {n = ($6 == "" ? "[anon]" : $6)} /^Rss:/ {r[n] += $2}
-         END {for (k in r) print r[k], k}' "/proc/$pid/smaps" | sort -rn | head -8
+    python3 -c 'import json, sys; sys.path.insert(0, sys.argv[1]); import e2e
+print(json.dumps(e2e.rss_by_mapping(int(sys.argv[2]), top=8), indent=0))' "$here/gpu" "$pid"
     kill -INT "$pid"
     wait "$pid"
   done

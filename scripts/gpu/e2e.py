@@ -41,6 +41,8 @@ import threading
 import time
 import urllib.request
 
+import layers  # scripts/gpu/layers.py: the /metrics scraper
+
 INJECTIONS = ("stall", "contention", "stop")
 # Gap between injections, in push intervals: the classifier's clear hold-off (10 ticks),
 # one tick for the clear itself and one for the next detection.
@@ -560,15 +562,10 @@ PROBE_METRICS = ("ingero_agent_runtime_launch_probes", "ingero_agent_runtime_lau
 def agent_probe_metrics(addr):
     """{series: value} of the agent's probe metrics from its /metrics, or {"error": ...}."""
     try:
-        text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=2).read().decode()
+        series = layers.scrape(f"http://{addr}/metrics")
     except OSError as e:
         return {"error": str(e)[:200]}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(PROBE_METRICS):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
+    return {k: v for k, v in series.items() if k.startswith(PROBE_METRICS)}
 
 
 def machine_info(a):
