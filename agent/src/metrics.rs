@@ -30,7 +30,7 @@ pub const PER_CGROUP_SUMS: [&str; 3] = [
 /// The straggler-event push (spec 1.5).
 pub const STRAGGLER_EVENT: &str = metric::STRAGGLER_EVENT;
 
-/// NCCL collective points (spec 5.3); barrier wait only when a stream synchronize follows.
+/// NCCL collective points (spec 5.3); barrier wait when a synchronize of the process follows.
 pub const NCCL: [&str; 3] = [
     metric::NCCL_DURATION_MS,
     metric::NCCL_BYTES,

@@ -905,5 +905,45 @@ fn nccl_probes_capture_ranks_hashes_and_sequence_numbers() {
     }
     r0.finish();
     r1.finish();
+
+    // PyTorch's way of waiting (the host never synchronizes the NCCL stream): five steps of
+    // three all-reduces followed by a synchronize of the compute stream made to wait for
+    // them, then five of one all-reduce and a device synchronize. Each synchronize is the
+    // barrier of the first collective before it, once.
+    let mut ddp = Workload::spawn(&fakes.workload, &["nccl-ddp", "5"]);
+    ddp.go();
+    let ddp_hash = fold_unique_id(&[0x17u8; 128]);
+    let mut points = Vec::new();
+    wait_until(Duration::from_secs(5), || {
+        points.extend(
+            p.outbox
+                .drain()
+                .into_iter()
+                .filter(|pt| pt.comm_id_hash == ddp_hash),
+        );
+        points.len() >= 20
+    });
+    points.sort_by_key(|pt| pt.op_seq);
+    assert_eq!(
+        points.iter().map(|pt| pt.op_seq).collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<u64>>(),
+        "20 all-reduces"
+    );
+    for pt in &points {
+        let (first_of_step, min_ms) = if pt.op_seq <= 15 {
+            ((pt.op_seq - 1) % 3 == 0, 2)
+        } else {
+            (true, 3)
+        };
+        match pt.barrier_wait_ns {
+            Some(w) if first_of_step => in_bounds(w, min_ms),
+            None if !first_of_step => {}
+            other => panic!(
+                "all-reduce {} (first of its step: {first_of_step}): barrier {other:?}",
+                pt.op_seq
+            ),
+        }
+    }
+    ddp.finish();
     p.handle.stop();
 }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use parking_lot::Mutex;
 
-use self::correlate::BarrierCorrelator;
+use self::correlate::{BarrierCorrelator, SyncCall};
 use self::discovery::FileId;
 use self::loader::{BpfObject, Filters, Link, LoadError, ProbeSpec};
 use self::runtime_launch::{Calibration, Verdict};
@@ -505,9 +505,13 @@ impl Worker {
                 }
             }
             for e in cuda_buf.iter() {
-                if e.op == cuda_op::STREAM_SYNC {
-                    self.correlator
-                        .on_sync(e.pid, e.stream, e.timestamp_ns, e.duration_ns);
+                if e.op == cuda_op::STREAM_SYNC || e.op == cuda_op::DEVICE_SYNC {
+                    self.correlator.on_sync(SyncCall {
+                        pid: e.pid,
+                        tid: e.tid,
+                        start: e.timestamp_ns,
+                        duration: e.duration_ns,
+                    });
                 }
                 to_tap(ProbeEvent::Cuda(*e));
             }

@@ -105,21 +105,85 @@ API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, cudaStre
 	return 0;
 }
 
-/* Defined by the fake libnccl when it is loaded: waits for a pending cross-process
- * all-reduce on the stream (FAKE_NCCL_BARRIER). */
+/* Defined by the fake libnccl when it is loaded: wait for a pending cross-process
+ * all-reduce on the stream, or on any stream (FAKE_NCCL_BARRIER). */
 void fake_nccl_stream_wait(cudaStream_t) __attribute__((weak));
+void fake_nccl_wait_all(void) __attribute__((weak));
+
+/* GPU-side dependencies, as PyTorch makes them after a collective: an event recorded on
+ * the NCCL stream, and the compute stream waiting for it (cudaStreamWaitEvent), so that a
+ * later synchronize of the compute stream also waits for the collective. No host call
+ * blocks here; the last dependency of each stream is kept. */
+typedef void *cudaEvent_t;
+#define MAX_DEPS 8
+static struct {
+	cudaEvent_t event;
+	cudaStream_t recorded_on;
+} events[MAX_DEPS];
+static struct {
+	cudaStream_t stream, waits_for;
+} deps[MAX_DEPS];
+
+API int cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
+{
+	int free_slot = -1;
+	for (int i = 0; i < MAX_DEPS; i++) {
+		if (events[i].event == ev) {
+			events[i].recorded_on = s;
+			return 0;
+		}
+		if (!events[i].event && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		return 2; /* cudaErrorMemoryAllocation */
+	events[free_slot].event = ev;
+	events[free_slot].recorded_on = s;
+	return 0;
+}
+
+API int cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
+{
+	cudaStream_t on = NULL;
+	int free_slot = -1;
+	sink += flags;
+	for (int i = 0; i < MAX_DEPS; i++)
+		if (events[i].event == ev)
+			on = events[i].recorded_on;
+	if (!on)
+		return 400; /* cudaErrorInvalidResourceHandle */
+	for (int i = 0; i < MAX_DEPS; i++) {
+		if (deps[i].stream == s) {
+			deps[i].waits_for = on;
+			return 0;
+		}
+		if (!deps[i].stream && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		return 2;
+	deps[free_slot].stream = s;
+	deps[free_slot].waits_for = on;
+	return 0;
+}
 
 API int cudaStreamSynchronize(cudaStream_t s)
 {
 	sink += (unsigned long)s;
-	if (fake_nccl_stream_wait)
+	if (fake_nccl_stream_wait) {
 		fake_nccl_stream_wait(s);
+		for (int i = 0; i < MAX_DEPS; i++)
+			if (deps[i].stream == s)
+				fake_nccl_stream_wait(deps[i].waits_for);
+	}
 	sleep_us(2000);
 	return 0;
 }
 
 API int cudaDeviceSynchronize(void)
 {
+	if (fake_nccl_wait_all)
+		fake_nccl_wait_all();
 	sleep_us(3000);
 	return 0;
 }

@@ -61,12 +61,9 @@ static void barrier_open(int rank, int nranks)
 	close(fd);
 }
 
-/* Called by the fake runtime's stream synchronize: blocks until the last all-reduce enqueued
- * on `stream` by this rank has been enqueued by every rank. */
-API void fake_nccl_stream_wait(cudaStream_t stream)
+/* Blocks until the last all-reduce this rank enqueued has been enqueued by every rank. */
+static void wait_for_every_rank(void)
 {
-	if (!barrier.enqueued || stream != barrier.stream)
-		return;
 	for (;;) {
 		int behind = 0;
 		for (int r = 0; r < barrier.nranks; r++)
@@ -76,6 +73,19 @@ API void fake_nccl_stream_wait(cudaStream_t stream)
 			return;
 		sleep_us(50);
 	}
+}
+
+API void fake_nccl_stream_wait(cudaStream_t stream)
+{
+	if (barrier.enqueued && stream == barrier.stream)
+		wait_for_every_rank();
+}
+
+/* Called by the fake runtime's device synchronize: every stream, so the last all-reduce. */
+API void fake_nccl_wait_all(void)
+{
+	if (barrier.enqueued)
+		wait_for_every_rank();
 }
 
 API int ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)

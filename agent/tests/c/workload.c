@@ -5,6 +5,7 @@
  *   workload cuda
  *   workload layers <mix>     kernel launches through the layers (see run_layers)
  *   workload nccl <rank> <nranks> <id-seed>
+ *   workload nccl-ddp <steps>  data-parallel steps on one rank (see run_nccl_ddp)
  *   workload launches         each line read makes that many cudaLaunchKernel calls, then
  *                             prints "done"; exits at EOF
  *   workload train <secs> <ctl>
@@ -12,8 +13,9 @@
  *                             per step 12 runtime launches and a two-kernel "GEMM" through
  *                             the driver, a stream synchronize (2 ms of "GPU time"); with
  *                             FAKE_NCCL_BARRIER set, an all-reduce with the ranks RANK of
- *                             WORLD_SIZE and a synchronize on its stream (where fast ranks
- *                             wait for the slowest). Control files in <ctl>, read every step:
+ *                             WORLD_SIZE and a synchronize that waits for it (where fast
+ *                             ranks wait for the slowest; FAKE_SYNC_ON: which one, see
+ *                             wait_collective). Control files in <ctl>, read every step:
  *                             stall_ms (a host sleep before the step, a data-loader stall)
  *                             and pause (while it exists, no CUDA call at all). Prints one
  *                             JSON line per second: {"t": unix, "steps_per_s": x}.
@@ -36,6 +38,8 @@ int cudaMemcpy(void *, const void *, size_t, int);
 int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
 int cudaStreamSynchronize(void *);
 int cudaDeviceSynchronize(void);
+int cudaEventRecord(void *, void *);
+int cudaStreamWaitEvent(void *, void *, unsigned);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
 typedef struct { dim3 gridDim, blockDim; size_t dynamicSmemBytes; void *stream; void *attrs; unsigned numAttrs; } cudaLaunchConfig_t;
 int cudaLaunchKernelExC(const cudaLaunchConfig_t *, const void *, void **);
@@ -58,6 +62,31 @@ int ncclRecv(void *, size_t, int, int, ncclComm_t, void *);
 
 #define STREAM ((void *)0xabc0)
 #define NCCL_STREAM ((void *)0x5a)
+#define NCCL_DONE ((void *)0xe1)
+
+/* After a collective, how the host waits for it (FAKE_SYNC_ON in `train`):
+ *   nccl     a synchronize of the NCCL stream itself;
+ *   compute  PyTorch's way: an event recorded on the NCCL stream, the compute stream made to
+ *            wait for it on the GPU, then a synchronize of the compute stream (`.item()`);
+ *   device   a device synchronize (`torch.cuda.synchronize()`). */
+enum sync_on { SYNC_NCCL, SYNC_COMPUTE, SYNC_DEVICE };
+
+static void wait_collective(enum sync_on how)
+{
+	switch (how) {
+	case SYNC_NCCL:
+		cudaStreamSynchronize(NCCL_STREAM);
+		break;
+	case SYNC_COMPUTE:
+		cudaEventRecord(NCCL_DONE, NCCL_STREAM);
+		cudaStreamWaitEvent(STREAM, NCCL_DONE, 0);
+		cudaStreamSynchronize(STREAM);
+		break;
+	case SYNC_DEVICE:
+		cudaDeviceSynchronize();
+		break;
+	}
+}
 
 static void handshake(void)
 {
@@ -178,6 +207,28 @@ static void run_nccl(int rank, int nranks, int seed)
 	ncclCommDestroy(comm);
 }
 
+/* Data-parallel steps on a one-rank communicator: `steps` steps of three all-reduces (the
+ * gradient buckets) then the compute stream's synchronize after it waited for them, then
+ * `steps` steps of one all-reduce and a device synchronize. */
+static void run_nccl_ddp(int steps)
+{
+	static char buf[4096];
+	ncclUniqueId id;
+	ncclComm_t comm;
+	memset(&id, 0x17, sizeof id);
+	ncclCommInitRank(&comm, 1, id, 0);
+	for (int s = 0; s < steps; s++) {
+		for (int b = 0; b < 3; b++)
+			ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
+		wait_collective(SYNC_COMPUTE);
+	}
+	for (int s = 0; s < steps; s++) {
+		ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
+		wait_collective(SYNC_DEVICE);
+	}
+	ncclCommDestroy(comm);
+}
+
 /* Runtime launches on command, as many times as asked. */
 static void run_launches(void)
 {
@@ -237,6 +288,16 @@ static void run_train(double secs, const char *ctl)
 	ncclComm_t comm = NULL;
 	int rank = getenv("RANK") ? atoi(getenv("RANK")) : 0;
 	int world = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 1;
+	const char *on = getenv("FAKE_SYNC_ON");
+	enum sync_on how = SYNC_NCCL;
+	if (on && strcmp(on, "compute") == 0)
+		how = SYNC_COMPUTE;
+	else if (on && strcmp(on, "device") == 0)
+		how = SYNC_DEVICE;
+	else if (on && strcmp(on, "nccl") != 0) {
+		fprintf(stderr, "FAKE_SYNC_ON: nccl, compute or device, not %s\n", on);
+		exit(2);
+	}
 	if (getenv("FAKE_NCCL_BARRIER")) {
 		ncclUniqueId id;
 		memset(&id, 0x2a, sizeof id); /* the same communicator on every rank */
@@ -254,10 +315,17 @@ static void run_train(double secs, const char *ctl)
 			for (int i = 0; i < 12; i++)
 				cudaLaunchKernel((void *)0x1234, grid, block, NULL, 0, STREAM);
 			cublasFakeGemm(2);
-			cudaStreamSynchronize(STREAM);
-			if (comm) {
+			if (!comm) {
+				cudaStreamSynchronize(STREAM);
+			} else if (how == SYNC_NCCL) {
+				cudaStreamSynchronize(STREAM);
 				ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
-				cudaStreamSynchronize(NCCL_STREAM);
+				wait_collective(how);
+			} else {
+				/* The gradients are reduced while the host runs on; it first blocks at
+				 * the synchronize that also waits for them. */
+				ncclAllReduce(buf, buf, 1024, 7, 0, comm, NCCL_STREAM);
+				wait_collective(how);
 			}
 			steps++;
 		}
@@ -293,6 +361,8 @@ int main(int argc, char **argv)
 			return 2;
 	} else if (strcmp(argv[1], "nccl") == 0 && argc == 5)
 		run_nccl(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+	else if (strcmp(argv[1], "nccl-ddp") == 0 && argc == 3)
+		run_nccl_ddp(atoi(argv[2]));
 	else
 		return 2;
 	finish();
