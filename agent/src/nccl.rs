@@ -13,7 +13,9 @@ use parking_lot::Mutex;
 
 use crate::fleet::client::{PushClient, PushKind};
 use crate::fleet::payload::Identity;
-pub use ingero_agent_core::nccl::{NcclPoint, nccl_request, op, op_name, sync_wait_fraction};
+pub use ingero_agent_core::nccl::{
+    NcclPoint, SyncBaselines, nccl_request, op, op_name, sync_wait_fraction,
+};
 
 #[derive(Debug, Default)]
 struct Shared {

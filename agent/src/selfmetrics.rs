@@ -34,6 +34,8 @@ pub const PROBE_DROPPED_TOTAL: &str = "ingero_agent_probe_dropped_total";
 pub const PROBE_LIBRARIES: &str = "ingero_agent_probe_libraries";
 pub const RUNTIME_LAUNCH_PROBES: &str = "ingero_agent_runtime_launch_probes";
 pub const RUNTIME_LAUNCH_CALIBRATION: &str = "ingero_agent_runtime_launch_calibration_launches";
+pub const BARRIER_WAIT_SHARE: &str = "ingero_agent_barrier_wait_share";
+pub const BARRIER_WAITS_TOTAL: &str = "ingero_agent_nccl_barrier_waits_total";
 
 /// `ingero_agent_launches_total{layer}` in the order of `events::launch`'s counters.
 pub const LAUNCH_LAYERS: [&str; 4] = ["runtime", "runtime_graph", "driver", "driver_graph"];
@@ -147,6 +149,20 @@ pub fn render(s: &StatusSnapshot) -> String {
         "Straggler events emitted (every straggler tick and each recovery).",
     );
     let _ = writeln!(o, "{STRAGGLER_EVENTS_TOTAL} {}", s.straggler_events);
+    head(
+        &mut o,
+        BARRIER_WAIT_SHARE,
+        "gauge",
+        "Share of the signal window this node's ranks spent waiting for peers at NCCL barriers (beyond their usual synchronize); the throughput signal is the launch rate divided by 1 - share (at most 0.9). 0 without NCCL.",
+    );
+    let _ = writeln!(o, "{BARRIER_WAIT_SHARE} {}", s.barrier_wait_share);
+    head(
+        &mut o,
+        BARRIER_WAITS_TOTAL,
+        "counter",
+        "NCCL collectives followed by a host synchronize of the same process, whose duration is the collective's barrier wait.",
+    );
+    let _ = writeln!(o, "{BARRIER_WAITS_TOTAL} {}", s.barrier_waits);
     render_probes(&mut o, s);
     o
 }
@@ -287,6 +303,8 @@ mod tests {
             pushes_ok: 11,
             pushes_failed: 1,
             straggler_events: 0,
+            barrier_wait_share: 0.25,
+            barrier_waits: 640,
             probe_counts: crate::status::ProbeCounts {
                 launches: [40, 2, 7, 1, 40],
                 kernel_drops: [3, 0, 0, 0],
@@ -320,6 +338,8 @@ mod tests {
             "ingero_agent_signal{signal=\"memory\"} 0.7\n",
             "ingero_agent_ticks_total 12\n",
             "ingero_agent_pushes_total{result=\"failed\"} 1\n",
+            "ingero_agent_barrier_wait_share 0.25\n",
+            "ingero_agent_nccl_barrier_waits_total 640\n",
             "ingero_agent_launches_total{layer=\"runtime\"} 40\n",
             "ingero_agent_launches_total{layer=\"runtime_graph\"} 2\n",
             "ingero_agent_launches_total{layer=\"driver\"} 7\n",

@@ -40,6 +40,11 @@ pub struct StatusSnapshot {
     pub probe_counts: ProbeCounts,
     pub nccl_points: u64,
     pub nccl_dropped: u64,
+    /// Share of the signal window the node's ranks spent waiting for peers at NCCL
+    /// barriers, as the last tick's throughput correction used it.
+    pub barrier_wait_share: f64,
+    /// NCCL collectives with a measured barrier wait, since start.
+    pub barrier_waits: u64,
     pub updated_at: Timestamp,
 }
 

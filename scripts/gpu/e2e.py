@@ -44,6 +44,8 @@ import urllib.request
 import layers  # scripts/gpu/layers.py: the /metrics scraper
 
 INJECTIONS = ("stall", "contention", "stop")
+# With --sync: the synchronize after the all-reduce (FAKE_SYNC_ON of tests/c/workload.c).
+SYNC_ON = ("nccl", "compute", "device")
 # Gap between injections, in push intervals: the classifier's clear hold-off (10 ticks),
 # one tick for the clear itself and one for the next detection.
 RECOVER_INTERVALS = 12
@@ -82,6 +84,10 @@ def parse_args(argv):
                    help="C workloads on the fake CUDA/NCCL libraries, real eBPF agents (root, no GPU)")
     p.add_argument("--sync", action="store_true",
                    help="with --fake: the workloads are the ranks of one synchronous job")
+    p.add_argument("--sync-on", choices=SYNC_ON, default=None,
+                   help="with --sync: how a rank waits for the all-reduce: a synchronize of the "
+                        "NCCL stream (nccl, the default), of the compute stream made to wait for "
+                        "it as PyTorch does (compute), or of the device (device)")
     p.add_argument("--check", nargs="?", const="all", default=None, metavar="CHECKS",
                    help="exit 1 when the verdict fails; with a comma-separated list of check "
                         "names, when one of those fails")
@@ -127,6 +133,9 @@ def parse_args(argv):
         errors.append("--sync needs --fake (one GPU cannot run a multi-rank NCCL job)")
     if a.fake and "contention" in a.injections:
         errors.append("--fake has no GPU to contend for: leave contention out of --injections")
+    if a.sync_on and not a.sync:
+        errors.append("--sync-on needs --sync")
+    a.sync_on = a.sync_on or SYNC_ON[0]
     if a.sync and [x for x in a.injections if x != "stall"]:
         errors.append("--sync injects stall only (a stopped rank stops the whole job)")
     if errors:
@@ -570,6 +579,8 @@ def agent_probe_metrics(addr):
 
 def machine_info(a):
     info = {"dry_run": a.dry_run, "fake": a.fake, "sync": a.sync}
+    if a.sync:
+        info["sync_on"] = a.sync_on
     if a.dry_run:
         return info
     if a.fake:
@@ -695,6 +706,7 @@ service: {{extensions: [ingero_threshold], pipelines: {{metrics: {{receivers: [o
             env = {**os.environ, "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": str(len(nodes))}
             if a.sync:
                 env["FAKE_NCCL_BARRIER"] = barrier
+                env["FAKE_SYNC_ON"] = a.sync_on
             argv = [fake_workload, "train", str(end + 30), ctl[n]] if a.fake else [a.python, w, "train", str(end + 30), ctl[n]]
             workloads[n] = procs.start(argv, os.path.join(a.out, f"workload-{n}.log"), env=env)
         time.sleep(1 if a.fake else 5)  # CUDA initialisation before the agents look for the libraries

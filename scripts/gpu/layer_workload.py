@@ -12,6 +12,7 @@ and waits for "exit". LAYER is one of:
   triton  a Triton add kernel (Triton launches through the driver)
   graph   a CUDA graph of 10 add_ kernels replayed (cudaGraphLaunch)
   nccl    all_reduce of 1 MiB in a one-rank NCCL group
+  nccl_item  the same, then `.item()` of one element (the barrier wait of a training step)
 """
 import json
 import os
@@ -64,7 +65,7 @@ def build(layer):
             for _ in range(10):
                 x.add_(1)
         return g.replay, 10
-    if layer == "nccl":
+    if layer in ("nccl", "nccl_item"):
         import torch.distributed as dist
 
         with socket.socket() as sk:
@@ -75,6 +76,10 @@ def build(layer):
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
         t = torch.ones(256 * 1024, device="cuda")
+        if layer == "nccl_item":
+            # As a training step waits for its gradients: the host blocks at the next
+            # `.item()`, a synchronize of the compute stream, never of NCCL's.
+            return (lambda: (dist.all_reduce(t), t[0].item())), None
         return (lambda: dist.all_reduce(t)), None
     sys.exit(f"unknown layer {layer!r}")
 
@@ -98,7 +103,7 @@ def main():
     torch.cuda.synchronize()
     print(json.dumps({"seconds": round(time.perf_counter() - t, 4), "kernels_per_op": kernels}), flush=True)
     sys.stdin.readline()
-    if layer == "nccl":
+    if layer in ("nccl", "nccl_item"):
         import torch.distributed as dist
         dist.destroy_process_group()
 

@@ -29,7 +29,7 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LAYERS = ("eager", "cublas", "cudnn", "triton", "graph", "nccl")
+LAYERS = ("eager", "cublas", "cudnn", "triton", "graph", "nccl", "nccl_item")
 
 
 def free_port():
@@ -62,6 +62,8 @@ def counters(m):
         "nccl_events": pick('ingero_agent_probe_events_total{library="nccl"}'),
         "dropped": sum(v for k, v in m.items() if k.startswith("ingero_agent_probe_dropped_total")),
         "libraries": pick("ingero_agent_probe_libraries"),
+        # Collectives whose barrier wait was measured (nccl_item: one per all-reduce).
+        "barrier_waits": pick("ingero_agent_nccl_barrier_waits_total"),
     }
 
 
@@ -154,6 +156,8 @@ def main():
                               "--fleet-persist-path", os.path.join(a.out, "layers.json.state"),
                               "--metrics-listen", f"127.0.0.1:{port}", "--libnccl-discovery-interval", "1s",
                               "--runtime-launch-probes", "always",
+                              # Barrier waits are counted at the tick: one a second.
+                              "--fleet-push-interval", "1s",
                               *a.agent_arg], stdout=log, stderr=subprocess.STDOUT)
     report = {"layers": [], "rate": None}
     try:

@@ -159,6 +159,85 @@ pub fn sync_wait_fraction(points: &[NcclPoint], elapsed: std::time::Duration) ->
     (wait as f64 / (span * ranks.len().max(1) as f64)).clamp(0.0, 1.0)
 }
 
+/// Time constant with which a rank's baseline synchronize follows shorter ones.
+pub const SYNC_BASELINE_DOWN: std::time::Duration = std::time::Duration::from_secs(1);
+/// Time constant with which it follows longer ones: a slowdown elsewhere that lasts minutes
+/// stays a wait (the throughput reference drifts on the same scale).
+pub const SYNC_BASELINE_UP: std::time::Duration = std::time::Duration::from_secs(600);
+/// Most ranks (communicator, rank) tracked; beyond, the oldest is forgotten.
+pub const MAX_SYNC_BASELINES: usize = 256;
+
+/// The part of each barrier wait that is waiting for peers.
+///
+/// The synchronize after a collective also waits for the rank's own GPU work: in a
+/// GPU-bound loop the host spends most of each step there (PyTorch's `.item()`), so the raw
+/// `barrier_wait_ns` is a large share of every healthy interval, and the throughput
+/// correction `1 / (1 - share)` would amplify its noise (or hit its cap and stop
+/// correcting). What a slow peer adds is the excess over what the same rank's synchronize
+/// takes when nobody is late. Per (communicator, rank) this tracks that baseline: a low
+/// quantile of the waits, following shorter ones within about a second and longer ones over
+/// ten minutes, and replaces each wait with its excess over the baseline before the
+/// sample. In a steady job the excess is about 0; when a peer stalls `s` per step, the
+/// waiting ranks' excess is `s` per step and `rate / (1 - share)` gives back their rate
+/// exactly, while the slow rank, whose synchronize does not grow, gets no correction.
+#[derive(Debug, Default)]
+pub struct SyncBaselines {
+    ranks: Vec<SyncBaseline>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SyncBaseline {
+    comm: u64,
+    rank: u32,
+    base_ns: f64,
+    last: Timestamp,
+}
+
+impl SyncBaselines {
+    /// The point with `barrier_wait_ns` replaced by its excess over the rank's baseline
+    /// (points without a wait unchanged); learns from the wait.
+    pub fn excess(&mut self, mut p: NcclPoint) -> NcclPoint {
+        let Some(wait) = p.barrier_wait_ns else {
+            return p;
+        };
+        let w = wait as f64;
+        let i = match self
+            .ranks
+            .iter()
+            .position(|b| b.comm == p.comm_id_hash && b.rank == p.rank)
+        {
+            Some(i) => i,
+            None => {
+                if self.ranks.len() >= MAX_SYNC_BASELINES {
+                    let oldest = (0..self.ranks.len())
+                        .min_by_key(|&i| self.ranks[i].last)
+                        .unwrap_or(0);
+                    self.ranks.swap_remove(oldest);
+                }
+                self.ranks.push(SyncBaseline {
+                    comm: p.comm_id_hash,
+                    rank: p.rank,
+                    base_ns: w,
+                    last: p.time,
+                });
+                self.ranks.len() - 1
+            }
+        };
+        let b = &mut self.ranks[i];
+        let excess = (w - b.base_ns).max(0.0);
+        let dt = p.time.since(b.last).as_secs_f64();
+        let tau = if w < b.base_ns {
+            SYNC_BASELINE_DOWN
+        } else {
+            SYNC_BASELINE_UP
+        };
+        b.base_ns += (w - b.base_ns) * (dt / tau.as_secs_f64()).min(1.0);
+        b.last = b.last.max(p.time);
+        p.barrier_wait_ns = Some(excess as u64);
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +265,70 @@ mod tests {
         assert_eq!(sync_wait_fraction(&[at(0, 2, Some(5_000))], sec), 1.0);
         assert_eq!(sync_wait_fraction(&one, Duration::ZERO), 0.0);
     }
+    /// A rank's synchronizes every 2 ms from `t0_ms`, each `wait_ms`; the excesses.
+    fn waits(
+        b: &mut SyncBaselines,
+        rank: u32,
+        t0_ms: u64,
+        n: u64,
+        wait_ms: impl Fn(u64) -> f64,
+    ) -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                let pt = NcclPoint {
+                    time: Timestamp::from_nanos((t0_ms + 2 * i) * 1_000_000),
+                    rank,
+                    barrier_wait_ns: Some((wait_ms(i) * 1e6) as u64),
+                    ..p(op::ALL_REDUCE, i + 1)
+                };
+                b.excess(pt).barrier_wait_ns.unwrap() as f64 / 1e6
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_excess_wait_is_what_a_late_peer_adds_to_the_synchronize() {
+        let mut b = SyncBaselines::default();
+        // Healthy: a 1.8-2.2 ms synchronize (own GPU work) every step for 10 s.
+        let jitter = |i: u64| 1.8 + 0.4 * ((i * 7919) % 100) as f64 / 100.0;
+        let healthy = waits(&mut b, 0, 0, 5000, jitter);
+        let late: Vec<f64> = healthy[2500..].to_vec();
+        let mean = late.iter().sum::<f64>() / late.len() as f64;
+        assert!(
+            mean < 0.3,
+            "healthy excess {mean} ms of a ~2 ms synchronize"
+        );
+        // A peer stalls 1 ms per step for 5 minutes: the excess stays about 1 ms.
+        let stalled = waits(&mut b, 0, 10_000, 150_000, |i| jitter(i) + 1.0);
+        let first = stalled[..500].iter().sum::<f64>() / 500.0;
+        let last = stalled[149_500..].iter().sum::<f64>() / 500.0;
+        assert!(
+            (first - 1.0).abs() < 0.35,
+            "first second of the stall: {first}"
+        );
+        assert!(
+            last > 0.5,
+            "after 5 minutes the wait is still most of the stall: {last}"
+        );
+        // Another rank is tracked on its own: its first wait is its baseline.
+        assert_eq!(waits(&mut b, 1, 310_000, 1, |_| 9.0), vec![0.0]);
+    }
+
+    #[test]
+    fn one_short_synchronize_does_not_reset_the_baseline() {
+        let mut b = SyncBaselines::default();
+        waits(&mut b, 0, 0, 1000, |_| 2.0);
+        // One unrelated 10 µs synchronize, then the usual ones.
+        let after = waits(&mut b, 0, 2000, 100, |i| if i == 0 { 0.01 } else { 2.0 });
+        assert!(
+            after[1..].iter().all(|&x| x < 0.05),
+            "the baseline barely moved: {after:?}"
+        );
+        // Points without a wait pass unchanged.
+        let none = p(op::ALL_REDUCE, 1);
+        assert_eq!(b.excess(none), none);
+    }
+
     fn p(op: u8, seq: u64) -> NcclPoint {
         NcclPoint {
             time: Timestamp::from_nanos(1_779_185_472_000_000_000),
