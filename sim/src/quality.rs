@@ -205,6 +205,16 @@ fn fp_cells(r: &Report) -> String {
     )
 }
 
+/// Scale and seed of the heavy-tailed false-positive row (Student-t, 3 degrees of freedom).
+const HEAVY_SCALE: f64 = 0.007;
+const HEAVY_SEED: u64 = 12;
+
+/// P(T <= t) for Student's t with 3 degrees of freedom (closed form).
+fn student_t3_cdf(t: f64) -> f64 {
+    let x = t / 3f64.sqrt();
+    0.5 + (x / (1.0 + x * x) + x.atan()) / std::f64::consts::PI
+}
+
 /// Everything the published table needs, measured.
 #[derive(Debug, Default)]
 pub struct Quality {
@@ -292,15 +302,17 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
          | noise | nodes | healthy node-ticks (Fleet) | Fleet: FP node-ticks / per million | agent: FP node-ticks / per million |\n\
          |---|---|---|---|---|"
     );
-    let heavy = "[noise]\nmodel = \"student_t\"\ndf = 3.0\nsigma = 0.007\nbias_sigma = 0.003\n\
-                 dip_probability = 0.005\ndip_depth = [0.02, 0.05]\n";
+    let heavy = format!(
+        "[noise]\nmodel = \"student_t\"\ndf = 3.0\nsigma = {HEAVY_SCALE}\nbias_sigma = 0.003\n\
+         dip_probability = 0.005\ndip_depth = [0.02, 0.05]\n"
+    );
     let warm = format!("{NOISE}warmup = \"5m\"\nwarmup_depth = 0.05\n");
     for (label, noise, seed) in [
         ("standard, 5 % warm-up ramp over 5 min", warm.as_str(), 11),
         (
             "heavy tails: Student-t df 3, scale 0.7 %, bias, dips",
-            heavy,
-            12,
+            heavy.as_str(),
+            HEAVY_SEED,
         ),
     ] {
         progress(&format!("false positives: {label}"));
@@ -313,8 +325,19 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
         ))?;
         let _ = writeln!(md, "| {label} | 64 | {} |", fp_cells(&r));
         if r.fleet.false_positive_node_ticks > 0 || r.agent.false_positive_node_ticks > 0 {
+            let why = if seed == HEAVY_SEED {
+                // The 15 % goal flags one sample that deep at once; under these tails a
+                // healthy sample is that deep this often, so zero needs a slower rule.
+                format!(
+                    " (not reachable with one-sample detection of a 15 % drop, which the 20 s                      goal needs: a healthy sample 15 % below its mean has probability {:.1e}                      under these tails, {:.0} per million node-ticks)",
+                    student_t3_cdf(-0.15 / HEAVY_SCALE),
+                    1e6 * student_t3_cdf(-0.15 / HEAVY_SCALE)
+                )
+            } else {
+                String::new()
+            };
             q.missed.push(format!(
-                "false positives with {label}: goal 0 in {}",
+                "false positives with {label}: goal 0 in {}{why}",
                 r.fleet.healthy_node_ticks
             ));
         }
@@ -469,4 +492,20 @@ pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, St
         }
     }
     Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_t3_cdf_matches_its_table_values() {
+        assert!((student_t3_cdf(0.0) - 0.5).abs() < 1e-12);
+        // The two-sided 95 % critical value of t with 3 degrees of freedom is 3.182.
+        assert!((student_t3_cdf(3.182) - 0.975).abs() < 1e-4);
+        assert!((student_t3_cdf(-3.182) - 0.025).abs() < 1e-4);
+        // 15 % below the mean at the heavy row's scale: about 1.2e-4.
+        let p = student_t3_cdf(-0.15 / HEAVY_SCALE);
+        assert!((1.0e-4..1.3e-4).contains(&p), "{p}");
+    }
 }
