@@ -535,3 +535,151 @@ fn without_privileges_the_ebpf_mode_says_what_is_missing() {
         "{err}"
     );
 }
+
+/// A value of `/metrics` by its full series name.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// NVML through the real binary in eBPF mode (root), on the fake `libnvidia-ml.so.1` of
+/// `tests/c/fake_nvml.c` found through `LD_LIBRARY_PATH` (two GPUs): the memory signal is
+/// the GPUs' free fraction, read live; the push carries the GPU model and count; NVML
+/// utilization keeps a node whose process makes no CUDA call out of IDLE, and IDLE follows
+/// once the GPU is idle too; NVML is initialised once and shut down once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvml_gives_memory_gpu_info_and_idle_evidence() {
+    if !is_root() {
+        eprintln!("skipping nvml_gives_memory_gpu_info_and_idle_evidence: needs root (eBPF)");
+        return;
+    }
+    let server = TestFleet::start().await;
+    let dir = TempDir::new("nvml");
+    let fakes = native::build_fakes(dir.path());
+    let nvml_dir = native::build_fake_nvml(dir.path());
+    let (nvml_ctl, work_ctl) = (dir.path().join("nvml-ctl"), dir.path().join("work-ctl"));
+    std::fs::create_dir_all(&nvml_ctl).unwrap();
+    std::fs::create_dir_all(&work_ctl).unwrap();
+    std::fs::write(nvml_ctl.join("free_pct"), "25").unwrap();
+    let nvml_log = dir.path().join("nvml.log");
+    let mut work = Command::new(&fakes.workload)
+        .args(["train", "120", work_ctl.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let persist = dir.path().join("baseline.json");
+    let (pid, url) = (work.id().to_string(), server.url());
+    let mut child = Command::new(BIN)
+        .args([
+            "--pid",
+            &pid,
+            "--probe-library-root",
+            dir.path().to_str().unwrap(),
+            "--no-nccl",
+            "--warmup-samples",
+            "2",
+            "--fleet-push-interval",
+            "1s",
+            "--signal-window",
+            "1s",
+            "--fleet-endpoint",
+            &url,
+            "--fleet-cluster-id",
+            "g",
+            "--fleet-node-id",
+            "gpu-node",
+            "--fleet-provider",
+            "none",
+            "--fleet-persist-path",
+            persist.to_str().unwrap(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info")
+        .env("LD_LIBRARY_PATH", &nvml_dir)
+        .env("FAKE_NVML_CTL", &nvml_ctl)
+        .env("FAKE_NVML_LOG", &nvml_log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = listen_address(&mut child).expect("the agent logs its metrics address");
+    let metrics = || http_get(addr.clone(), "/metrics");
+    let state = |text: &str| {
+        ["calibrating", "active", "idle", "stale"]
+            .into_iter()
+            .find(|s| {
+                series(text, &format!("ingero_agent_node_state{{state=\"{s}\"}}")) == Some(1.0)
+            })
+    };
+    let memory = "ingero_agent_signal{signal=\"memory\"}";
+
+    // Active on the workload's launches; memory is the GPUs' free fraction.
+    let mut text = String::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) && state(&text) != Some("active") {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        text = metrics().await.1;
+    }
+    assert_eq!(state(&text), Some("active"), "{text}");
+    let m = series(&text, memory).expect("a memory signal");
+    assert!(
+        (m - 0.25).abs() < 1e-6,
+        "memory signal {m}, NVML says 25 % free"
+    );
+    std::fs::write(nvml_ctl.join("free_pct"), "60").unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10)
+        && series(&metrics().await.1, memory).is_none_or(|m| (m - 0.6).abs() > 1e-6)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = series(&metrics().await.1, memory).unwrap();
+    assert!(
+        (m - 0.6).abs() < 1e-6,
+        "memory signal {m} after NVML moved to 60 % free"
+    );
+
+    // The push says which GPUs the node has.
+    let info = server
+        .received()
+        .iter()
+        .find_map(|r| r.metric(metric::NODE_INFO).cloned())
+        .expect("an ingero.node.info point");
+    assert_eq!(info.attrs[attr::GPU_MODEL].str(), "Fake GPU 80GB");
+    assert_eq!(info.attrs[attr::GPU_COUNT].int(), 2);
+
+    // No CUDA call at all, but NVML sees a kernel running: not IDLE (8 ticks, where 3
+    // without evidence make IDLE).
+    std::fs::write(nvml_ctl.join("util_pct"), "70").unwrap();
+    std::fs::write(work_ctl.join("pause"), "").unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(8) {
+        let text = metrics().await.1;
+        assert_eq!(
+            state(&text),
+            Some("active"),
+            "IDLE while NVML saw a kernel:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The GPU goes idle too: IDLE.
+    std::fs::write(nvml_ctl.join("util_pct"), "0").unwrap();
+    let start = Instant::now();
+    let mut idle = false;
+    while start.elapsed() < Duration::from_secs(15) && !idle {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        idle = state(&metrics().await.1) == Some("idle");
+    }
+    assert!(idle, "IDLE once neither the probes nor NVML see work");
+
+    assert!(terminate(&mut child).success());
+    let _ = work.kill();
+    let _ = work.wait();
+    let calls = std::fs::read_to_string(&nvml_log).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["init", "shutdown"],
+        "NVML loaded once for the whole agent and shut down at exit"
+    );
+}

@@ -111,6 +111,26 @@ pub fn build_fakes(dir: &Path) -> Fakes {
     }
 }
 
+/// Compile the fake NVML (`tests/c/fake_nvml.c`) as `dir/nvml/libnvidia-ml.so.1` and return
+/// that directory: put it on `LD_LIBRARY_PATH` and the agent's `dlopen` finds it.
+pub fn build_fake_nvml(dir: &Path) -> PathBuf {
+    let out_dir = dir.join("nvml");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("libnvidia-ml.so.1");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-Wl,-soname,libnvidia-ml.so.1",
+        "-o",
+        out.to_str().unwrap(),
+        c_dir().join("fake_nvml.c").to_str().unwrap(),
+    ]);
+    out_dir
+}
+
 /// A runtime whose `cudaLaunchKernel` reaches the driver through a private entry (not the
 /// exported `cuLaunchKernel`), and a workload linked to it.
 #[derive(Debug)]
