@@ -12,8 +12,9 @@
 #   overhead  the cost of an empty entry-only uprobe, of an uprobe + uretprobe pair and
 #             of the agent's probes on the fake libraries of agent/tests/c, on this host
 #             (agent/bench/overhead.sh; needs cc)                                 ~1.5 min
-#   steps     step and launch times of PyTorch loops without and with one agent, its RSS
-#             by mapping and its probe state (scripts/gpu-e2e.sh --overhead-only)   ~3.5 min
+#   steps     step and launch times of PyTorch loops without an agent, with one, and with
+#             only empty entry-only probes on the driver's launch entries (the floor); the
+#             agent's RSS by mapping and probe state (scripts/gpu-e2e.sh --overhead-only) ~4.5 min
 #   e2e       the end-to-end harness (scripts/gpu-e2e.sh --skip-overhead): six PyTorch
 #             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
 #

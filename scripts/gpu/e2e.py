@@ -76,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--agent-arg", action="append", default=[],
                    help="extra agent flag (repeatable), e.g. --agent-arg=--probe-library-root=/opt/torch")
     p.add_argument("--overhead-launches", type=int, default=200000)
+    p.add_argument("--attach-empty-bin", default=os.environ.get("ATTACH_EMPTY_BIN"),
+                   help="the attach_empty example: the overhead part also measures the loops under "
+                        "empty entry-only probes on the driver's launch entries (the floor)")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--overhead-only", action="store_true",
                    help="measure the overhead figures and stop (no nodes, no Fleet)")
@@ -639,10 +642,18 @@ def overhead(a, out):
     probe_metrics = agent_probe_metrics(metrics)
     procs.stop_all()
     with open(os.path.join(out, "agent-overhead.log")) as f:
-        totals = [v for _, k, v in agent_events(f.read().splitlines(), 0.0) if k == "totals"]
+        lines = f.read().splitlines()
+    totals = [v for _, k, v in agent_events(lines, 0.0) if k == "totals"]
     med = lambda v: sorted(v)[len(v) // 2]
+    floor = probe_floor(a, out, attached_libcuda(lines), measure)
+    if floor.get("steps"):
+        floor["ratio_median"] = {k: round(med(floor["steps"][k]) / med(bare[k]), 4) for k in bare}
+        floor["agent_over_floor"] = {k: round(med(probed[k]) / med(floor["steps"][k]), 4) for k in bare}
     return {"bare": bare, "agent": probed,
             "ratio_median": {k: round(med(probed[k]) / med(bare[k]), 4) for k in bare},
+            # The same loops with only an empty entry-only uprobe on each driver launch entry
+            # the agent probes: the least any uprobe-based launch count can cost here.
+            "floor": floor,
             "agent_rss_idle_bytes": rss_idle, "agent_rss_load_bytes": rss_load,
             "agent_rss_idle_kib_by_mapping": rss_idle_map, "agent_rss_load_kib_by_mapping": rss_load_map,
             "probe_totals": totals[-1] if totals else None,
@@ -650,6 +661,37 @@ def overhead(a, out):
             # then pay one trap, at the driver), with the launch counters by layer.
             "agent_probe_metrics": probe_metrics,
             "agent_cpu_share_under_load": round((cpu1 - cpu0) / max(1e-9, time.time() - t), 4)}
+
+
+def attached_libcuda(log_lines):
+    """The libcuda file the agent's probes attached to, from its JSON log."""
+    for line in log_lines:
+        try:
+            fields = json.loads(line).get("fields", {})
+        except ValueError:
+            continue
+        path = fields.get("path", "")
+        if fields.get("message") == "probes attached" and "libcuda.so" in os.path.basename(path):
+            return path
+    return None
+
+
+def probe_floor(a, out, libcuda, measure):
+    """`measure()` with attach_empty's entry-only probes on libcuda's launch entries."""
+    if not a.attach_empty_bin or not os.access(a.attach_empty_bin, os.X_OK):
+        return {"skipped": "no attach_empty binary (ATTACH_EMPTY_BIN)"}
+    if not libcuda:
+        return {"skipped": "the agent attached to no libcuda"}
+    p = subprocess.Popen([a.attach_empty_bin, libcuda, "@driver-launches", "entry"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=open(os.path.join(out, "attach-empty.log"), "w"), text=True)
+    try:
+        line = p.stdout.readline().split()
+        if not line or line[0] != "attached":
+            return {"error": "attach_empty did not attach (see attach-empty.log)", "libcuda": libcuda}
+        return {"libcuda": libcuda, "probed_functions": int(line[1]), "steps": measure()}
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
 
 
 def run(a):

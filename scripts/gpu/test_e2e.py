@@ -165,6 +165,18 @@ class Report(unittest.TestCase):
                                                "overhead_rss_idle", "overhead_transformer_ms_per_step"])
         self.assertEqual(v["failed"], ["overhead_rss_idle", "overhead_transformer_ms_per_step"])
 
+    def test_the_probe_floor_finds_the_agents_libcuda_or_says_why_it_is_skipped(self):
+        lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
+        log = ["not json",
+               json.dumps({"fields": {"message": "probes attached", "path": "/v/nvidia/cu13/lib/libcudart.so.13"}}),
+               json.dumps({"fields": {"message": "probes attached", "path": lib, "probes": 24}})]
+        self.assertEqual(e2e.attached_libcuda(log), lib)
+        self.assertIsNone(e2e.attached_libcuda(log[:2]))
+        a = e2e.parse_args(["--attach-empty-bin", "/nonexistent/attach_empty"])
+        self.assertIn("skipped", e2e.probe_floor(a, "/tmp", lib, lambda: self.fail("measured")))
+        a = e2e.parse_args(["--attach-empty-bin", sys.executable])
+        self.assertIn("skipped", e2e.probe_floor(a, "/tmp", None, lambda: self.fail("measured")))
+
     def test_rss_by_mapping_reads_this_process(self):
         m = e2e.rss_by_mapping(os.getpid())
         self.assertTrue(m and all(v >= 0 for v in m.values()), m)
