@@ -23,6 +23,7 @@ pub mod httpserve;
 pub mod metrics;
 pub mod nccl;
 pub mod probes;
+pub mod procstats;
 pub mod selfmetrics;
 pub mod setup;
 pub mod signals;

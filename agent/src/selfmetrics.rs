@@ -4,7 +4,7 @@
 //! The three names of the seed's "Agent-side metrics" table come first and keep its
 //! meaning; `detection_mode` is a state set (one series per mode, 1 for the current one)
 //! because Prometheus values are numbers. The rest are additions, all prefixed
-//! `ingero_agent_`.
+//! `ingero_agent_`, and the process's own `process_*` families (`procstats`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -274,11 +274,13 @@ pub async fn serve(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     crate::httpserve::serve(listener, shutdown, move |path| match path {
-        "/metrics" => (
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            render(&board.snapshot()),
-        ),
+        "/metrics" => {
+            let mut text = render(&board.snapshot());
+            if let Some(p) = crate::procstats::ProcessStats::read() {
+                p.render(&mut text);
+            }
+            (200, "text/plain; version=0.0.4; charset=utf-8", text)
+        }
         "/healthz" => (200, "text/plain", "ok".to_string()),
         _ => (404, "text/plain", "not found".to_string()),
     })

@@ -377,9 +377,16 @@ async fn the_agent_serves_its_own_metrics() {
         "ingero_agent_fleet_reachable 1\n",
         "ingero_agent_node_state{state=\"active\"} 1\n",
         "ingero_agent_threshold 0.88\n",
+        "# TYPE process_resident_memory_bytes gauge\n",
+        "# TYPE process_cpu_seconds_total counter\n",
     ] {
         assert!(text.contains(want), "{want:?} not in\n{text}");
     }
+    let rss = series(&text, "process_resident_memory_bytes").expect("the agent's RSS");
+    assert!(
+        (1e6..1e9).contains(&rss),
+        "the agent's own resident memory: {rss} bytes"
+    );
     let score: f64 = text
         .lines()
         .find_map(|l| l.strip_prefix("ingero_agent_health_score "))
