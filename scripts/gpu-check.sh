@@ -19,7 +19,8 @@
 #             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
 #
 # A 15-minute GPU session fits `facts rss overhead steps` in one call and `e2e` in the
-# next (with `layers` too when time is left).
+# next (with `layers` too when time is left). Issue 17's acceptance run, five healthy
+# minutes, is `E2E_HEALTHY=300 E2E_INJECTIONS=stall,stop` (~8 min): then `steps` next.
 #
 # Binaries (default target/release/...): INGERO_AGENT_BIN, INGERO_FLEET_BIN, and for
 # `overhead` ATTACH_EMPTY_BIN, BPF_STATS_BIN (`cargo build --release -p ingero-agent
