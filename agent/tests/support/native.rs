@@ -72,26 +72,33 @@ pub struct Fakes {
 }
 
 /// Compile the fake libraries (real SONAMEs) and the workload into `dir`.
+/// Compile `tests/c/<src>` into the shared library `out` with SONAME `soname`; `extra`:
+/// more arguments (defines, libraries to link, an rpath).
+fn shared_lib(out: &Path, src: &str, soname: &str, extra: &[&str]) {
+    let soname = format!("-Wl,-soname,{soname}");
+    let src = c_dir().join(src);
+    let mut args = vec![
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        &soname,
+        "-o",
+        out.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    cc(&args);
+}
+
 pub fn build_fakes(dir: &Path) -> Fakes {
-    let c = c_dir();
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     let lib = |src: &str, name: &str, deps: &[&Path]| {
         let out = dir.join(name);
-        let mut args = vec![
-            "-shared".to_string(),
-            "-fPIC".to_string(),
-            "-O1".to_string(),
-            "-Wall".to_string(),
-            "-Werror".to_string(),
-            format!("-Wl,-soname,{name}"),
-            "-o".to_string(),
-            out.to_str().unwrap().to_string(),
-            c.join(src).to_str().unwrap().to_string(),
-        ];
-        args.extend(deps.iter().map(|d| d.to_str().unwrap().to_string()));
-        args.push(rpath.clone());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        cc(&args);
+        let mut extra: Vec<&str> = deps.iter().map(|d| d.to_str().unwrap()).collect();
+        extra.push(&rpath);
+        shared_lib(&out, src, name, &extra);
         out
     };
     let cuda = lib("fake_cuda.c", "libcuda.so.1", &[]);
@@ -117,17 +124,7 @@ pub fn build_fake_nvml(dir: &Path) -> PathBuf {
     let out_dir = dir.join("nvml");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("libnvidia-ml.so.1");
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-O1",
-        "-Wall",
-        "-Werror",
-        "-Wl,-soname,libnvidia-ml.so.1",
-        "-o",
-        out.to_str().unwrap(),
-        c_dir().join("fake_nvml.c").to_str().unwrap(),
-    ]);
+    shared_lib(&out, "fake_nvml.c", "libnvidia-ml.so.1", &[]);
     out_dir
 }
 
@@ -142,26 +139,21 @@ pub struct PrivateRuntime {
 /// Build the private-entry runtime (same soname, in `dir/private`) and a workload that
 /// loads it instead of `fakes.cudart`; the other fakes are shared.
 pub fn build_private_runtime(dir: &Path, fakes: &Fakes) -> PrivateRuntime {
-    let c = c_dir();
     let sub = dir.join("private");
     std::fs::create_dir_all(&sub).unwrap();
     let cudart = sub.join("libcudart.so.12");
     // The private directory first: the workload's libcudart.so.12 is the variant.
     let rpath = format!("-Wl,-rpath,{}:{}", sub.display(), dir.display());
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-O1",
-        "-Wall",
-        "-Werror",
-        "-DPRIVATE_DRIVER_ENTRY",
-        "-Wl,-soname,libcudart.so.12",
-        "-o",
-        cudart.to_str().unwrap(),
-        c.join("fake_cudart.c").to_str().unwrap(),
-        fakes.cuda.to_str().unwrap(),
-        &rpath,
-    ]);
+    shared_lib(
+        &cudart,
+        "fake_cudart.c",
+        "libcudart.so.12",
+        &[
+            "-DPRIVATE_DRIVER_ENTRY",
+            fakes.cuda.to_str().unwrap(),
+            &rpath,
+        ],
+    );
     let workload = sub.join("workload");
     link_workload(
         &workload,
