@@ -47,7 +47,7 @@ OTLP/HTTP on wall-clock time.
 dips, per-node bias, warm-up ramps, stragglers of 5-30 %, recoveries, up to 49 % of a
 cluster straggling, a cluster-wide slowdown (panic mode), churn, a Fleet restart, 10,000
 nodes, chronic and periodic late NCCL ranks (the seeds' cases). Not covered here: a real GPU run
-(one NVIDIA H100 and one H200 with PyTorch are in `agent/README.md`, "Results on NVIDIA GPUs"), multi-rank nodes
+(one NVIDIA H100 with PyTorch is in `docs/benchmarks.md`, "Results on NVIDIA GPUs"), multi-rank nodes
 and the agent's barrier-wait correction, noise measured on real hardware (the models and
 where their numbers come from are in `sim/README.md`; a real A100 cluster in the seeds was
 far quieter than these models), network loss between agents and Fleet.

@@ -119,7 +119,7 @@ python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debu
 # Judged: rank 0 flagged by its agent and by Fleet within two intervals plus a tick, no
 # waiting rank flagged, no IDLE. The clear times are reported, not judged: they depend on
 # where the agent's tick falls after the stall (0.9-2.5 s of a 4 s budget on this VM), and
-# Fleet's clear lands at its next tick, up to an interval later (agent/README.md, "Results
+# Fleet's clear lands at its next tick, up to an interval later (docs/benchmarks.md, "Results
 # on the fake libraries").
 if [ "$(id -u)" = 0 ]; then
   log "gpu-e2e harness on the fake libraries: synchronous ranks, one slow (scripts/gpu-e2e.sh --fake --sync --sync-on compute)"
