@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
@@ -231,25 +232,97 @@ fn provider_label_and_straggler_cost_reach_prometheus() {
     assert!(t2 > t1, "cumulative straggler cost grows: {t1} -> {t2}");
 }
 
-/// Every metric the example dashboard and recording rules read (listed in
-/// examples/exported-metrics.txt, which provider-processor's tests tie to those files)
-/// has samples on the live Prometheus endpoint once a realistic cluster pushes.
-#[test]
-fn dashboard_and_rule_metrics_are_really_exported() {
-    let f = fleet();
-    let model = "NVIDIA A100-SXM4-80GB";
-    let comm = "aa00bb11cc22dd33";
-    let base = now_ns() - 15_000_000_000;
-    let mut step = 0u64;
-    let listed: Vec<String> = std::fs::read_to_string(format!(
+/// The names of `examples/exported-metrics.txt`: (family, read by the shipped dashboard or
+/// recording rules, i.e. tagged `# dashboard`).
+fn listed_families() -> Vec<(String, bool)> {
+    std::fs::read_to_string(format!(
         "{}/../examples/exported-metrics.txt",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()
     .lines()
-    .map(|l| l.split('#').next().unwrap().trim().to_string())
-    .filter(|l| !l.is_empty())
-    .collect();
+    .filter_map(|l| {
+        let (name, comment) = l.split_once('#').unwrap_or((l, ""));
+        let name = name.trim();
+        (!name.is_empty()).then(|| (name.to_string(), comment.trim() == "dashboard"))
+    })
+    .collect()
+}
+
+/// One round of a realistic cluster: 8 GPU nodes (rank 5 a straggler that also enters
+/// each all-reduce 80 ms late, rank 2 late on every fourth; barrier waits), one node with a
+/// GPU the rate tables do not know, a straggler event. `step` numbers the collective.
+fn push_realistic_round(f: &Fleet, base: u64, step: u64) {
+    let model = "NVIDIA A100-SXM4-80GB";
+    let comm = "aa00bb11cc22dd33";
+    for rank in 0..8i64 {
+        let node = format!("gpu-node-{rank:02}");
+        let score = if rank == 5 {
+            0.5
+        } else {
+            0.95 - 0.003 * rank as f64
+        };
+        let mut p = AgentPush::new("all", &node, score)
+            .gpu(model, 8)
+            .provider("gcp")
+            .world(8, rank);
+        p.with_cgroup_sums = true;
+        assert_eq!(push_json(f.http(), "all", &p.to_json()).status, 200);
+        if rank == 5 {
+            let ev = p.straggler_event_json(1, 0.9, &format!("00000000-0000-4000-8000-{step:012}"));
+            assert_eq!(push_json(f.http(), "all", &ev).status, 200);
+        }
+        // Rank 5 chronically late, rank 2 late every fourth step (periodic).
+        let late = if rank == 5 || (rank == 2 && step.is_multiple_of(4)) {
+            80_000_000
+        } else {
+            0
+        };
+        let mut np = NcclPoint::all_reduce(comm, rank, 8, 9.0, base + step * 100_000_000 + late);
+        np.op_seq = Some(step as i64);
+        // Our agent's export also carries the barrier wait of a collective.
+        let mut body: serde_json::Value =
+            serde_json::from_str(&nccl_export_json(Some("all"), &node, &[np])).unwrap();
+        body["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "name": "nccl.collective.barrier_wait_ms", "unit": "ms", "gauge": {"dataPoints": [{
+                    "attributes": [{"key": "nccl.comm_id_hash", "value": {"stringValue": comm}}],
+                    "timeUnixNano": (base + step * 100_000_000).to_string(), "asDouble": 1.5}]}
+            }));
+        let body = body.to_string();
+        assert_eq!(
+            post(
+                f.http(),
+                "/v1/metrics",
+                "application/json",
+                body.as_bytes(),
+                &[]
+            )
+            .status,
+            200
+        );
+    }
+    let odd = AgentPush::new("all", "odd-node", 0.94)
+        .gpu("Imaginary GPU 1TB", 1)
+        .provider("gcp");
+    assert_eq!(push_json(f.http(), "all", &odd.to_json()).status, 200);
+}
+
+/// Every metric the example dashboard and recording rules read (tagged `# dashboard` in
+/// examples/exported-metrics.txt, which provider-processor's tests tie to those files)
+/// has samples on the live Prometheus endpoint once a realistic cluster pushes.
+#[test]
+fn dashboard_and_rule_metrics_are_really_exported() {
+    let f = fleet();
+    let base = now_ns() - 15_000_000_000;
+    let mut step = 0u64;
+    let listed: Vec<String> = listed_families()
+        .into_iter()
+        .filter(|(_, read)| *read)
+        .map(|(n, _)| n)
+        .collect();
     assert!(listed.len() > 15);
     let missing = |page: &str| -> Vec<String> {
         listed
@@ -265,40 +338,7 @@ fn dashboard_and_rule_metrics_are_really_exported() {
             .collect()
     };
     let result = wait_for(Duration::from_secs(30), || {
-        for rank in 0..8i64 {
-            let node = format!("gpu-node-{rank:02}");
-            let score = if rank == 5 {
-                0.5
-            } else {
-                0.95 - 0.003 * rank as f64
-            };
-            let p = AgentPush::new("all", &node, score)
-                .gpu(model, 8)
-                .provider("gcp")
-                .world(8, rank);
-            assert_eq!(push_json(f.http(), "all", &p.to_json()).status, 200);
-            let late = if rank == 5 { 80_000_000 } else { 0 };
-            let mut np =
-                NcclPoint::all_reduce(comm, rank, 8, 9.0, base + step * 100_000_000 + late);
-            np.op_seq = Some(step as i64);
-            let body = nccl_export_json(Some("all"), &node, &[np]);
-            assert_eq!(
-                post(
-                    f.http(),
-                    "/v1/metrics",
-                    "application/json",
-                    body.as_bytes(),
-                    &[]
-                )
-                .status,
-                200
-            );
-        }
-        // One node with a GPU the rate tables do not know.
-        let odd = AgentPush::new("all", "odd-node", 0.94)
-            .gpu("Imaginary GPU 1TB", 1)
-            .provider("gcp");
-        assert_eq!(push_json(f.http(), "all", &odd.to_json()).status, 200);
+        push_realistic_round(&f, base, step);
         step += 1;
         std::thread::sleep(Duration::from_millis(300));
         let page = get(f.prometheus(), "/metrics").text();
@@ -308,4 +348,120 @@ fn dashboard_and_rule_metrics_are_really_exported() {
         let page = get(f.prometheus(), "/metrics").text();
         panic!("listed but not exported: {:?}", missing(&page));
     }
+}
+
+/// The `# TYPE` names of a Prometheus text page.
+fn declared_families(page: &str) -> BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `"ingero_echo_..."` string literal in Echo's sources: the names of the families
+/// its `/metrics` declares (Echo links DuckDB, so its binary is not built here; the
+/// names are read from the code that renders them).
+fn echo_families_in_source() -> BTreeSet<String> {
+    fn walk(dir: &std::path::Path, out: &mut BTreeSet<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (i, _) in text.match_indices("\"ingero_echo_") {
+                    let rest = &text[i + 1..];
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                        .unwrap_or(rest.len());
+                    if rest[end..].starts_with('"') {
+                        out.insert(rest[..end].to_string());
+                    }
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../echo/src"),
+        &mut out,
+    );
+    out
+}
+
+/// `examples/exported-metrics.txt` is the complete list of metric families, both ways: the
+/// real binary with every component (and access control, whose families exist only with
+/// it), fed a realistic cluster, declares on its two Prometheus endpoints exactly the
+/// families the file lists for Fleet; Echo's sources name exactly the `ingero_echo_*`
+/// families it lists.
+#[test]
+fn exported_metrics_file_lists_every_family_both_ways() {
+    let dir = std::env::temp_dir().join(format!("fleet-families-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        "- name: ops\n  token: families-test-token-0123456789\n  clusters: [\"*\"]\n",
+    )
+    .unwrap();
+    let config = test_config("1s", &["nccl_peer_lag", "provider_lookup"])
+        .replacen(
+            "extensions:\n  ingero_threshold:",
+            &format!(
+                "extensions:\n  ingero_auth:\n    tokens_file: {}\n  ingero_threshold:",
+                tokens.display()
+            ),
+            1,
+        )
+        .replacen(
+            "extensions: [ingero_threshold, health_check]",
+            "extensions: [ingero_auth, ingero_threshold, health_check]",
+            1,
+        );
+    assert!(config.contains("ingero_auth:") && config.contains("[ingero_auth,"));
+    let f = Fleet::start_with(&config, &[]);
+    let listed = listed_families();
+    let (echo_listed, fleet_listed): (BTreeSet<String>, BTreeSet<String>) = listed
+        .iter()
+        .map(|(n, _)| n.clone())
+        .partition(|n| n.starts_with("ingero_echo_"));
+    assert_eq!(
+        fleet_listed.len() + echo_listed.len(),
+        listed.len(),
+        "a family is listed twice"
+    );
+
+    let base = now_ns() - 15_000_000_000;
+    let mut step = 0u64;
+    let scrape = || {
+        let mut d = declared_families(&get(f.prometheus(), "/metrics").text());
+        d.extend(declared_families(&get(f.telemetry(), "/metrics").text()));
+        d
+    };
+    // Families that appear with data (translated OTLP, per-cluster figures) need a few
+    // ticks; wait until everything listed is there, then compare both ways.
+    let declared = wait_for(Duration::from_secs(30), || {
+        push_realistic_round(&f, base, step);
+        step += 1;
+        std::thread::sleep(Duration::from_millis(300));
+        let d = scrape();
+        fleet_listed.is_subset(&d).then_some(d)
+    })
+    .unwrap_or_else(scrape);
+    let _ = std::fs::remove_dir_all(&dir);
+    let unlisted: Vec<_> = declared.difference(&fleet_listed).collect();
+    let undeclared: Vec<_> = fleet_listed.difference(&declared).collect();
+    assert!(
+        unlisted.is_empty() && undeclared.is_empty(),
+        "examples/exported-metrics.txt disagrees with ingero-fleet's endpoints:\n\
+         declared but not listed: {unlisted:?}\nlisted but not declared: {undeclared:?}"
+    );
+
+    let echo = echo_families_in_source();
+    assert!(echo.len() >= 10, "Echo's families not found: {echo:?}");
+    assert_eq!(
+        echo, echo_listed,
+        "examples/exported-metrics.txt (right) disagrees with the ingero_echo_* families in echo/src (left)"
+    );
 }
