@@ -184,7 +184,9 @@ fn resolve_family(
         settings.with_suffixes,
     )
     .map_err(|_| DropReason::InvalidMetricName)?;
-    if !crate::naming::FLEET_PIPELINE_METRICS.contains(&m.name.as_str())
+    let fleets_own =
+        kind == NameKind::Gauge && crate::naming::FLEET_PIPELINE_METRICS.contains(&m.name.as_str());
+    if !fleets_own
         && (crate::naming::is_reserved_family(&name)
             || settings.reserved.read().contains(name.as_str()))
     {

@@ -149,6 +149,17 @@ fn fleets_own_straggler_gauge_is_stored() {
     assert_eq!(stats.lost, 0);
     let s = parse(&render(&e, T0, &fleet_families()));
     assert_eq!(named(&s, "ingero_fleet_node_straggler_ratio").len(), 1);
+    // As a gauge only: the same name as a summary is refused.
+    let other = e.consume(
+        &[node(
+            "cluster-b",
+            "b7",
+            vec![summary(component::wire::metric::FLEET_NODE_STRAGGLER, T0)],
+        )],
+        ts(T0),
+    );
+    assert_eq!(other.lost, 1);
+    assert_eq!(other.loss_reason, Some(DropReason::ReservedName));
 }
 
 #[test]
