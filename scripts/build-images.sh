@@ -6,7 +6,8 @@
 #   - packaging/docker/http-probe, compiled static here from http-probe.c (the HEALTHCHECK;
 #     the images hold no shell);
 #   - /etc/passwd and /etc/group with the unprivileged user 65532 (`ingero`), the CA bundle,
-#     and the container config of the binary if it has one (packaging/docker/<name>.yaml);
+#     and the container configs of the binary if it has them (packaging/docker/<name>.yaml,
+#     TLS, and <name>-plaintext.yaml);
 #   - beside rootfs/, an empty directory `empty/` a Dockerfile can copy with --chown to make a
 #     data directory the unprivileged user owns (the classic builder gives rootfs/ to root).
 # Usage: scripts/build-images.sh BIN_DIR [TAG]    (TAG defaults to the Cargo version)
@@ -70,8 +71,10 @@ for name in $IMAGES; do
   if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
     install -m 0644 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
   fi
-  conf="packaging/docker/${name#ingero-}.yaml"
-  [ -f "$conf" ] && install -m 0644 "$conf" "$rootfs/etc/ingero/$(basename "$conf")"
+  # The container config (TLS) and its explicit plaintext variant, where the binary has them.
+  for conf in "packaging/docker/${name#ingero-}.yaml" "packaging/docker/${name#ingero-}-plaintext.yaml"; do
+    if [ -f "$conf" ]; then install -m 0644 "$conf" "$rootfs/etc/ingero/$(basename "$conf")"; fi
+  done
 
   cp "packaging/docker/$name.Dockerfile" "$ctx/Dockerfile"
   image="$prefix$name:$tag"

@@ -79,7 +79,7 @@ refuse "a token" "${token[@]}"
 refuse "a token, a class not declared encrypted" "${token[@]}" --set persistence.storageClassName=fast-ssd
 refuse "a token, a class, storageClassEncrypted=false" "${token[@]}" --set persistence.storageClassName=fast-ssd \
   --set persistence.storageClassEncrypted=false
-if out="$("$helm" template --kube-version 1.31.0 echo "$echo_chart" "${token[@]}" --set persistence.allowUnencrypted=true 2>&1)" &&
+if out="$("$helm" template --kube-version 1.31.0 echo "$echo_chart" "${token[@]}" --set tls.existingSecret=echo-tls --set persistence.allowUnencrypted=true 2>&1)" &&
   grep -q 'ingero.io/storage-encryption: unencrypted-allowed' <<<"$out"; then
   echo "ok   helm template ingero-echo with persistence.allowUnencrypted=true renders, annotated unencrypted-allowed"
 else
@@ -87,6 +87,27 @@ else
   echo "$out" >&2
   fail=1
 fi
+# TLS is the default in both charts: without a certificate source (a Secret, PEM values,
+# or cert-manager's API) nothing renders; plaintext renders only with tls.enabled=false.
+for chart in deploy/helm/ingero-fleet "$echo_chart"; do
+  extra=()
+  [ "$chart" = "$echo_chart" ] && extra=("${token[@]}" --set persistence.allowUnencrypted=true)
+  if out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" 2>&1)"; then
+    echo "FAIL helm template $chart rendered without a TLS certificate" >&2
+    fail=1
+  elif ! grep -q "TLS is on by default" <<<"$out"; then
+    echo "FAIL helm template $chart failed, but not for TLS:" >&2
+    echo "$out" >&2
+    fail=1
+  elif ! out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" --set tls.enabled=false 2>&1)" ||
+    ! grep -q "allow_plaintext_listeners: true" <<<"$out"; then
+    echo "FAIL helm template $chart with tls.enabled=false:" >&2
+    echo "$out" >&2
+    fail=1
+  else
+    echo "ok   helm template $(basename "$chart"): refused without a certificate; plaintext only with tls.enabled=false"
+  fi
+done
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"

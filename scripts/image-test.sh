@@ -89,11 +89,22 @@ for i in "${images[@]}"; do
   echo "ok   $i: user 65532, HEALTHCHECK, no shell, --version: $out"
 done
 
-# ---- Fleet ---------------------------------------------------------------------------
+# ---- TLS by default: the images' configs do not start without certificates ------------
+for i in "${images[@]}"; do
+  conf="/etc/ingero/${i#ingero-}.yaml"
+  [ "$i" = ingero-agent ] && continue
+  if out="$(docker run --rm "${hardened[@]}" "$i:$tag" --config "$conf" validate 2>&1)"; then
+    die "$i: $conf validated without certificates (TLS is the default)"
+  fi
+  grep -q '/etc/ingero/tls/tls.crt' <<<"$out" || die "$i: $conf refused, but not naming the certificate: $out"
+  echo "ok   $i: $conf needs /etc/ingero/tls (plaintext only with ${conf%.yaml}-plaintext.yaml)"
+done
+
+# ---- Fleet (the explicit plaintext config) -------------------------------------------
 docker network create "$net" >/dev/null
 docker run -d --name "$fleet" --network "$net" "${hardened[@]}" \
-  -p 127.0.0.1::4318 -p 127.0.0.1::8889 -p 127.0.0.1::13133 \
-  "ingero-fleet:$tag" --config /etc/ingero/fleet.yaml \
+  -p 127.0.0.1::4318 -p 127.0.0.1::8889 \
+  "ingero-fleet:$tag" --config /etc/ingero/fleet-plaintext.yaml \
   --set processors.ingero.push_interval=1s >/dev/null
 wait_healthy "$fleet"
 otlp_port="$(host_port "$fleet" 4318)"
@@ -156,7 +167,8 @@ docker volume create "$echo_vol" >/dev/null
 run_echo() {
   docker run -d --name "$1" --network "$net" "${hardened[@]}" \
     -v "$echo_vol:/var/lib/ingero-echo" -e INGERO_ECHO_TOKENS="$echo_tokens" \
-    -p 127.0.0.1::4328 -p 127.0.0.1::8090 "ingero-echo:$tag" >/dev/null
+    -p 127.0.0.1::4328 -p 127.0.0.1::8090 "ingero-echo:$tag" \
+    --config /etc/ingero/echo-plaintext.yaml >/dev/null
 }
 run_echo "$echo_c"
 wait_healthy "$echo_c"

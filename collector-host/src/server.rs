@@ -63,6 +63,8 @@ pub struct ListenerStats {
     /// Open now (each open HTTP/1.1 keep-alive connection holds hyper's read and write
     /// buffers, about 16 KiB once it has carried a request).
     pub open: AtomicU64,
+    /// Requests refused by [`host_guard`] (a name that is not this machine's).
+    pub refused_host: AtomicU64,
 }
 
 /// Counts one open connection until dropped.
@@ -227,6 +229,64 @@ pub async fn accept(
 }
 
 /// A complete response with a body and content type.
+/// Whether a request naming `host` (its Host header or HTTP/2 authority, port included)
+/// may reach a loopback listener that takes no token: an IP address, `localhost` or a
+/// `*.localhost` name, or a name without a dot (a local alias). A web page whose own name
+/// (`attacker.example`) was rebound to 127.0.0.1 sends that name and is refused, so it
+/// cannot read the listener through the victim's browser.
+pub fn host_allowed(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(ip, port)| {
+            ip.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty()
+                    || port
+                        .strip_prefix(':')
+                        .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())))
+        });
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    !name.is_empty()
+        && (name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || name.ends_with(".localhost")
+            || !name.contains('.'))
+}
+
+/// Refuse (403, counted in `stats`) the requests whose host [`host_allowed`] refuses; a
+/// request that names no host (HTTP/1.0) passes.
+pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>) -> Handler {
+    Arc::new(move |req: Request<Incoming>, peer| {
+        let host = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .or_else(|| {
+                req.headers()
+                    .get(http::header::HOST)
+                    .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+            });
+        match host {
+            Some(h) if !host_allowed(&h) => {
+                stats.refused_host.fetch_add(1, Relaxed);
+                Box::pin(async {
+                    response(
+                        403,
+                        "text/plain; charset=utf-8",
+                        "this listener takes no token and answers only requests addressed to \
+                         an IP address or localhost (Host header refused)\n",
+                    )
+                })
+            }
+            _ => handler(req, peer),
+        }
+    })
+}
+
 pub fn response(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
     let body = Full::new(body.into())
         .map_err(|never| match never {})
@@ -281,4 +341,40 @@ where
             r
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn hosts_an_open_loopback_listener_answers() {
+        for ok in [
+            "127.0.0.1",
+            "127.0.0.1:8081",
+            "[::1]:8081",
+            "[::1]",
+            "localhost",
+            "LOCALHOST:1",
+            "localhost.",
+            "fleet.localhost:8081",
+            "fleet",
+            "ingero-fleet:4318",
+            "10.1.2.3:80",
+        ] {
+            assert!(host_allowed(ok), "{ok}");
+        }
+        for refused in [
+            "attacker.example",
+            "attacker.example:8081",
+            "127.0.0.1.nip.io",
+            "localhost.attacker.example",
+            "[not-an-ip]:1",
+            "[::1]x",
+            "",
+            ":8081",
+        ] {
+            assert!(!host_allowed(refused), "{refused}");
+        }
+    }
 }

@@ -93,6 +93,8 @@ impl Listeners {
         Ok(Some(tls))
     }
 
+    /// Serve `handler` on `endpoint`. `open`: the listener takes no token, so on a loopback
+    /// address its requests must name an IP address or localhost ([`server::host_guard`]).
     async fn http(
         &mut self,
         name: &str,
@@ -100,10 +102,17 @@ impl Listeners {
         endpoint: &str,
         handler: Handler,
         opts: Option<ServerOptions>,
+        open: bool,
     ) -> anyhow::Result<()> {
         let tls = self.tls(name, path, crate::tls::ALPN_HTTP)?;
         let (l, addr) = bind_at(path, endpoint).await?;
         tracing::info!(listener = name, addr = %addr, tls = tls.is_some(), "listening");
+        let stats = self.telemetry.listener(name);
+        let handler = if open && addr.ip().is_loopback() {
+            server::host_guard(handler, stats.clone())
+        } else {
+            handler
+        };
         let mut opts = opts.unwrap_or(ServerOptions {
             name: name.to_string(),
             header_read_timeout: Duration::from_secs(10),
@@ -115,12 +124,7 @@ impl Listeners {
         let rx = self.shutdown.clone();
         let drain = self.drain;
         self.tasks.push(tokio::spawn(server::serve(
-            l,
-            opts,
-            handler,
-            rx,
-            drain,
-            self.telemetry.listener(name),
+            l, opts, handler, rx, drain, stats,
         )));
         Ok(())
     }
@@ -361,6 +365,7 @@ async fn start_extensions(
                 host_exts.push((id.clone(), e.clone()));
                 for l in e.api_listeners() {
                     let name = format!("{id}/{}", l.name);
+                    let open = e.auth().is_none();
                     let handler = match gate(plan, e.auth(), &name) {
                         Some(g) => crate::auth::gate::api_listener(
                             l.route.clone(),
@@ -380,6 +385,7 @@ async fn start_extensions(
                             &l.endpoint,
                             handler,
                             capped(&name, l.max_connections),
+                            open,
                         )
                         .await?;
                 }
@@ -397,6 +403,7 @@ async fn start_extensions(
                         &c.endpoint,
                         handler,
                         capped(&id.to_string(), c.max_connections),
+                        c.auth.is_none(),
                     )
                     .await?;
             }
@@ -506,6 +513,7 @@ async fn build_exporters(
                         &c.endpoint,
                         handler,
                         capped(&id.to_string(), c.max_connections),
+                        c.auth.is_none(),
                     )
                     .await?;
                 Arc::new(PromExporter { inner, counters })
@@ -676,6 +684,7 @@ async fn spawn_receivers(
                     &h.endpoint,
                     rx.handler(),
                     Some(opts),
+                    h.auth.is_none(),
                 )
                 .await?;
         }
@@ -825,6 +834,7 @@ async fn serve_self_telemetry(
                 &format!("{}:{}", p.host, p.port),
                 handler,
                 None,
+                p.auth.is_none(),
             )
             .await?;
     }

@@ -510,6 +510,10 @@ impl Telemetry {
             "ingero_fleet_connections_refused_total",
             "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address.",
         );
+        let mut refused_req = MetricFamily::counter(
+            "ingero_fleet_requests_refused_total",
+            "Requests a listener refused before its handler: host_not_allowed is a loopback listener without auth addressed by a name other than an IP address or localhost.",
+        );
         let mut closed = MetricFamily::counter(
             "ingero_fleet_connections_closed_total",
             "Connections a listener closed because the client sent no byte within first_byte_timeout, or nothing for idle_timeout.",
@@ -528,6 +532,10 @@ impl Telemetry {
                     n.load(Relaxed) as f64,
                 );
             }
+            refused_req.push(
+                &[("listener", name), ("reason", "host_not_allowed")],
+                c.refused_host.load(Relaxed) as f64,
+            );
             for (reason, n) in [
                 ("first_byte_timeout", &c.closed_first_byte_timeout),
                 ("idle_timeout", &c.closed_idle_timeout),
@@ -538,7 +546,7 @@ impl Telemetry {
                 );
             }
         }
-        fams.extend([open, accepted, refused, closed]);
+        fams.extend([open, accepted, refused, refused_req, closed]);
 
         fams.push(
             MetricFamily::gauge("otelcol_process_uptime_seconds", "Uptime of the process.")

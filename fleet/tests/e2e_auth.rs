@@ -138,8 +138,20 @@ fn assert_no_token_in_stderr(f: &Fleet) {
     }
 }
 
+/// The self-telemetry page (it follows the exporter's `auth`): read with whichever of the
+/// tests' `"*"` tokens the current tokens file accepts.
+fn telemetry_page(f: &Fleet) -> String {
+    for t in ALL_TOKENS {
+        let r = get_as(f.telemetry(), Some(t), "/metrics");
+        if r.status == 200 {
+            return r.text();
+        }
+    }
+    panic!("no token reads self-telemetry")
+}
+
 fn telemetry_value(f: &Fleet, series: &str) -> f64 {
-    prom_value(&get(f.telemetry(), "/metrics").text(), series).unwrap_or(0.0)
+    prom_value(&telemetry_page(f), series).unwrap_or(0.0)
 }
 
 #[test]
@@ -514,7 +526,11 @@ fn rotation_by_file_rewrite_with_grace_then_refusal() {
 fn rotation_by_sighup_and_bad_files_keep_the_previous_tokens() {
     let dir = tempdir::TempDir::new("auth-hup");
     let file = dir.path().join("tokens.yaml");
-    write_tokens(&file, &tokens_yaml(&[("old", TOKEN_A, "[alpha]")]));
+    // The operator token reads self-telemetry (which follows the exporter's auth).
+    write_tokens(
+        &file,
+        &tokens_yaml(&[("old", TOKEN_A, "[alpha]"), ("ops", TOKEN_STAR, "['*']")]),
+    );
     // Polling every hour: only SIGHUP can make a change visible within the test.
     let mut f = Fleet::start_with(&auth_config(dir.path(), "1h", "1h"), &[]);
     let probe = |f: &Fleet, t: &str| {
@@ -526,7 +542,10 @@ fn rotation_by_sighup_and_bad_files_keep_the_previous_tokens() {
             libc::kill(f.child.id() as i32, libc::SIGHUP);
         }
     };
-    write_tokens(&file, &tokens_yaml(&[("new", TOKEN_NEW, "[alpha]")]));
+    write_tokens(
+        &file,
+        &tokens_yaml(&[("new", TOKEN_NEW, "[alpha]"), ("ops", TOKEN_STAR, "['*']")]),
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(probe(&f, TOKEN_NEW), 401, "changed without SIGHUP");
     hup(&f);
@@ -643,7 +662,7 @@ fn per_token_rate_limit_answers_429_with_retry_after_then_recovers() {
     });
     assert_eq!(code, tonic::Code::ResourceExhausted);
 
-    let m = get(f.telemetry(), "/metrics").text();
+    let m = telemetry_page(&f);
     assert!(
         prom_value(&m, "ingero_fleet_auth_requests_total{authenticator=\"ingero_auth\",listener=\"otlp/http\",outcome=\"rate_limited\"}")
             .unwrap_or(0.0)

@@ -213,6 +213,7 @@ fn crate_host_family(name: &str) -> bool {
         "ingero_fleet_receiver_dropped_",
         "ingero_fleet_tls_",
         "ingero_fleet_connections_",
+        "ingero_fleet_requests_refused_total",
         "ingero_fleet_component_panics_total",
         "ingero_fleet_push_duration_seconds",
         "ingero_fleet_prometheus_",

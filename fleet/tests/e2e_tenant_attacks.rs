@@ -132,8 +132,22 @@ fn samples(page: &str, family: &str, needles: &[&str]) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// The self-telemetry page, read with the operator token (it follows the exporter's auth).
+fn telemetry_page(f: &Fleet) -> String {
+    let r = raw(
+        f.telemetry(),
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: fleet\r\nAuthorization: Bearer {TOKEN_STAR}\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text()
+}
+
 fn telemetry_value(f: &Fleet, series: &str) -> f64 {
-    prom_value(&get(f.telemetry(), "/metrics").text(), series).unwrap_or(0.0)
+    prom_value(&telemetry_page(f), series).unwrap_or(0.0)
 }
 
 /// One round of the healthy beta agents; every push must be answered 200 with a
@@ -580,7 +594,7 @@ fn one_cluster_filling_its_series_cap_leaves_room_for_the_others() {
         1
     );
     // The exporter's own counters are on its page (and on self-telemetry).
-    let counters = page.clone() + &get(f.telemetry(), "/metrics").text();
+    let counters = page.clone() + &telemetry_page(&f);
     let line = counters
         .lines()
         .find(|l| {
@@ -699,7 +713,7 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
     // beta's seven agents are all accepted (beta_round asserts it) and get a threshold.
     let t = beta_threshold(&f);
     assert!(!t.is_empty());
-    let drops = get(f.telemetry(), "/metrics").text() + &scrape(&f);
+    let drops = telemetry_page(&f) + &scrape(&f);
     assert!(
         drops
             .lines()
@@ -1002,7 +1016,7 @@ fn traces_and_logs_lose_only_the_resources_with_a_bad_cluster_id() {
     assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
 
     // Counted like the metrics path: dropped by reason, refused, accepted.
-    let t = get(f.telemetry(), "/metrics").text();
+    let t = telemetry_page(&f);
     let v = |series: String| prom_value(&t, &series).unwrap_or(0.0);
     for transport in ["http", "grpc"] {
         let l = format!("receiver=\"otlp\",transport=\"{transport}\"");
@@ -1068,7 +1082,7 @@ fn cluster_series(page: &str, cluster: &str) -> usize {
 
 /// The exporter's own drop counter for `reason` (on its page or on self-telemetry).
 fn exporter_dropped(f: &Fleet, reason: &str) -> f64 {
-    let pages = scrape(f) + &get(f.telemetry(), "/metrics").text();
+    let pages = scrape(f) + &telemetry_page(f);
     pages
         .lines()
         .find(|l| {
@@ -1210,4 +1224,225 @@ fn a_cluster_at_its_byte_cap_is_refused_with_partial_success_and_others_are_not(
     assert_eq!(rejected(&r), 0, "{}", r.text());
     assert!(cluster_series(&scrape(&f), "beta") > beta_held);
     assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+}
+
+/// One resource of alpha (or of no cluster, `cluster` None) carrying `metrics`.
+fn resource_with(cluster: Option<&str>, node: &str, metrics: Vec<Value>) -> String {
+    let mut attrs = vec![json!({"key": "ingero.node.id", "value": {"stringValue": node}})];
+    if let Some(c) = cluster {
+        attrs.push(json!({"key": "ingero.cluster.id", "value": {"stringValue": c}}));
+    }
+    json!({"resourceMetrics": [{
+        "resource": {"attributes": attrs},
+        "scopeMetrics": [{"scope": {"name": "forge"}, "metrics": metrics}]
+    }]})
+    .to_string()
+}
+
+fn forged_gauge(name: &str, labels: &[(&str, &str)], v: f64) -> Value {
+    let attrs: Vec<Value> = labels
+        .iter()
+        .map(|(k, v)| json!({"key": k, "value": {"stringValue": v}}))
+        .collect();
+    json!({"name": name, "gauge": {"dataPoints": [
+        {"asDouble": v, "timeUnixNano": ATTACK_TIME.to_string(), "attributes": attrs}
+    ]}})
+}
+
+fn forged_summary(name: &str) -> Value {
+    json!({"name": name, "summary": {"dataPoints": [{
+        "timeUnixNano": ATTACK_TIME.to_string(), "count": "1", "sum": 1.0,
+        "quantileValues": [{"quantile": 0.5, "value": 0.01}]
+    }]}})
+}
+
+#[test]
+fn a_tenant_cannot_write_or_retype_fleets_own_families() {
+    let (_dir, f) = start("");
+    let threshold = beta_threshold(&f);
+    let fleet_threshold = |page: &str| samples(page, "ingero_fleet_threshold", &[]);
+    let before = fleet_threshold(&scrape(&f));
+    assert!(
+        before
+            .iter()
+            .any(|(s, _)| s.contains("cluster_id=\"beta\"")),
+        "{before:?}"
+    );
+
+    // Token A forges Fleet's families with beta's labels, and tries to turn two of them
+    // into summaries, over HTTP/JSON.
+    let body = resource_with(
+        Some("alpha"),
+        "a0",
+        vec![
+            forged_gauge("ingero.fleet.stragglers", &[("cluster_id", "beta")], 99.0),
+            forged_gauge("ingero.fleet.threshold", &[("cluster_id", "beta")], 0.01),
+            forged_gauge(
+                "ingero.cost.straggler_rate",
+                &[("cluster_id", "beta"), ("node_id", "b6")],
+                1e6,
+            ),
+            forged_summary("ingero.fleet.threshold"),
+            forged_summary("ingero.fleet.median"),
+            forged_gauge(
+                "ingero_nccl_rank_lag_seconds",
+                &[("cluster_id", "beta")],
+                9.0,
+            ),
+        ],
+    );
+    for round in 0..2 {
+        let r = push_as(&f, TOKEN_A, "alpha", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(rejected(&r), 6, "round {round}: {}", r.text());
+        assert!(error_message(&r).contains("reserved_name"), "{}", r.text());
+    }
+    assert_eq!(exporter_dropped(&f, "reserved_name"), 12.0);
+
+    let page = scrape(&f);
+    assert_eq!(
+        page.matches("# TYPE ingero_fleet_threshold gauge").count(),
+        1
+    );
+    assert!(!page.contains("summary"), "a summary reached the page");
+    assert_eq!(
+        fleet_threshold(&page),
+        before,
+        "Fleet's threshold family changed"
+    );
+    assert!(
+        samples(&page, "ingero_fleet_stragglers", &[])
+            .iter()
+            .all(|(_, v)| *v != 99.0)
+    );
+    assert!(samples(&page, "ingero_cost_straggler_rate", &["node_id=\"b6\""]).is_empty());
+    assert!(samples(&page, "ingero_nccl_rank_lag_seconds", &[]).is_empty());
+    assert!(
+        !page.contains("ingero_cluster_id=\"alpha\""),
+        "nothing of it stored"
+    );
+    // beta keeps its threshold.
+    assert_eq!(beta_round(&f), Some(threshold));
+}
+
+#[test]
+fn resources_that_name_no_cluster_are_charged_to_the_requests_cluster() {
+    let (_dir, f) =
+        start_with_exporter_keys("    max_series: 300\n    max_series_per_cluster: 100\n");
+    // alpha: 100 labelled series, then 200 whose resources name no cluster.
+    let labelled = push_as(&f, TOKEN_A, "alpha", &metric_flood("a0", "alpha.m", 100));
+    assert_eq!(rejected(&labelled), 0, "{}", labelled.text());
+    let metrics = |p: &str| -> Vec<Value> {
+        (0..100)
+            .map(
+                |i| json!({"name": format!("{p}.{i}"), "gauge": {"dataPoints": [{"asDouble": 1}]}}),
+            )
+            .collect()
+    };
+    let mut refused = 0;
+    for n in 0..2 {
+        let r = push_as(
+            &f,
+            TOKEN_A,
+            "alpha",
+            &resource_with(None, &format!("u{n}"), metrics("anon.m")),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        refused += rejected(&r);
+    }
+    assert_eq!(refused, 200, "alpha's unlabelled series went past its cap");
+    let page = scrape(&f);
+    assert_eq!(cluster_series(&page, "alpha"), 100);
+
+    // An operator token without a request cluster: one allowance for all such resources.
+    let r = post(
+        f.http(),
+        "/v1/metrics",
+        "application/json",
+        resource_with(None, "ops0", metrics("ops.m")).as_bytes(),
+        &[("Authorization", &format!("Bearer {TOKEN_STAR}"))],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    let r = post(
+        f.http(),
+        "/v1/metrics",
+        "application/json",
+        resource_with(None, "ops1", metrics("ops.n")).as_bytes(),
+        &[("Authorization", &format!("Bearer {TOKEN_STAR}"))],
+    );
+    assert_eq!(rejected(&r), 100, "{}", r.text());
+
+    // beta's agents still get their series and a threshold.
+    beta_threshold(&f);
+    let page = scrape(&f);
+    assert!(cluster_series(&page, "beta") > 0);
+    assert_eq!(
+        samples(
+            &page,
+            "ingero_node_health_score_ratio",
+            &["ingero_cluster_id=\"beta\""]
+        )
+        .len(),
+        BETA_SCORES.len()
+    );
+}
+
+#[test]
+fn self_telemetry_follows_the_exporters_auth_and_is_a_warning_without_it() {
+    // The exporter requires a "*" token and self-telemetry names no auth of its own: it
+    // takes the exporter's.
+    let (dir, f) = start("");
+    let get_as = |token: Option<&str>| {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        raw(
+            f.telemetry(),
+            format!("GET /metrics HTTP/1.1\r\nHost: fleet\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    assert_eq!(get_as(None).status, 401);
+    assert_eq!(get_as(Some(TOKEN_A)).status, 403);
+    let r = get_as(Some(TOKEN_STAR));
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text()
+            .contains("otelcol_receiver_accepted_metric_points_total")
+    );
+
+    // No exporter auth to follow while the receivers require tokens: `validate` and the
+    // start say so, naming the key.
+    let open = auth_config(dir.path(), "").replace(
+        "  prometheus:\n    endpoint: 127.0.0.1:0\n    auth: { authenticator: ingero_auth }\n",
+        "  debug:\n    verbosity: basic\n",
+    );
+    let open = open.replace("exporters: [prometheus]", "exporters: [debug]");
+    let path = dir.path().join("open-telemetry.yaml");
+    std::fs::write(&path, &open).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["validate", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "warning: service.telemetry.metrics.readers.0.pull.exporter.prometheus: no auth",
+            )
+        })
+        .unwrap_or_else(|| panic!("no warning:\n{err}"));
+    assert!(
+        warning.contains("every cluster's component families"),
+        "{warning}"
+    );
+    let g = Fleet::start_with(&open, &[]);
+    assert!(
+        g.log_text().contains("pull.exporter.prometheus: no auth"),
+        "{}",
+        g.log_text()
+    );
 }

@@ -123,6 +123,7 @@ impl PrometheusExporter {
             const_labels,
             drop_attributes: cfg.drop_attributes.clone(),
             layout_memo: true,
+            reserved: Default::default(),
         };
         Ok(PrometheusExporter {
             exp_s: cfg.expiration_secs(),
@@ -225,7 +226,11 @@ impl PrometheusExporter {
             stats.points += points;
             let mut drops = DropCounts::default();
             // Per-cluster caps only with promoted resource labels (the cluster is a label).
-            let cluster = cluster_key(rm).filter(|_| self.settings.resource_to_telemetry);
+            // Resources that name no cluster share one allowance (the empty cluster), so
+            // leaving the id out never escapes the per-cluster caps.
+            let cluster = cluster_key(rm)
+                .or(Some(std::borrow::Cow::Borrowed("")))
+                .filter(|_| self.settings.resource_to_telemetry);
             let interner = self.interner.read();
             // Looked up under the interner guard: `shutdown` (which clears the table)
             // waits for it, so the usage stays the table's while the plan is applied.
@@ -470,8 +475,10 @@ impl PrometheusExporter {
 
     /// Append the scrape page: every live series at `now` plus `extra` (self-metrics of
     /// Fleet components, already Prometheus-named). Families are sorted by name, each with
-    /// one HELP and TYPE line; an `extra` family with the name of a stored family of the
-    /// same type is merged into it.
+    /// one HELP and TYPE line; an `extra` family with the name of a stored family replaces
+    /// it (the components' families own their names: their names are reserved from then
+    /// on, and data that would translate to them is refused as
+    /// [`DropReason::ReservedName`]).
     pub fn render(&self, now: Timestamp, extra: &[MetricFamily], out: &mut String) {
         self.render_chunked(now, extra, out, &mut |_| true);
     }
@@ -494,6 +501,8 @@ impl PrometheusExporter {
             now_s: secs(now),
             exp_s: self.exp_s,
         };
+        let groups = render::group_extras(extra, |r, n| self.counters.reject_extra(r, n));
+        self.reserve(&groups);
         let _gate = self.gate.read();
 
         enum Source {
@@ -536,7 +545,6 @@ impl PrometheusExporter {
             extra: None,
         });
 
-        let groups = render::group_extras(extra, |r, n| self.counters.reject_extra(r, n));
         let mut index: HashMap<String, usize> = entries
             .iter()
             .enumerate()
@@ -544,13 +552,18 @@ impl PrometheusExporter {
             .collect();
         for g in &groups {
             match index.get(g.name).and_then(|&i| entries.get_mut(i)) {
+                // A family of Fleet's components owns its name: series stored under it
+                // (pushed before the name was reserved) are left out, whatever their type.
+                Some(e) if matches!(e.source, Source::Stored(..)) => {
+                    e.help = g.help.to_string();
+                    e.kind = render::type_str(g.kind);
+                    e.source = Source::None;
+                    e.extra = Some(g);
+                }
                 Some(e) => {
-                    let ok = match e.source {
-                        Source::Stored(_, k) => render::compatible(k, g.kind),
-                        Source::TargetInfo => g.kind == component::MetricType::Gauge,
-                        Source::None => false,
-                    };
-                    if ok {
+                    if matches!(e.source, Source::TargetInfo)
+                        && g.kind == component::MetricType::Gauge
+                    {
                         e.extra = Some(g);
                     } else {
                         self.counters.reject_extra(ExtraReject::TypeConflict, 1);
@@ -615,6 +628,28 @@ impl PrometheusExporter {
             }
         }
         true
+    }
+
+    /// Reserve the names of the self-metric families about to be rendered: data never
+    /// creates a family of these names from now on. A name new to the set forgets the
+    /// memoised decisions, so a metric already mapped to it is refused from its next push.
+    fn reserve(&self, groups: &[render::ExtraGroup<'_>]) {
+        let fresh: Vec<&str> = {
+            let r = self.settings.reserved.read();
+            groups
+                .iter()
+                .map(|g| g.name)
+                .filter(|n| !crate::naming::is_reserved_family(n) && !r.contains(*n))
+                .collect()
+        };
+        if fresh.is_empty() {
+            return;
+        }
+        self.settings
+            .reserved
+            .write()
+            .extend(fresh.into_iter().map(Box::from));
+        self.interner.write().forget_decisions();
     }
 
     /// Append this exporter's self-metrics.

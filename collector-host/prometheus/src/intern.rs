@@ -379,6 +379,13 @@ impl Interner {
         }
     }
 
+    /// Forget every memoised decision (metric -> family, layouts): the next push of each
+    /// metric is decided again (after the reserved names changed).
+    pub fn forget_decisions(&mut self) {
+        self.metrics.clear();
+        self.layouts.get_mut().clear();
+    }
+
     pub fn cached_metric(
         &self,
         name: &str,

@@ -49,10 +49,13 @@ pub enum DropReason {
     /// It would have taken its cluster's estimated bytes beyond `max_bytes_per_cluster`
     /// (see [`crate::cluster_usage`]).
     ClusterBytesLimit,
+    /// The metric would translate to the name of a family Fleet's own components write
+    /// ([`crate::naming::is_reserved_family`], or a self-metric the page already carries).
+    ReservedName,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::SeriesLimit,
         DropReason::UnsupportedType,
         DropReason::InvalidTemporality,
@@ -67,6 +70,7 @@ impl DropReason {
         DropReason::InternerFull,
         DropReason::ClusterSeriesLimit,
         DropReason::ClusterBytesLimit,
+        DropReason::ReservedName,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -85,6 +89,7 @@ impl DropReason {
             DropReason::InternerFull => "interner_full",
             DropReason::ClusterSeriesLimit => "cluster_series_limit",
             DropReason::ClusterBytesLimit => "cluster_bytes_limit",
+            DropReason::ReservedName => "reserved_name",
         }
     }
 

@@ -19,6 +19,7 @@
 //! resource labels do not collide with the points', skips the per-point lookups.
 
 use component::otlp::{KeyValue, Metric, MetricKind, ResourceMetrics};
+use hashbrown::HashSet;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, HistogramDataPoint, SummaryDataPoint,
 };
@@ -49,6 +50,9 @@ pub struct Settings {
     pub drop_attributes: Vec<String>,
     /// Use the layout memo (on; off only in differential tests).
     pub layout_memo: bool,
+    /// Names of the self-metric families the page has carried (besides
+    /// [`crate::naming::RESERVED_PREFIXES`]): data never creates a family of these names.
+    pub reserved: std::sync::Arc<parking_lot::RwLock<HashSet<Box<str>>>>,
 }
 
 impl Settings {
@@ -180,6 +184,14 @@ fn resolve_family(
         settings.with_suffixes,
     )
     .map_err(|_| DropReason::InvalidMetricName)?;
+    let fleets_own =
+        kind == NameKind::Gauge && crate::naming::FLEET_PIPELINE_METRICS.contains(&m.name.as_str());
+    if !fleets_own
+        && (crate::naming::is_reserved_family(&name)
+            || settings.reserved.read().contains(name.as_str()))
+    {
+        return Err(DropReason::ReservedName);
+    }
     let fk = match kind {
         NameKind::Gauge | NameKind::NonMonotonicCounter => FamilyKind::Gauge,
         NameKind::MonotonicCounter => FamilyKind::Counter,

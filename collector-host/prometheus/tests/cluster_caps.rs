@@ -252,3 +252,34 @@ fn an_agent_node_is_charged_about_two_kib() {
         "a cluster of agents would meet the byte cap first: {per_series_at_cap}"
     );
 }
+
+#[test]
+fn resources_without_a_cluster_share_one_allowance() {
+    // max_series 300, 100 per cluster: alpha's 100 plus 200 series of resources that name
+    // no cluster used to take all 300, and beta then got nothing.
+    let e = exporter(PrometheusExporterConfig {
+        max_series: 300,
+        max_series_per_cluster: 100,
+        ..Default::default()
+    });
+    e.consume(&[node("alpha", "a0", 100, T0)], ts(T0));
+    assert_eq!(e.cluster_series("alpha"), 100);
+    let unlabelled = |n: &str| {
+        rm(
+            vec![kv_str("ingero.node.id", n)],
+            (0..100)
+                .map(|i| gauge(&format!("m.{i}"), "", vec![point(vec![], T0, 1.0)]))
+                .collect(),
+        )
+    };
+    let first = e.consume(&[unlabelled("u0")], ts(T0));
+    assert_eq!(first.lost, 0);
+    let second = e.consume(&[unlabelled("u1")], ts(T0));
+    assert_eq!(second.lost, 100, "{second:?}");
+    assert_eq!(second.loss_reason, Some(DropReason::ClusterSeriesLimit));
+    assert_eq!(e.cluster_series(""), 100);
+    assert_eq!(e.series_count(), 200);
+    let beta = e.consume(&[node("beta", "b0", 100, T0)], ts(T0));
+    assert_eq!(beta.lost, 0, "{beta:?}");
+    assert_eq!(e.cluster_series("beta"), 100);
+}

@@ -20,8 +20,8 @@ use fleet_prometheus::PrometheusExporterConfig;
 use crate::registry::{Components, Kind};
 use listeners::{check_listener_conflicts, check_plaintext, listener_decls, load_tls, take_tls};
 use model::{
-    DebugExporterConfig, HealthCheckConfig, OtlpExporterConfig, OtlpReceiverConfig, RawConfig,
-    ServerTlsConfig, TelemetryConfig,
+    DebugExporterConfig, HealthCheckConfig, MetricsLevel, OtlpExporterConfig, OtlpReceiverConfig,
+    RawConfig, ServerTlsConfig, TelemetryConfig,
 };
 
 /// A configured receiver.
@@ -581,6 +581,8 @@ impl Plan {
             );
         }
         check_auth_refs(&mut errs, &sections, &extensions, &telemetry);
+        let mut telemetry = telemetry;
+        let telemetry_warning = self_telemetry_auth(&mut telemetry, &sections, &extensions);
         let decls = listener_decls(
             &sections.receivers,
             &sections.exporters,
@@ -591,6 +593,7 @@ impl Plan {
         check_listener_conflicts(&mut errs, &decls);
         check_plaintext(&mut errs, &decls, raw.service.allow_plaintext_listeners);
         let (listener_tls, mut warnings) = load_tls(&mut errs, &decls);
+        warnings.extend(telemetry_warning);
         for (id, e) in &extensions {
             if let ExtensionPlan::Auth(a) = e {
                 warnings.extend(
@@ -628,6 +631,52 @@ impl Plan {
 }
 
 /// Every listener's `auth` reference, with the key path of the listener.
+/// Self-telemetry without its own `auth` follows the first `prometheus` exporter's (the
+/// same scrapers read both). With neither while another listener requires a token, the
+/// returned warning says who can read it.
+fn self_telemetry_auth(
+    telemetry: &mut TelemetryConfig,
+    s: &Sections,
+    extensions: &[(ComponentId, ExtensionPlan)],
+) -> Option<String> {
+    if telemetry.metrics.level == MetricsLevel::None {
+        return None;
+    }
+    let others: Vec<String> = auth_refs(&s.receivers, &s.exporters, extensions, telemetry)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect();
+    let exporter_auth = s.exporters.values().find_map(|e| match e {
+        ExporterPlan::Prometheus(c) => c.auth.clone(),
+        _ => None,
+    });
+    let has_exporter = s
+        .exporters
+        .values()
+        .any(|e| matches!(e, ExporterPlan::Prometheus(_)));
+    let reader = telemetry.metrics.readers.first_mut()?;
+    let p = &mut reader.pull.exporter.prometheus;
+    if p.auth.is_some() {
+        return None;
+    }
+    if let Some(a) = exporter_auth {
+        p.auth = Some(a);
+        return None;
+    }
+    let first = others.first()?;
+    let what = if has_exporter {
+        "the collector's own telemetry"
+    } else {
+        "every cluster's component families (no prometheus exporter runs)"
+    };
+    Some(format!(
+        "service.telemetry.metrics.readers.0.pull.exporter.prometheus: no auth, so anyone who \
+         can reach {}:{} reads {what}, while {first} requires a token; set \
+         service.telemetry.metrics.readers.0.pull.exporter.prometheus.auth",
+        p.host, p.port
+    ))
+}
+
 fn auth_refs<'a>(
     receivers: &'a BTreeMap<ComponentId, ReceiverPlan>,
     exporters: &'a BTreeMap<ComponentId, ExporterPlan>,

@@ -349,12 +349,36 @@ pub enum Encoding {
     Json,
 }
 
-/// `tls` of the OTLP exporters (plaintext only for now: `insecure: true` is required
-/// for `http://`-less gRPC endpoints).
+/// `tls` of the OTLP exporters. TLS is on unless `insecure: true` or an `http://`
+/// endpoint; the server is verified against `ca_file` (PEM, else the system roots), and
+/// `cert_file` + `key_file` present a client certificate (mTLS).
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientTlsConfig {
+    /// Plaintext (gRPC endpoints without a scheme).
     pub insecure: bool,
+    /// CA bundle (PEM) the server's certificate must chain to; the system roots if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Client certificate chain (PEM), with `key_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// Client private key (PEM), with `cert_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    /// The name the server's certificate is checked against, instead of the endpoint's host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name_override: Option<String>,
+}
+
+impl ClientTlsConfig {
+    /// Whether any TLS file or name is set.
+    pub fn configured(&self) -> bool {
+        self.ca_file.is_some()
+            || self.cert_file.is_some()
+            || self.key_file.is_some()
+            || self.server_name_override.is_some()
+    }
 }
 
 /// `exporters.otlp` (gRPC) and `exporters.otlphttp`.
@@ -411,6 +435,27 @@ impl ComponentConfig for OtlpExporterConfig {
             e.push(
                 "retry_on_failure",
                 "initial_interval must be > 0 and <= max_interval",
+            );
+        }
+        let t = &self.tls;
+        if t.cert_file.is_some() != t.key_file.is_some() {
+            e.push("tls", "cert_file and key_file go together");
+        }
+        for (key, f) in [
+            ("tls.ca_file", &t.ca_file),
+            ("tls.cert_file", &t.cert_file),
+            ("tls.key_file", &t.key_file),
+            ("tls.server_name_override", &t.server_name_override),
+        ] {
+            if f.as_deref() == Some("") {
+                e.push(key, "must not be empty");
+            }
+        }
+        if t.configured() && (t.insecure || self.endpoint.starts_with("http://")) {
+            e.push(
+                "tls",
+                "ca_file, cert_file, key_file and server_name_override need TLS, but \
+                 tls.insecure is true or the endpoint is http://",
             );
         }
         for (k, v) in &self.headers {

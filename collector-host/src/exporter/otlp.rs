@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::Trac
 use prost::Message;
 use tokio::sync::{Mutex as AsyncMutex, mpsc};
 
-use crate::config::model::{Compression, Encoding, OtlpExporterConfig};
+use crate::config::model::{ClientTlsConfig, Compression, Encoding, OtlpExporterConfig};
 use crate::pipeline::Exporter;
 use crate::telemetry::{ExporterCounters, Signal};
 
@@ -74,7 +74,7 @@ pub enum SendError {
 #[allow(clippy::large_enum_variant)]
 enum Transport {
     Http {
-        client: Client<HttpConnector, Full<Bytes>>,
+        client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
         base: String,
         metrics_url: String,
     },
@@ -85,6 +85,84 @@ struct GrpcClients {
     metrics: AsyncMutex<MetricsServiceClient<tonic::transport::Channel>>,
     traces: AsyncMutex<TraceServiceClient<tonic::transport::Channel>>,
     logs: AsyncMutex<LogsServiceClient<tonic::transport::Channel>>,
+}
+
+/// The TCP connector under TLS: any scheme (TLS decides), nodelay, the exporter's timeout.
+fn tcp(cfg: &OtlpExporterConfig) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(cfg.timeout));
+    http
+}
+
+/// `tls.server_name_override` as the name the server's certificate is checked against.
+fn server_name(
+    t: &ClientTlsConfig,
+) -> Result<Option<rustls::pki_types::ServerName<'static>>, String> {
+    t.server_name_override
+        .as_ref()
+        .map(|n| {
+            rustls::pki_types::ServerName::try_from(n.clone())
+                .map_err(|e| format!("tls.server_name_override: {n:?}: {e}"))
+        })
+        .transpose()
+}
+
+/// The rustls client config of an exporter's `tls`: TLS 1.2 or 1.3, the server verified
+/// against `ca_file` (else the system roots), a client certificate when `cert_file` and
+/// `key_file` are set. Errors name the key (`tls.ca_file: ...`).
+pub fn client_tls_config(t: &ClientTlsConfig) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |key: &str, path: &str| {
+        std::fs::read(path).map_err(|e| format!("tls.{key}: cannot read {path}: {e}"))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    match &t.ca_file {
+        Some(ca) => {
+            let pem = read("ca_file", ca)?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("tls.ca_file: {ca}: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("tls.ca_file: {ca}: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("tls.ca_file: {ca}: no certificate found"));
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                // Unparseable system certificates are skipped, as other TLS stacks do.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("tls: {e}"))?
+    .with_root_certificates(roots);
+    match (&t.cert_file, &t.key_file) {
+        (Some(cert), Some(key)) => {
+            let pem = read("cert_file", cert)?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("tls.cert_file: {cert}: {e}"))?;
+            if chain.is_empty() {
+                return Err(format!("tls.cert_file: {cert}: no certificate found"));
+            }
+            let pem = read("key_file", key)?;
+            let key_der = PrivateKeyDer::from_pem_slice(&pem)
+                .map_err(|e| format!("tls.key_file: {key}: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|e| format!("tls.cert_file/key_file: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
 }
 
 /// A forwarding exporter (both `otlp` and `otlphttp`).
@@ -118,16 +196,31 @@ impl OtlpExporter {
             } else if cfg.tls.insecure {
                 format!("http://{}", cfg.endpoint)
             } else {
-                return Err(format!(
-                    "exporters.{id}.endpoint: TLS to {:?} is not supported yet; set tls.insecure: true or use an http:// URL",
-                    cfg.endpoint
-                ));
+                format!("https://{}", cfg.endpoint)
             };
-            let channel = tonic::transport::Endpoint::from_shared(ep)
+            let endpoint = tonic::transport::Endpoint::from_shared(ep.clone())
                 .map_err(|e| format!("exporters.{id}.endpoint: {e}"))?
                 .timeout(cfg.timeout)
-                .connect_timeout(cfg.timeout)
-                .connect_lazy();
+                .connect_timeout(cfg.timeout);
+            let channel = if ep.starts_with("https://") {
+                let tls = client_tls_config(&cfg.tls).map_err(|e| format!("exporters.{id}.{e}"))?;
+                let b = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only();
+                let b = match server_name(&cfg.tls).map_err(|e| format!("exporters.{id}.{e}"))? {
+                    Some(n) => {
+                        b.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(n))
+                    }
+                    None => b,
+                };
+                endpoint.connect_with_connector_lazy(b.enable_http2().wrap_connector(tcp(&cfg)))
+            } else if cfg.tls.configured() {
+                return Err(format!(
+                    "exporters.{id}.tls: files are set but the endpoint {ep:?} is plaintext"
+                ));
+            } else {
+                endpoint.connect_lazy()
+            };
             let comp = cfg.compression == Compression::Gzip;
             let mut m = MetricsServiceClient::new(channel.clone());
             let mut t = TraceServiceClient::new(channel.clone());
@@ -143,13 +236,10 @@ impl OtlpExporter {
                 logs: AsyncMutex::new(l),
             }))
         } else {
-            if cfg.endpoint.starts_with("https://") {
-                return Err(format!(
-                    "exporters.{id}.endpoint: https is not supported yet"
-                ));
-            }
             let base = if cfg.endpoint.contains("://") {
                 cfg.endpoint.trim_end_matches('/').to_string()
+            } else if cfg.tls.configured() {
+                format!("https://{}", cfg.endpoint.trim_end_matches('/'))
             } else {
                 format!("http://{}", cfg.endpoint.trim_end_matches('/'))
             };
@@ -157,8 +247,35 @@ impl OtlpExporter {
                 .metrics_endpoint
                 .clone()
                 .unwrap_or_else(|| format!("{base}/v1/metrics"));
+            let https = base.starts_with("https://") || metrics_url.starts_with("https://");
+            let tls = if https {
+                client_tls_config(&cfg.tls).map_err(|e| format!("exporters.{id}.{e}"))?
+            } else if cfg.tls.configured() {
+                return Err(format!(
+                    "exporters.{id}.tls: files are set but the endpoint {base:?} is plaintext"
+                ));
+            } else {
+                // Never used: every URL is http://.
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("exporters.{id}.tls: {e}"))?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+            };
+            let b = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http();
+            let b = match server_name(&cfg.tls).map_err(|e| format!("exporters.{id}.{e}"))? {
+                Some(n) => {
+                    b.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(n))
+                }
+                None => b,
+            };
+            let connector = b.enable_http1().enable_http2().wrap_connector(tcp(&cfg));
             Transport::Http {
-                client: Client::builder(TokioExecutor::new()).build_http(),
+                client: Client::builder(TokioExecutor::new()).build(connector),
                 base,
                 metrics_url,
             }

@@ -16,6 +16,9 @@
 //!   (`component::cluster_id::validate_node_id`: no control, line-break or invisible
 //!   format characters, at most 256 bytes) is dropped with its points.
 //!
+//! - **Charging**: a resource that names no cluster gets the request's
+//!   (`ingero.cluster.id` added), so it counts against that cluster's limits downstream.
+//!
 //! Dropped points are counted by reason and answered with OTLP partial success; the rest
 //! of the batch goes on. Traces and logs go through the cluster-identity rule alone
 //! ([`traces`], [`logs`]): a resource whose identity is refused is dropped with its spans
@@ -296,6 +299,16 @@ pub fn metrics(
             return false;
         }
         let inherited = component::otlp::resource_attrs(rm).len();
+        // A resource that names no cluster belongs to the request's: it says so from here
+        // on, so every stage (and the exporter's per-cluster caps) charges it there.
+        if let Some(c) = request_cluster
+            && get_str(component::otlp::resource_attrs(rm), CLUSTER_ID).is_none()
+        {
+            rm.resource
+                .get_or_insert_with(Default::default)
+                .attributes
+                .push(component::otlp::kv_str(CLUSTER_ID, c));
+        }
         let cluster = rm
             .resource
             .as_ref()
@@ -664,6 +677,41 @@ mod tests {
             traces(&mut ExportTraceServiceRequest::default())
                 .first
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_resource_without_a_cluster_is_charged_to_the_requests() {
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                push(vec![kv_str("ingero.node.id", "n1")], vec![vec![]]),
+                push(vec![kv_str(CLUSTER_ID, "a")], vec![vec![]]),
+            ],
+        };
+        let s = metrics(&mut req, Some("a"), &PayloadLimits::default());
+        assert_eq!(s.dropped, 0);
+        for rm in &req.resource_metrics {
+            let ids: Vec<_> = component::otlp::resource_attrs(rm)
+                .iter()
+                .filter(|kv| kv.key == CLUSTER_ID)
+                .collect();
+            assert_eq!(ids.len(), 1, "{rm:?}");
+            assert_eq!(
+                get_str(component::otlp::resource_attrs(rm), CLUSTER_ID),
+                Some("a")
+            );
+        }
+        // Without a request cluster there is nothing to charge it to: left as it is.
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![push(vec![kv_str("ingero.node.id", "n1")], vec![vec![]])],
+        };
+        metrics(&mut req, None, &PayloadLimits::default());
+        assert_eq!(
+            get_str(
+                component::otlp::resource_attrs(&req.resource_metrics[0]),
+                CLUSTER_ID
+            ),
+            None
         );
     }
 }

@@ -173,18 +173,37 @@ func TestEchoDefaults(t *testing.T) {
 		t.Errorf("grace period %v, want shutdownTimeout 10s + 50", g)
 	}
 
-	// Bearer tokens on the API (on by default), not on OTLP; the Service's names for /mcp.
+	// Bearer tokens on the API and on OTLP (both on by default), TLS on every listener (mTLS
+	// on OTLP), the Service's names for /mcp.
 	js := echoOverlay(t, objs)
+	tls := `"tls":{"cert_file":"/etc/ingero/tls/tls.crt","key_file":"/etc/ingero/tls/tls.key","reload_interval":"30s"}`
+	mtls := `"tls":{"cert_file":"/etc/ingero/tls/tls.crt","client_ca_file":"/etc/ingero/tls/ca.crt","key_file":"/etc/ingero/tls/tls.key","reload_interval":"30s"}`
 	for _, want := range []string{
 		`"tokens_file":"/etc/ingero/auth/tokens.yaml"`, `"extensions":["ingero_auth","echo_api","health_check"]`,
-		`"echo_api":{"allowed_hosts":["localhost","127.0.0.1","[::1]","ingero-echo","ingero-echo.ingero","ingero-echo.ingero.svc","ingero-echo.ingero.svc.cluster.local"],"auth":{"authenticator":"ingero_auth"}}`,
+		`"echo_api":{"allowed_hosts":["localhost","127.0.0.1","[::1]","ingero-echo","ingero-echo.ingero","ingero-echo.ingero.svc","ingero-echo.ingero.svc.cluster.local"],"auth":{"authenticator":"ingero_auth"},` + tls + `}`,
+		`"grpc":{"auth":{"authenticator":"ingero_auth"},` + mtls + `}`,
+		`"http":{"auth":{"authenticator":"ingero_auth"},` + mtls + `}`,
+		`"health_check":{` + tls + `}`,
+		`"prometheus":{"host":"0.0.0.0","port":8898,` + tls + `}`,
 	} {
 		if !strings.Contains(js, want) {
 			t.Errorf("overlay lacks %s: %s", want, js)
 		}
 	}
-	if strings.Contains(js, `"receivers"`) {
-		t.Errorf("defaults put auth on the receivers: %s", js)
+	if strings.Contains(js, "allow_plaintext_listeners") || strings.Contains(get[corev1.ConfigMap](t, objs, "ConfigMap", echo).Data["echo.yaml"], "allow_plaintext_listeners") {
+		t.Errorf("plaintext allowed with TLS on: %s", js)
+	}
+	if p := pod.Containers[0].ReadinessProbe.HTTPGet.Scheme; p != corev1.URISchemeHTTPS {
+		t.Errorf("readiness probe scheme %q, want HTTPS", p)
+	}
+	mounted := false
+	for _, v := range pod.Volumes {
+		if v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "echo-tls" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("the TLS Secret is not mounted: %+v", pod.Volumes)
 	}
 	tokens := get[corev1.Secret](t, objs, "Secret", echo+"-auth")
 	values := get[corev1.Secret](t, objs, "Secret", echo+"-auth-tokens")
@@ -224,7 +243,7 @@ func TestEchoProduction(t *testing.T) {
 	}
 	js := echoOverlay(t, objs)
 	for _, want := range []string{
-		`"receivers":{"otlp":{"protocols":{"grpc":{"auth":{"authenticator":"ingero_auth"}},"http":{"auth":{"authenticator":"ingero_auth"}}}}}`,
+		`"grpc":{"auth":{"authenticator":"ingero_auth"},"tls":{"cert_file":"/etc/ingero/tls/tls.crt","client_ca_file":"/etc/ingero/tls/ca.crt"`,
 		`"ingero-echo.ingero.svc.cluster.local","echo.example.com"]`,
 	} {
 		if !strings.Contains(js, want) {
@@ -277,10 +296,10 @@ func TestEchoStorageEncryptionFailsClosed(t *testing.T) {
 		"persistence.storageClassName names none")
 
 	// The explicit override renders, on the cluster's default class, and says so.
-	objs := render(t, echo, nil, map[string]any{"auth": echoTokens, "persistence": map[string]any{"allowUnencrypted": true}})
+	objs := render(t, echo, nil, map[string]any{"auth": echoTokens, "tls": echoTLS, "persistence": map[string]any{"allowUnencrypted": true}})
 	checkEchoStatefulSet(t, objs, "", "50Gi", "unencrypted-allowed")
 	// Declared encrypted wins over the override.
-	objs = render(t, echo, nil, map[string]any{"auth": echoTokens, "persistence": map[string]any{"allowUnencrypted": true, "storageClassName": "enc", "storageClassEncrypted": true}})
+	objs = render(t, echo, nil, map[string]any{"auth": echoTokens, "tls": echoTLS, "persistence": map[string]any{"allowUnencrypted": true, "storageClassName": "enc", "storageClassEncrypted": true}})
 	checkEchoStatefulSet(t, objs, "enc", "50Gi", "declared-encrypted")
 }
 
@@ -288,7 +307,7 @@ func TestEchoRefusals(t *testing.T) {
 	renderFails(t, echo, map[string]any{"persistence": echoEncrypted}, "auth.enabled needs auth.tokensFile")
 	renderFails(t, echo, map[string]any{"persistence": echoEncrypted, "auth": echoTokens, "shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
 	// auth off is explicit, and then nothing of it renders.
-	objs := render(t, echo, nil, map[string]any{"persistence": echoEncrypted, "auth": map[string]any{"enabled": false}})
+	objs := render(t, echo, nil, map[string]any{"persistence": echoEncrypted, "tls": echoTLS, "auth": map[string]any{"enabled": false}})
 	if len(objs["Secret"]) != 0 {
 		t.Errorf("auth off renders Secrets: %v", names(objs))
 	}
@@ -298,5 +317,32 @@ func TestEchoRefusals(t *testing.T) {
 	ss := get[appsv1.StatefulSet](t, objs, "StatefulSet", echo)
 	if slices.ContainsFunc(ss.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "auth" }) {
 		t.Errorf("auth off mounts the tokens")
+	}
+}
+
+var echoTLS = map[string]any{"existingSecret": "echo-tls"}
+
+// TLS is on by default and needs a certificate; plaintext only as an explicit value.
+func TestEchoTLSByDefault(t *testing.T) {
+	renderFails(t, echo, map[string]any{"persistence": echoEncrypted, "auth": echoTokens}, "TLS is on by default (tls.enabled) and needs a certificate")
+	renderFails(t, echo, map[string]any{"persistence": echoEncrypted, "auth": echoTokens, "tls": map[string]any{"cert": "c", "key": "k"}}, "tls.requireClientCert needs tls.clientCA")
+	objs := render(t, echo, nil, map[string]any{"persistence": echoEncrypted, "auth": echoTokens, "tls": map[string]any{"enabled": false}})
+	js := echoOverlay(t, objs)
+	if !strings.Contains(js, `"allow_plaintext_listeners":true`) || strings.Contains(js, `"tls"`) {
+		t.Errorf("plaintext overlay %s", js)
+	}
+	objs = render(t, echo, nil, map[string]any{"persistence": echoEncrypted, "auth": echoTokens, "tls": map[string]any{"cert": "CERT PEM", "key": "KEY PEM", "clientCA": "CA PEM"}})
+	s := get[corev1.Secret](t, objs, "Secret", echo+"-tls")
+	if s.Type != corev1.SecretTypeTLS || string(s.Data["ca.crt"]) != "CA PEM" {
+		t.Errorf("TLS Secret %v %v", s.Type, s.Data)
+	}
+	out, err := renderChartWith(echo, nil, map[string]any{"persistence": echoEncrypted, "auth": echoTokens}, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = decodeAll(t, out)
+	crt := get[certificate](t, objs, "Certificate", echo+"-tls")
+	if crt.Spec.SecretName != echo+"-tls" || crt.Spec.IssuerRef.Name != echo+"-ca" {
+		t.Errorf("Certificate %+v", crt.Spec)
 	}
 }

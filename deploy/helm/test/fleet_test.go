@@ -15,8 +15,8 @@ import (
 const fleet = "ingero-fleet"
 
 func TestFleetDefaults(t *testing.T) {
-	objs := render(t, fleet, nil, nil)
-	for _, absent := range []string{"StatefulSet", "Ingress", "ServiceMonitor", "Secret"} {
+	objs := render(t, fleet, []string{"ci/default-values.yaml"}, nil)
+	for _, absent := range []string{"StatefulSet", "Ingress", "ServiceMonitor", "Secret", "Certificate", "Issuer"} {
 		if len(objs[absent]) != 0 {
 			t.Errorf("defaults render a %s: %v", absent, names(objs))
 		}
@@ -32,6 +32,8 @@ func TestFleetDefaults(t *testing.T) {
 	}
 	if pod.Containers[0].ReadinessProbe == nil || pod.Containers[0].ReadinessProbe.HTTPGet.Port.StrVal != "health" {
 		t.Errorf("no readiness probe on the health_check port")
+	} else if s := pod.Containers[0].ReadinessProbe.HTTPGet.Scheme; s != corev1.URISchemeHTTPS {
+		t.Errorf("readiness probe scheme %q, want HTTPS (TLS by default)", s)
 	}
 	svc := get[corev1.Service](t, objs, "Service", fleet)
 	ports := map[string]int32{}
@@ -49,10 +51,137 @@ func TestFleetDefaults(t *testing.T) {
 		t.Errorf("PDB maxUnavailable %v", pdb.Spec.MaxUnavailable)
 	}
 	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
-	if strings.TrimSpace(cm.Data["overlay.yaml"]) != "{}" {
-		t.Errorf("defaults have an overlay: %q", cm.Data["overlay.yaml"])
+	checkEveryListenerTLS(t, cm)
+	if v := secretVolume(pod, "tls"); v != fleet+"-tls" && v != "fleet-tls" {
+		t.Errorf("TLS volume from Secret %q", v)
 	}
 	validateFleetConfig(t, cm, d.Spec.Template.Spec.Containers[0].Args[4:])
+}
+
+// overlayJSON is the chart's second config file, as JSON.
+func overlayJSON(t *testing.T, cm *corev1.ConfigMap) string {
+	t.Helper()
+	var overlay map[string]any
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["overlay.yaml"]), &overlay); err != nil {
+		t.Fatal(err)
+	}
+	return string(mustJSON(t, overlay))
+}
+
+// checkEveryListenerTLS: the overlay puts a tls block on each of Fleet's six listeners and
+// does not allow plaintext.
+func checkEveryListenerTLS(t *testing.T, cm *corev1.ConfigMap) {
+	t.Helper()
+	var overlay struct {
+		Receivers struct {
+			Otlp struct {
+				Protocols map[string]map[string]any `json:"protocols"`
+			} `json:"otlp"`
+		} `json:"receivers"`
+		Extensions map[string]map[string]any `json:"extensions"`
+		Exporters  map[string]map[string]any `json:"exporters"`
+		Service    map[string]any            `json:"service"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["overlay.yaml"]), &overlay); err != nil {
+		t.Fatal(err)
+	}
+	for what, block := range map[string]map[string]any{
+		"otlp grpc":        overlay.Receivers.Otlp.Protocols["grpc"],
+		"otlp http":        overlay.Receivers.Otlp.Protocols["http"],
+		"ingero_threshold": overlay.Extensions["ingero_threshold"],
+		"health_check":     overlay.Extensions["health_check"],
+		"prometheus":       overlay.Exporters["prometheus"],
+	} {
+		if block == nil || block["tls"] == nil {
+			t.Errorf("%s has no tls block: %s", what, cm.Data["overlay.yaml"])
+		}
+	}
+	js := overlayJSON(t, cm)
+	if !strings.Contains(js, `"readers":[{"pull":{"exporter":{"prometheus":{"host":"0.0.0.0","port":8888,"tls":{`) {
+		t.Errorf("self-telemetry has no tls block: %s", js)
+	}
+	if strings.Contains(js, "allow_plaintext_listeners") || strings.Contains(cm.Data["fleet.yaml"], "allow_plaintext_listeners") {
+		t.Errorf("plaintext allowed with TLS on:\n%s\n%s", cm.Data["fleet.yaml"], cm.Data["overlay.yaml"])
+	}
+}
+
+func secretVolume(pod corev1.PodSpec, name string) string {
+	for _, v := range pod.Volumes {
+		if v.Name == name && v.Secret != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
+func TestFleetPlaintextOnlyAsAnExplicitValue(t *testing.T) {
+	renderFails(t, fleet, nil, "TLS is on by default (tls.enabled) and needs a certificate")
+	objs := render(t, fleet, nil, map[string]any{"tls": map[string]any{"enabled": false}})
+	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
+	js := overlayJSON(t, cm)
+	if js != `{"service":{"allow_plaintext_listeners":true}}` {
+		t.Errorf("plaintext overlay %s", js)
+	}
+	d := get[appsv1.Deployment](t, objs, "Deployment", fleet)
+	if s := d.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Scheme; s != corev1.URISchemeHTTP && s != "" {
+		t.Errorf("plaintext probe scheme %q", s)
+	}
+	if secretVolume(d.Spec.Template.Spec, "tls") != "" {
+		t.Errorf("a TLS volume without TLS")
+	}
+	validateFleetConfig(t, cm, d.Spec.Template.Spec.Containers[0].Args[4:])
+}
+
+func TestFleetCertManagerWhenPresent(t *testing.T) {
+	out, err := renderChartWith(fleet, nil, nil, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	crt := get[certificate](t, objs, "Certificate", fleet+"-tls")
+	if crt.Spec.SecretName != fleet+"-tls" || crt.Spec.IssuerRef.Name != fleet+"-ca" || crt.Spec.IssuerRef.Kind != "Issuer" {
+		t.Errorf("listener Certificate %+v", crt.Spec)
+	}
+	if !strings.Contains(strings.Join(crt.Spec.DNSNames, " "), fleet+".ingero.svc") {
+		t.Errorf("Certificate names %v lack the Service", crt.Spec.DNSNames)
+	}
+	ca := get[certificate](t, objs, "Certificate", fleet+"-ca")
+	if !ca.Spec.IsCA || ca.Spec.IssuerRef.Name != fleet+"-selfsigned" {
+		t.Errorf("CA Certificate %+v", ca.Spec)
+	}
+	if get[issuer](t, objs, "Issuer", fleet+"-ca").Spec.CA == nil || get[issuer](t, objs, "Issuer", fleet+"-selfsigned").Spec.SelfSigned == nil {
+		t.Errorf("Issuers %v", names(objs))
+	}
+	if len(objs["Secret"]) != 0 {
+		t.Errorf("cert-manager makes the Secret; the chart made %v", names(objs))
+	}
+	d := get[appsv1.Deployment](t, objs, "Deployment", fleet)
+	if secretVolume(d.Spec.Template.Spec, "tls") != fleet+"-tls" {
+		t.Errorf("TLS volume not from the Certificate's Secret")
+	}
+	checkEveryListenerTLS(t, get[corev1.ConfigMap](t, objs, "ConfigMap", fleet))
+
+	// A given issuer: no CA of the chart's own.
+	out, err = renderChartWith(fleet, nil, map[string]any{"tls": map[string]any{"certManager": map[string]any{
+		"issuerRef": map[string]any{"name": "corp-ca", "kind": "ClusterIssuer"}}}}, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = decodeAll(t, out)
+	if len(objs["Issuer"]) != 0 || len(objs["Certificate"]) != 1 {
+		t.Errorf("with an issuerRef: %v", names(objs))
+	}
+	if r := get[certificate](t, objs, "Certificate", fleet+"-tls").Spec.IssuerRef; r.Name != "corp-ca" || r.Kind != "ClusterIssuer" {
+		t.Errorf("issuerRef %+v", r)
+	}
+	// An existing Secret wins over cert-manager.
+	out, err = renderChartWith(fleet, []string{"ci/default-values.yaml"}, nil, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs = decodeAll(t, out); len(objs["Certificate"]) != 0 {
+		t.Errorf("existingSecret and a Certificate: %v", names(objs))
+	}
 }
 
 func TestFleetProduction(t *testing.T) {
@@ -144,12 +273,9 @@ func TestFleetProduction(t *testing.T) {
 	}
 
 	// The overlay: TLS (mTLS on the agent listeners) and auth on the receivers and API.
-	var overlay map[string]any
 	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
-	if err := yaml.UnmarshalStrict([]byte(cm.Data["overlay.yaml"]), &overlay); err != nil {
-		t.Fatal(err)
-	}
-	js := string(mustJSON(t, overlay))
+	checkEveryListenerTLS(t, cm)
+	js := overlayJSON(t, cm)
 	for _, want := range []string{
 		`"client_ca_file":"/etc/ingero/tls/ca.crt"`, `"authenticator":"ingero_auth"`,
 		`"tokens_file":"/etc/ingero/auth/tokens.yaml"`, `"extensions":["ingero_auth","ingero_threshold","health_check"]`,
@@ -176,11 +302,14 @@ func TestFleetInlineTLSMakesTheSecret(t *testing.T) {
 }
 
 func TestFleetRefusals(t *testing.T) {
-	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": true}}, "tls.enabled needs")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": true}}, "TLS is on by default")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": true}}}, "cert-manager API (cert-manager.io/v1) is not installed")
 	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": true, "cert": "c", "key": "k"}}, "tls.requireClientCert needs tls.clientCA")
-	renderFails(t, fleet, map[string]any{"auth": map[string]any{"enabled": true}}, "auth.enabled needs")
-	renderFails(t, fleet, map[string]any{"sharding": map[string]any{"enabled": true, "replicas": 1}}, "sharding.replicas must be at least 2")
-	renderFails(t, fleet, map[string]any{"shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
+	tls := map[string]any{"existingSecret": "fleet-tls"}
+	renderFails(t, fleet, map[string]any{"tls": tls, "auth": map[string]any{"enabled": true}}, "auth.enabled needs")
+	renderFails(t, fleet, map[string]any{"tls": tls, "sharding": map[string]any{"enabled": true, "replicas": 1}}, "sharding.replicas must be at least 2")
+	renderFails(t, fleet, map[string]any{"tls": tls, "shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}, "tls.certManager.enabled must be auto, true or false")
 }
 
 func mustJSON(t *testing.T, v any) []byte {

@@ -11,13 +11,21 @@ package helmtest
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -39,6 +47,12 @@ func chartDir(name string) string { return filepath.Join("..", name) }
 // renderChart renders a chart with its defaults, then each values file, then `set` merged
 // over them, as `helm template` would (the release named after the chart, in namespace "ingero").
 func renderChart(name string, files []string, set map[string]any, provider engine.ClientProvider) (map[string]string, error) {
+	return renderChartWith(name, files, set, provider, nil)
+}
+
+// renderChartWith is renderChart on a cluster that also serves the API versions `apis`
+// (e.g. cert-manager.io/v1).
+func renderChartWith(name string, files []string, set map[string]any, provider engine.ClientProvider, apis []string) (map[string]string, error) {
 	ch, err := loader.Load(chartDir(name))
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", name, err)
@@ -57,6 +71,7 @@ func renderChart(name string, files []string, set map[string]any, provider engin
 	caps.KubeVersion.Version = "v1.31.0"
 	caps.KubeVersion.Major = "1"
 	caps.KubeVersion.Minor = "31"
+	caps.APIVersions = append(append(chartutil.VersionSet{}, caps.APIVersions...), apis...)
 	rv, err := chartutil.ToRenderValues(ch, vals, opts, caps)
 	if err != nil {
 		return nil, err
@@ -102,6 +117,10 @@ func typed(kind string) (any, bool) {
 		return &networkingv1.Ingress{}, true
 	case "ServiceMonitor":
 		return &monitoringv1.ServiceMonitor{}, true
+	case "Certificate":
+		return &certificate{}, true
+	case "Issuer":
+		return &issuer{}, true
 	}
 	return nil, false
 }
@@ -250,10 +269,17 @@ func validateFleetConfig(t *testing.T, cm *corev1.ConfigMap, extra []string) {
 		return
 	}
 	dir := t.TempDir()
+	// The TLS Secret's mount point, here a directory of test certificates.
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeTestTLS(t, tlsDir)
 	args := []string{}
 	for _, f := range []string{"fleet.yaml", "overlay.yaml"} {
 		p := filepath.Join(dir, f)
-		if err := os.WriteFile(p, []byte(cm.Data[f]), 0o600); err != nil {
+		text := strings.ReplaceAll(cm.Data[f], "/etc/ingero/tls", tlsDir)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "--config", p)
@@ -262,5 +288,84 @@ func validateFleetConfig(t *testing.T, cm *corev1.ConfigMap, extra []string) {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ingero-fleet %v: %v\n%s\nfleet.yaml:\n%s\noverlay.yaml:\n%s", args, err, out, cm.Data["fleet.yaml"], cm.Data["overlay.yaml"])
+	}
+}
+
+// The cert-manager objects the charts make, as far as they use them (this module does not
+// import cert-manager's API types): decoded strictly, so a misspelled field still fails.
+type issuerRef struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+type certificate struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		IsCA        bool     `json:"isCA,omitempty"`
+		CommonName  string   `json:"commonName,omitempty"`
+		SecretName  string   `json:"secretName"`
+		Duration    string   `json:"duration,omitempty"`
+		RenewBefore string   `json:"renewBefore,omitempty"`
+		Usages      []string `json:"usages,omitempty"`
+		DNSNames    []string `json:"dnsNames,omitempty"`
+		IPAddresses []string `json:"ipAddresses,omitempty"`
+		PrivateKey  *struct {
+			Algorithm      string `json:"algorithm,omitempty"`
+			Size           int    `json:"size,omitempty"`
+			RotationPolicy string `json:"rotationPolicy,omitempty"`
+		} `json:"privateKey,omitempty"`
+		IssuerRef issuerRef `json:"issuerRef"`
+	} `json:"spec"`
+}
+
+type issuer struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        metav1.ObjectMeta `json:"metadata"`
+	Spec            struct {
+		SelfSigned *struct{} `json:"selfSigned,omitempty"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca,omitempty"`
+	} `json:"spec"`
+}
+
+// writeTestTLS writes a self-signed certificate as tls.crt, tls.key and ca.crt into dir (the
+// files a chart's TLS Secret mounts), for validating rendered configs that name them.
+func writeTestTLS(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "chart-test"},
+		DNSNames:              []string{"localhost"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	for name, data := range map[string][]byte{
+		"tls.crt": cert,
+		"ca.crt":  cert,
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

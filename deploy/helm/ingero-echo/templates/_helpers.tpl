@@ -67,6 +67,21 @@ to a template, so a string is refused rather than read.
 {{- end }}
 {{- end }}
 
+{{- define "ingero-echo.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "ingero-echo.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{/* Where the TLS certificate comes from: none (tls.enabled=false), secret, inline,
+cert-manager, or "" when TLS is on and nothing provides it. */}}
+{{- define "ingero-echo.tlsSource" -}}
+{{- $cm := toString .Values.tls.certManager.enabled }}
+{{- if not .Values.tls.enabled }}none
+{{- else if .Values.tls.existingSecret }}secret
+{{- else if or .Values.tls.cert .Values.tls.key }}inline
+{{- else if or (eq $cm "true") (and (eq $cm "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}cert-manager
+{{- end }}
+{{- end }}
+
 {{/* Checks the values a schema cannot express; fails the render otherwise. */}}
 {{- define "ingero-echo.validate" -}}
 {{- $_ := include "ingero-echo.storageEncryption" . }}
@@ -75,6 +90,22 @@ to a template, so a string is refused rather than read.
 {{- end }}
 {{- if not (regexMatch "^[0-9]+s$" (toString .Values.shutdownTimeout)) }}
 {{- fail "shutdownTimeout must be whole seconds, e.g. 10s (the pod's grace period is derived from it)" }}
+{{- end }}
+{{- $src := include "ingero-echo.tlsSource" . }}
+{{- if not (has (toString .Values.tls.certManager.enabled) (list "auto" "true" "false")) }}
+{{- fail "tls.certManager.enabled must be auto, true or false" }}
+{{- end }}
+{{- if eq $src "" }}
+{{- fail "TLS is on by default (tls.enabled) and needs a certificate: set tls.existingSecret (a kubernetes.io/tls Secret, with ca.crt for client certificates), or tls.cert and tls.key, or install cert-manager (tls.certManager); tls.enabled=false serves plaintext" }}
+{{- end }}
+{{- if and (eq $src "inline") (or (not .Values.tls.cert) (not .Values.tls.key)) }}
+{{- fail "tls.cert and tls.key go together" }}
+{{- end }}
+{{- if and (eq $src "cert-manager") (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}
+{{- fail "tls.certManager.enabled=true, but the cert-manager API (cert-manager.io/v1) is not installed" }}
+{{- end }}
+{{- if and (eq $src "inline") .Values.tls.requireClientCert (not .Values.tls.clientCA) }}
+{{- fail "tls.requireClientCert needs tls.clientCA (or an existingSecret with ca.crt); set tls.requireClientCert=false for server-only TLS" }}
 {{- end }}
 {{- end }}
 
@@ -97,7 +128,32 @@ to a template, so a string is refused rather than read.
 {{- end }}
 {{- end }}
 {{- $ext := default dict $overlay.extensions }}
+{{- $svc := default dict $overlay.service }}
+{{- if .Values.tls.enabled }}
+{{- $tls := dict "cert_file" "/etc/ingero/tls/tls.crt" "key_file" "/etc/ingero/tls/tls.key" "reload_interval" .Values.tls.reloadInterval }}
+{{- $otlpTls := deepCopy $tls }}
+{{- if .Values.tls.requireClientCert }}
+{{- $_ := set $otlpTls "client_ca_file" "/etc/ingero/tls/ca.crt" }}
+{{- end }}
+{{- $recv := dict "otlp" (dict "protocols" (dict "grpc" (dict "tls" $otlpTls) "http" (dict "tls" (deepCopy $otlpTls)))) }}
+{{- $_ := set $overlay "receivers" (mergeOverwrite (default dict $overlay.receivers) $recv) }}
+{{- $_ := set $api "tls" (deepCopy $tls) }}
+{{- $_ := set $ext "health_check" (dict "tls" (deepCopy $tls)) }}
+{{- with .Values.config.service.telemetry }}
+{{- $tel := deepCopy . }}
+{{- range (dig "metrics" "readers" list $tel) }}
+{{- $p := dig "pull" "exporter" "prometheus" dict . }}
+{{- if $p }}{{- $_ := set $p "tls" (deepCopy $tls) }}{{- end }}
+{{- end }}
+{{- $_ := set $svc "telemetry" $tel }}
+{{- end }}
+{{- else }}
+{{- $_ := set $svc "allow_plaintext_listeners" true }}
+{{- end }}
 {{- $_ := set $ext "echo_api" $api }}
 {{- $_ := set $overlay "extensions" $ext }}
+{{- if $svc }}
+{{- $_ := set $overlay "service" $svc }}
+{{- end }}
 {{- toYaml $overlay }}
 {{- end }}

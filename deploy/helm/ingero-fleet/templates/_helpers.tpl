@@ -47,12 +47,33 @@ app.kubernetes.io/component: front-end
 {{- printf "%s-replicas" (include "ingero-fleet.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* Where the TLS certificate comes from: none (tls.enabled=false), secret, inline,
+cert-manager, or "" when TLS is on and nothing provides it. */}}
+{{- define "ingero-fleet.tlsSource" -}}
+{{- $cm := toString .Values.tls.certManager.enabled }}
+{{- if not .Values.tls.enabled }}none
+{{- else if .Values.tls.existingSecret }}secret
+{{- else if or .Values.tls.cert .Values.tls.key }}inline
+{{- else if or (eq $cm "true") (and (eq $cm "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}cert-manager
+{{- end }}
+{{- end }}
+
 {{/* Checks the values that cannot be expressed in a schema; fails the render otherwise. */}}
 {{- define "ingero-fleet.validate" -}}
-{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (or (not .Values.tls.cert) (not .Values.tls.key)) }}
-{{- fail "tls.enabled needs tls.existingSecret, or tls.cert and tls.key" }}
+{{- $src := include "ingero-fleet.tlsSource" . }}
+{{- if not (has (toString .Values.tls.certManager.enabled) (list "auto" "true" "false")) }}
+{{- fail "tls.certManager.enabled must be auto, true or false" }}
 {{- end }}
-{{- if and .Values.tls.enabled .Values.tls.requireClientCert (not .Values.tls.existingSecret) (not .Values.tls.clientCA) }}
+{{- if eq $src "" }}
+{{- fail "TLS is on by default (tls.enabled) and needs a certificate: set tls.existingSecret (a kubernetes.io/tls Secret, with ca.crt for client certificates), or tls.cert and tls.key, or install cert-manager (tls.certManager); tls.enabled=false serves plaintext" }}
+{{- end }}
+{{- if and (eq $src "inline") (or (not .Values.tls.cert) (not .Values.tls.key)) }}
+{{- fail "tls.cert and tls.key go together" }}
+{{- end }}
+{{- if and (eq $src "cert-manager") (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}
+{{- fail "tls.certManager.enabled=true, but the cert-manager API (cert-manager.io/v1) is not installed" }}
+{{- end }}
+{{- if and (eq $src "inline") .Values.tls.requireClientCert (not .Values.tls.clientCA) }}
 {{- fail "tls.requireClientCert needs tls.clientCA (or an existingSecret with ca.crt); set tls.requireClientCert=false for server-only TLS" }}
 {{- end }}
 {{- if and .Values.auth.enabled (not .Values.auth.existingSecret) (not .Values.auth.tokensFile) }}
@@ -69,6 +90,7 @@ app.kubernetes.io/component: front-end
 {{/* The second config file: TLS and auth blocks merged over `config`. */}}
 {{- define "ingero-fleet.overlay" -}}
 {{- $overlay := dict }}
+{{- $svc := dict }}
 {{- if .Values.tls.enabled }}
 {{- $tls := dict "cert_file" "/etc/ingero/tls/tls.crt" "key_file" "/etc/ingero/tls/tls.key" "reload_interval" .Values.tls.reloadInterval }}
 {{- $agentTls := deepCopy $tls }}
@@ -76,8 +98,18 @@ app.kubernetes.io/component: front-end
 {{- $_ := set $agentTls "client_ca_file" "/etc/ingero/tls/ca.crt" }}
 {{- end }}
 {{- $_ := set $overlay "receivers" (dict "otlp" (dict "protocols" (dict "grpc" (dict "tls" $agentTls) "http" (dict "tls" $agentTls)))) }}
-{{- $_ := set $overlay "extensions" (dict "ingero_threshold" (dict "tls" $agentTls)) }}
-{{- $_ := set $overlay "exporters" (dict "prometheus" (dict "tls" $tls)) }}
+{{- $_ := set $overlay "extensions" (dict "ingero_threshold" (dict "tls" $agentTls) "health_check" (dict "tls" (deepCopy $tls))) }}
+{{- $_ := set $overlay "exporters" (dict "prometheus" (dict "tls" (deepCopy $tls))) }}
+{{- with .Values.config.service.telemetry }}
+{{- $tel := deepCopy . }}
+{{- range (dig "metrics" "readers" list $tel) }}
+{{- $p := dig "pull" "exporter" "prometheus" dict . }}
+{{- if $p }}{{- $_ := set $p "tls" (deepCopy $tls) }}{{- end }}
+{{- end }}
+{{- $_ := set $svc "telemetry" $tel }}
+{{- end }}
+{{- else }}
+{{- $_ := set $svc "allow_plaintext_listeners" true }}
 {{- end }}
 {{- if .Values.auth.enabled }}
 {{- $a := dict "auth" (dict "authenticator" "ingero_auth") }}
@@ -88,7 +120,10 @@ app.kubernetes.io/component: front-end
 {{- $_ := set $ext "ingero_auth" (dict "tokens_file" "/etc/ingero/auth/tokens.yaml" "audit_log" "stderr") }}
 {{- $_ := set $overlay "extensions" $ext }}
 {{- $svcExt := prepend (without .Values.config.service.extensions "ingero_auth") "ingero_auth" }}
-{{- $_ := set $overlay "service" (dict "extensions" $svcExt) }}
+{{- $_ := set $svc "extensions" $svcExt }}
+{{- end }}
+{{- if $svc }}
+{{- $_ := set $overlay "service" $svc }}
 {{- end }}
 {{- toYaml $overlay }}
 {{- end }}

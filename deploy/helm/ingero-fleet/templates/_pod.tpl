@@ -52,12 +52,13 @@ spec:
         - { name: health, containerPort: 13133, protocol: TCP }
         - { name: metrics, containerPort: 8889, protocol: TCP }
         - { name: telemetry, containerPort: 8888, protocol: TCP }
+      {{- $scheme := ternary "HTTPS" "HTTP" (ne (include "ingero-fleet.tlsSource" .) "none") }}
       readinessProbe:
-        httpGet: { path: /, port: health }
+        httpGet: { path: /, port: health, scheme: {{ $scheme }} }
         periodSeconds: 5
         failureThreshold: 2
       livenessProbe:
-        httpGet: { path: /, port: health }
+        httpGet: { path: /, port: health, scheme: {{ $scheme }} }
         initialDelaySeconds: 10
         periodSeconds: 10
         failureThreshold: 6
