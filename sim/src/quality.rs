@@ -6,10 +6,12 @@
 //! node-tick of a one-tick dip of 2 to 5 %. 10 s pushes, the agent's default 30-sample
 //! warm-up, Fleet's default config.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::record::{Report, median_p95};
-use crate::run::{Tuning, run_in_process, run_in_process_tuned};
+use crate::run::{Tuning, run_in_process_tuned};
 use crate::scenario::Scenario;
 
 /// The standard noise block.
@@ -175,8 +177,132 @@ onset = "2m"
     )
 }
 
+fn key(s: &Scenario, tuning: Tuning) -> String {
+    format!("{s:?}|{tuning:?}")
+}
+
+thread_local! {
+    /// Runs computed ahead (in parallel) by [`prefetch`], by scenario and tuning.
+    static CACHE: std::cell::RefCell<HashMap<String, Report>> = std::cell::RefCell::new(HashMap::new());
+}
+
+/// Run every scenario of `jobs` on all cores at once and keep the reports for
+/// [`run_tuned`] (each run is deterministic: the same report as run alone).
+fn prefetch(jobs: Vec<(Scenario, Tuning)>) -> Result<(), String> {
+    let threads = std::thread::available_parallelism()
+        .map_or(4, usize::from)
+        .clamp(4, 16);
+    let next = AtomicUsize::new(0);
+    let jobs = &jobs;
+    let results: Vec<(usize, Result<Report, String>)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((s, t)) = jobs.get(i) else { break };
+                        out.push((i, run_in_process_tuned(s, *t, |_| {})));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        for (i, r) in results {
+            if let Some((s, t)) = jobs.get(i) {
+                c.insert(key(s, *t), r?);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn run_tuned(s: &Scenario, tuning: Tuning) -> Result<Report, String> {
+    if let Some(r) = CACHE.with(|c| c.borrow_mut().remove(&key(s, tuning))) {
+        return Ok(r);
+    }
+    run_in_process_tuned(s, tuning, |_| {})
+}
+
 fn run(s: &Scenario) -> Result<Report, String> {
-    run_in_process(s, |_| {})
+    run_tuned(s, Tuning::default())
+}
+
+/// Every run of [`run_all`] (a run missing here is only slower: it runs when needed).
+fn plan(size: Size) -> Vec<(Scenario, Tuning)> {
+    let d = Tuning::default();
+    let mut jobs = Vec::new();
+    // The largest first, so it does not finish last alone.
+    jobs.push((episodes_scenario(size.large_nodes, 0.15, 5, 31), d));
+    let warm = format!("{NOISE}warmup = \"5m\"\nwarmup_depth = 0.05\n");
+    for (noise, seed) in [
+        (warm.as_str(), 11),
+        (HEAVY_NOISE, HEAVY_SEED),
+        (bundled_noise("gpu-h100").as_str(), 14),
+        (bundled_noise("gpu-h200").as_str(), 15),
+    ] {
+        jobs.push((
+            healthy_scenario("healthy", 64, size.fp_node_ticks, noise, seed),
+            d,
+        ));
+    }
+    for noise in [NOISE, HEAVY_NOISE] {
+        for setting in TRADE_OFF_SETTINGS {
+            let t = trade_off_tuning(setting);
+            jobs.push((
+                healthy_scenario("trade-off", 64, size.fp_node_ticks / 2, noise, 13),
+                t,
+            ));
+            for drop in [0.15, 0.05] {
+                for seed in 1..=size.seeds {
+                    jobs.push((
+                        episodes_scenario_with(64, drop, size.episodes, seed, noise),
+                        t,
+                    ));
+                }
+            }
+        }
+    }
+    for drop in [0.05, 0.10, 0.15, 0.30] {
+        for seed in 1..=size.seeds {
+            jobs.push((episodes_scenario(64, drop, size.episodes, seed), d));
+        }
+    }
+    for name in ["gpu-h100", "gpu-h200"] {
+        let noise = bundled_noise(name);
+        for seed in 1..=size.seeds {
+            jobs.push((
+                episodes_scenario_with(64, 0.15, size.episodes, seed, &noise),
+                d,
+            ));
+        }
+    }
+    for fraction in [0.10, 0.20, 0.30, 0.40, 0.45, 0.49] {
+        jobs.push((breakdown_scenario(fraction, 21), d));
+    }
+    for name in ["panic", "churn-restart", "nccl"] {
+        jobs.push((bundled(name), d));
+    }
+    jobs.push((nccl_chronic(), d));
+    jobs
+}
+
+/// The rule settings of the trade-off table: `Some(n)` fixes both sides at `n`; `None` is
+/// the defaults (Fleet automatic, the agent 2).
+const TRADE_OFF_SETTINGS: [Option<u8>; 4] = [Some(1), Some(2), Some(3), None];
+
+fn trade_off_tuning(setting: Option<u8>) -> Tuning {
+    Tuning {
+        fleet_evidence: Some(setting.map_or(0, u32::from)),
+        agent_evidence: setting,
+    }
 }
 
 fn secs(v: Option<(f64, f64)>) -> String {
@@ -264,6 +390,8 @@ pub struct Quality {
 /// Run the fixed set and render it.
 pub fn run_all(size: Size, mut progress: impl FnMut(&str)) -> Result<Quality, String> {
     let progress = &mut progress as &mut dyn FnMut(&str);
+    progress("every run, on all cores");
+    prefetch(plan(size))?;
     let mut q = Quality::default();
     let md = &mut q.markdown;
 
@@ -620,26 +748,21 @@ fn trade_off(size: Size, progress: &mut dyn FnMut(&str)) -> Result<String, Strin
         ("standard (Gaussian 1 %)", NOISE),
         ("heavy tails (Student-t df 3, 0.7 %)", HEAVY_NOISE),
     ] {
-        for setting in [Some(1u8), Some(2), Some(3), None] {
-            let tuning = Tuning {
-                fleet_evidence: Some(setting.map_or(0, u32::from)),
-                agent_evidence: setting,
-            };
+        for setting in TRADE_OFF_SETTINGS {
+            let tuning = trade_off_tuning(setting);
             let name = setting.map_or("auto / 2".to_string(), |n| format!("{n} / {n}"));
             progress(&format!("trade-off: {label}, evidence {name}"));
-            let healthy = run_in_process_tuned(
+            let healthy = run_tuned(
                 &healthy_scenario("trade-off", 64, size.fp_node_ticks / 2, noise, 13),
                 tuning,
-                |_| {},
             )?;
             let mut cells = Vec::new();
             for drop in [0.15, 0.05] {
                 let reports = (1..=size.seeds)
                     .map(|seed| {
-                        run_in_process_tuned(
+                        run_tuned(
                             &episodes_scenario_with(64, drop, size.episodes, seed, noise),
                             tuning,
-                            |_| {},
                         )
                     })
                     .collect::<Result<Vec<_>, _>>()?;
