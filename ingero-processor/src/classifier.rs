@@ -38,6 +38,15 @@
 //! acts only on flagged nodes). What it can add is a second, separate flag where the drain
 //! would have kept one long one (a new sample deep enough to flag on its own right after
 //! the clear): the hold-off makes the next episode drain.
+//!
+//! **Evidence.** Under heavy-tailed noise one healthy sample now and then lands deeper than
+//! `decision + drift` sigmas below the threshold, and a rule that flags on one such sample
+//! flags healthy nodes. With `evidence = n` a single sample adds at most `decision` to the
+//! sum (its shortfall is clipped at `decision + drift`) and a flag needs `n * decision`
+//! (which is also the cap): `n` consecutive samples each as deep as one sample had to be,
+//! or more, shallower ones. `evidence = 1` is the rule above, unchanged. Fleet picks the
+//! evidence per cluster from the noise it sees ([`TailEstimate`]); a deep sample that is
+//! back above that depth on the node's next sample (a "lone deep sample") is what it counts.
 
 use crate::config::IngeroConfig;
 
@@ -54,6 +63,8 @@ pub struct CusumParams {
     pub clear_margin: f64,
     /// Unflagged ticks after a clear before the node's next episode may clear at once.
     pub clear_holdoff: u8,
+    /// Samples at the single-sample depth a flag needs (1: one sample flags).
+    pub evidence: u8,
 }
 
 impl CusumParams {
@@ -63,6 +74,7 @@ impl CusumParams {
         decision: crate::config::DEFAULT_CLASSIFIER_DECISION,
         clear_margin: crate::config::DEFAULT_CLASSIFIER_CLEAR_MARGIN,
         clear_holdoff: crate::config::DEFAULT_CLASSIFIER_CLEAR_HOLDOFF as u8,
+        evidence: 1,
     };
 
     pub fn from_config(cfg: &IngeroConfig) -> Self {
@@ -72,13 +84,33 @@ impl CusumParams {
             clear_margin: cfg.classifier.clear_margin,
             // Validated to [0, 255].
             clear_holdoff: u8::try_from(cfg.classifier.clear_holdoff).unwrap_or(u8::MAX),
+            // Validated to [0, 3]; 0 (automatic) starts at 1 until the cluster's noise says
+            // otherwise.
+            evidence: u8::try_from(cfg.classifier.evidence.clamp(1, 3)).unwrap_or(1),
         }
     }
 
-    /// The ceiling of the cumulative sum: the decision level itself, so a recovered node
-    /// drains in `decision / (k + drift)` ticks.
+    /// The same parameters needing `evidence` samples (at least 1).
+    pub fn with_evidence(mut self, evidence: u8) -> Self {
+        self.evidence = evidence.max(1);
+        self
+    }
+
+    /// The level the sum must reach to flag: `evidence * decision`.
+    pub fn flag_level(&self) -> f64 {
+        f64::from(self.evidence.max(1)) * self.decision
+    }
+
+    /// The ceiling of the cumulative sum: the flag level itself, so a recovered node
+    /// drains in `evidence * decision / (k + drift)` ticks.
     pub fn cap(&self) -> f64 {
-        self.decision
+        self.flag_level()
+    }
+
+    /// The shortfall (sigmas below the threshold) at which one sample flags on its own
+    /// with `evidence` 1, and the most one sample counts for with more.
+    pub fn deep(&self) -> f64 {
+        self.decision + self.drift
     }
 }
 
@@ -106,9 +138,72 @@ pub struct ShortfallCusum {
     /// Unflagged ticks still to go, since the last clear, before a new episode counts as
     /// clean.
     holdoff: u8,
+    /// Consecutive samples at least [`CusumParams::deep`] below the threshold (saturating).
+    deep_run: u8,
 }
 
 const _: () = assert!(std::mem::size_of::<ShortfallCusum>() == 8);
+
+/// Lone deep samples per healthy node-sample above which a cluster's noise counts as
+/// heavy-tailed: the false-positive budget of the one-sample rule, 10 per million.
+pub const TAIL_RATE_LIMIT: f64 = 1e-5;
+/// Per-tick decay of the tail estimate's counts: a memory of about 2,048 ticks (5.7 hours
+/// at 10 s pushes).
+pub const TAIL_DECAY: f64 = 1.0 - 1.0 / 2048.0;
+/// Evidence a cluster with heavy-tailed noise needs.
+pub const HEAVY_TAIL_EVIDENCE: u8 = 2;
+
+/// How heavy one cluster's noise tails are, from its own healthy samples: the rate of lone
+/// deep samples (a node's one sample at least [`CusumParams::deep`] sigmas below the
+/// threshold, back above it on its next sample) per node-sample classified, both counts
+/// decaying by [`TAIL_DECAY`] per tick. Under Gaussian noise with the default `k`,
+/// `drift` and `decision` such a sample is 6.5 sigmas below the median: about 4e-11 per
+/// sample, so a quiet cluster never sees one; under Student-t noise with 3 degrees of
+/// freedom it is a few per ten thousand. A straggler is deep on consecutive samples and
+/// does not count.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TailEstimate {
+    lone_deep: f64,
+    samples: f64,
+}
+
+impl TailEstimate {
+    /// Fold in one tick: `lone_deep` lone deep samples among `samples` classified.
+    pub fn observe(&mut self, lone_deep: u64, samples: u64) {
+        self.lone_deep = self.lone_deep * TAIL_DECAY + lone_deep as f64;
+        self.samples = self.samples * TAIL_DECAY + samples as f64;
+    }
+
+    /// Lone deep samples per node-sample (0 before any sample).
+    pub fn rate(&self) -> f64 {
+        if self.samples > 0.0 {
+            self.lone_deep / self.samples
+        } else {
+            0.0
+        }
+    }
+
+    /// The noise has flagged, or would have flagged, healthy nodes on single samples more
+    /// often than [`TAIL_RATE_LIMIT`].
+    pub fn heavy(&self) -> bool {
+        self.lone_deep > 0.0 && self.rate() > TAIL_RATE_LIMIT
+    }
+
+    /// The evidence to classify with: `configured` when it is set (1-3), else 1 for light
+    /// tails and [`HEAVY_TAIL_EVIDENCE`] for heavy ones.
+    pub fn evidence(&self, configured: u32) -> u8 {
+        match configured {
+            0 => {
+                if self.heavy() {
+                    HEAVY_TAIL_EVIDENCE
+                } else {
+                    1
+                }
+            }
+            n => u8::try_from(n.min(3)).unwrap_or(1),
+        }
+    }
+}
 
 impl ShortfallCusum {
     pub fn is_straggler(&self) -> bool {
@@ -124,7 +219,13 @@ impl ShortfallCusum {
     /// unchanged.
     #[inline]
     pub fn at_rest(&self) -> bool {
-        self.sum == 0.0 && !self.straggler && self.holdoff == 0
+        self.sum == 0.0 && !self.straggler && self.holdoff == 0 && self.deep_run == 0
+    }
+
+    /// Consecutive samples, up to the last one, at least [`CusumParams::deep`] sigmas
+    /// below the threshold. A step from 1 to 0 ends a lone deep sample.
+    pub fn deep_run(&self) -> u8 {
+        self.deep_run
     }
 
     pub fn sum(&self) -> f64 {
@@ -152,11 +253,18 @@ impl ShortfallCusum {
         if self.at_rest() && z <= p.drift {
             return None;
         }
-        let next = f64::from(self.sum) + z - p.drift;
+        let deep = p.deep();
+        self.deep_run = if z >= deep {
+            self.deep_run.saturating_add(1)
+        } else {
+            0
+        };
+        // One sample counts for at most what flags alone with evidence 1.
+        let next = f64::from(self.sum) + z.min(deep) - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
         let mut sum = next.max(0.0).min(p.cap());
         let transition = if !self.straggler {
-            if sum >= p.decision {
+            if sum >= p.flag_level() {
                 self.straggler = true;
                 self.clean_episode = self.holdoff == 0;
                 Some(Transition::Entered)
@@ -203,8 +311,14 @@ mod tests {
     #[test]
     fn the_defaults_are_the_documented_ones() {
         assert_eq!(
-            (P.drift, P.decision, P.clear_margin, P.clear_holdoff),
-            (0.5, 4.0, 1.0, 10)
+            (
+                P.drift,
+                P.decision,
+                P.clear_margin,
+                P.clear_holdoff,
+                P.evidence
+            ),
+            (0.5, 4.0, 1.0, 10, 1)
         );
         assert_eq!(
             CusumParams::from_config(&IngeroConfig::default()),
@@ -388,6 +502,77 @@ mod tests {
         assert_eq!(c.reset(), Some(Transition::Cleared));
         assert_eq!(c.reset(), None);
         assert!(c.at_rest());
+    }
+
+    /// With two samples of evidence one sample counts for at most one, however deep; two
+    /// in a row flag; a lone one drains.
+    #[test]
+    fn two_samples_of_evidence_need_two_deep_samples() {
+        let p2 = P.with_evidence(2);
+        assert_eq!((p2.flag_level(), p2.cap(), p2.deep()), (8.0, 8.0, 4.5));
+        let mut c = ShortfallCusum::default();
+        assert_eq!(c.observe_z(&p2, 1e6), None, "one sample, however deep");
+        assert_eq!(c.sum(), 4.0);
+        assert_eq!(c.deep_run(), 1);
+        assert_eq!(c.observe_z(&p2, 4.5), Some(Transition::Entered));
+        assert_eq!(c.deep_run(), 2);
+        // A lone deep sample every third one, healthy ones (at the median, z = -2) between,
+        // never flags: +4, -2.5, -2.5. (Every other one would: +4 - 2.5 a pair accumulates.)
+        let mut c = ShortfallCusum::default();
+        for i in 0..3_000 {
+            let z = if i % 3 == 0 { 50.0 } else { -2.0 };
+            assert_eq!(c.observe_z(&p2, z), None, "sample {i}");
+        }
+        // Shallower shortfalls accumulate to twice the decision: 1.5 sigmas, +1 per tick.
+        let mut c = ShortfallCusum::default();
+        let first = (1..=20).find(|_| c.observe_z(&p2, 1.5) == Some(Transition::Entered));
+        assert_eq!(first, Some(8));
+        // Evidence 1 is the one-sample rule, unchanged.
+        for z in [4.5, 2.5, 1.5, 1.0, 100.0] {
+            let ticks = |p: &CusumParams| {
+                let mut c = ShortfallCusum::default();
+                (1..=100).find(|_| c.observe_z(p, z) == Some(Transition::Entered))
+            };
+            assert_eq!(ticks(&P), ticks(&P.with_evidence(1)), "z = {z}");
+        }
+    }
+
+    #[test]
+    fn the_deep_run_ends_a_lone_deep_sample_and_keeps_the_node_restless() {
+        let mut c = ShortfallCusum::default();
+        c.observe_z(&P.with_evidence(2), 4.5);
+        assert!(!c.at_rest());
+        c.observe_z(&P.with_evidence(2), -10.0);
+        assert_eq!(c.deep_run(), 0);
+        assert!(c.at_rest());
+    }
+
+    #[test]
+    fn the_tail_estimate_turns_heavy_on_lone_deep_samples_and_forgets_them() {
+        let mut t = TailEstimate::default();
+        assert_eq!(t.evidence(0), 1, "no sample yet: light");
+        for _ in 0..10_000 {
+            t.observe(0, 64);
+        }
+        assert!(!t.heavy());
+        assert_eq!(t.evidence(0), 1);
+        // Student-t-like: a lone deep sample every 50 ticks of 64 nodes (3e-4).
+        for i in 0..10_000 {
+            t.observe(u64::from(i % 50 == 0), 64);
+        }
+        assert!(t.heavy(), "rate {}", t.rate());
+        assert_eq!(t.evidence(0), HEAVY_TAIL_EVIDENCE);
+        // The operator's setting wins either way.
+        assert_eq!(t.evidence(1), 1);
+        assert_eq!(t.evidence(3), 3);
+        // Quiet again: forgotten within a few memories.
+        for _ in 0..20_000 {
+            t.observe(0, 64);
+        }
+        assert!(!t.heavy(), "rate {}", t.rate());
+        // One lone deep sample in a long quiet record of 64 nodes stays under the limit.
+        t.observe(1, 64);
+        assert!(!t.heavy(), "rate {}", t.rate());
     }
 
     #[test]

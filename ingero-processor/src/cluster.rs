@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use component::Timestamp;
 
-use crate::classifier::{CusumParams, MIN_SIGMA, ShortfallCusum, Transition};
+use crate::classifier::{CusumParams, MIN_SIGMA, ShortfallCusum, TailEstimate, Transition};
 use crate::config::IngeroConfig;
 use crate::table::{
     CLUSTER_WIDE_COHORT, CohortId, NodeBudget, NodeCounts, NodeSample, NodeState, NodeTable,
@@ -26,6 +26,8 @@ use crate::threshold::{CohortThreshold, CohortUpdate, ThresholdParams};
 pub struct ClusterParams {
     pub threshold: ThresholdParams,
     pub cusum: CusumParams,
+    /// `classifier.evidence`: 0 picks it from the cluster's noise each tick.
+    pub evidence: u32,
     pub cohorts_enabled: bool,
     pub coverage_fraction: f64,
     pub require_coverage: bool,
@@ -38,6 +40,7 @@ impl ClusterParams {
         ClusterParams {
             threshold: ThresholdParams::from_config(cfg),
             cusum: CusumParams::from_config(cfg),
+            evidence: cfg.classifier.evidence,
             cohorts_enabled: cfg.cohorts.enabled,
             coverage_fraction: cfg.quorum.coverage_fraction,
             require_coverage: cfg.quorum.require_coverage,
@@ -81,6 +84,10 @@ pub struct ClusterTick {
     /// Indices of the nodes to list in diagnostics ([`diagnostic_selection`] order).
     pub diagnostic_nodes: Vec<usize>,
     pub transitions: Vec<NodeTransition>,
+    /// Samples at the single-sample depth a flag needed on this tick.
+    pub evidence: u8,
+    /// Lone deep samples per node-sample (the tail estimate after this tick).
+    pub lone_deep_rate: f64,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +127,8 @@ pub struct ClusterTickState {
     cohort_stragglers: Vec<u64>,
     /// The statistic's selection buffer.
     select_scratch: Vec<f64>,
+    /// The tails of this cluster's healthy noise (picks the evidence a flag needs).
+    tail: TailEstimate,
 }
 
 fn tally(counts: &mut NodeCounts, scores: &mut Vec<f64>, s: &NodeSample) {
@@ -267,8 +276,11 @@ impl ClusterTickState {
                 .map(|e| e.unwrap_or((f64::NAN, f64::NAN))),
         );
         let restless = std::mem::take(&mut self.restless);
+        let evidence = self.tail.evidence(p.evidence);
+        let cusum = p.cusum.with_evidence(evidence);
         let mut step = ClassifyStep {
-            cusum: &p.cusum,
+            cusum: &cusum,
+            lone_deep: 0,
             effective: &self.effective,
             cohort_stragglers: &mut self.cohort_stragglers,
             transitions: Vec::new(),
@@ -330,9 +342,18 @@ impl ClusterTickState {
             stragglers,
             diagnostic,
             restless,
+            lone_deep,
             ..
         } = step;
         self.restless = restless;
+        // Every live active node was classified once there is a threshold, the fast path's
+        // nodes within the drift too: the unflagged ones are the samples the rate is over.
+        let classified = if self.effective.iter().any(Option::is_some) {
+            active.saturating_sub(stragglers.len() as u64)
+        } else {
+            0
+        };
+        self.tail.observe(lone_deep, classified);
         let straggler_count = stragglers.len() as u64;
         for c in &mut cohorts {
             c.straggler_count = self
@@ -356,7 +377,14 @@ impl ClusterTickState {
             stragglers,
             diagnostic_nodes: diagnostic.finish(),
             transitions,
+            evidence,
+            lone_deep_rate: self.tail.rate(),
         }
+    }
+
+    /// The tails of this cluster's noise as estimated so far.
+    pub fn tail(&self) -> &TailEstimate {
+        &self.tail
     }
 
     fn compute_cohorts(
@@ -445,6 +473,8 @@ impl ClusterTickState {
 /// One tick's classification outputs, and the general per-node step.
 struct ClassifyStep<'a> {
     cusum: &'a CusumParams,
+    /// Lone deep samples seen on this tick (see [`TailEstimate`]).
+    lone_deep: u64,
     /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
     effective: &'a [Option<(f64, f64)>],
     cohort_stragglers: &'a mut [u64],
@@ -474,9 +504,16 @@ impl ClassifyStep<'_> {
         };
         let t = match eff {
             // `effective` holds (threshold, 1 / sigma): a multiply per node, not a divide.
-            Some((threshold, inv_sigma)) => entry
-                .1
-                .observe_z(self.cusum, (threshold - s.score) * inv_sigma),
+            Some((threshold, inv_sigma)) => {
+                let run = entry.1.deep_run();
+                let t = entry
+                    .1
+                    .observe_z(self.cusum, (threshold - s.score) * inv_sigma);
+                if run == 1 && entry.1.deep_run() == 0 {
+                    self.lone_deep += 1;
+                }
+                t
+            }
             None => entry.1.reset(),
         };
         let straggler = entry.1.is_straggler();
@@ -819,7 +856,9 @@ mod tests {
                     let z = (threshold - s.score) * inv_sigma;
                     let mut probe = *c;
                     let t = probe.observe_z(&p.cusum, z);
-                    let next = (c.sum() + z - p.cusum.drift).max(0.0).min(p.cusum.cap());
+                    let next = (c.sum() + z.min(p.cusum.deep()) - p.cusum.drift)
+                        .max(0.0)
+                        .min(p.cusum.cap());
                     let at_once = was && c.may_clear_at_once() && z <= -p.cusum.clear_margin;
                     let next = if at_once { 0.0 } else { next };
                     assert_eq!(probe.sum(), f64::from(next as f32), "observe_z's sum");
@@ -828,7 +867,7 @@ mod tests {
                         if was {
                             next > 0.0
                         } else {
-                            next >= p.cusum.decision
+                            next >= p.cusum.flag_level()
                         },
                     );
                     *c = probe;
@@ -874,6 +913,7 @@ mod tests {
             x ^= x << 17;
             x
         };
+        let mut evidences = [false; 3];
         for case in 0..24u64 {
             let n = [5usize, 40, 300, 5000][(case % 4) as usize];
             let cohorts = case % 3 == 1;
@@ -927,8 +967,13 @@ mod tests {
                 }
                 let mut before = st.samples().to_vec();
                 let t = st.compute(&p, 0, Timestamp::from_secs(10 * (tick + 1)));
+                // The evidence the tick picked from the noise so far (both 1 and 2 occur:
+                // the random drops leave lone deep samples).
+                let mut rp = p;
+                rp.cusum = p.cusum.with_evidence(t.evidence);
+                evidences[usize::from(t.evidence.min(2))] = true;
                 let (stragglers, transitions, diag, per_cohort) =
-                    reference_classify(&mut before, &mut reference, &st.effective, &p);
+                    reference_classify(&mut before, &mut reference, &st.effective, &rp);
                 assert_eq!(st.samples(), &before[..], "case {case} tick {tick}");
                 assert_eq!(t.stragglers, stragglers, "case {case} tick {tick}");
                 assert_eq!(t.transitions, transitions, "case {case} tick {tick}");
@@ -956,6 +1001,11 @@ mod tests {
                 );
             }
         }
+        assert_eq!(
+            evidences,
+            [false, true, true],
+            "both evidence levels were exercised"
+        );
     }
 
     #[test]

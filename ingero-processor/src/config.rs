@@ -51,6 +51,9 @@ pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = 1.0;
 /// `classifier.clear_holdoff`: unflagged ticks after a clear before the next episode may
 /// clear at once (a node that falls again sooner clears only by the CUSUM's drain).
 pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = 10;
+/// `classifier.evidence`: samples at the single-sample depth a flag needs; 0 picks 1 or 2
+/// per cluster from the tails of its own healthy noise (`classifier::TailEstimate`).
+pub const DEFAULT_CLASSIFIER_EVIDENCE: u32 = 0;
 /// `limits.max_clusters`.
 pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 /// `limits.max_nodes_per_cluster`.
@@ -131,6 +134,7 @@ pub struct ClassifierConfig {
     pub decision: f64,
     pub clear_margin: f64,
     pub clear_holdoff: u32,
+    pub evidence: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,6 +232,7 @@ impl Default for ClassifierConfig {
             decision: DEFAULT_CLASSIFIER_DECISION,
             clear_margin: DEFAULT_CLASSIFIER_CLEAR_MARGIN,
             clear_holdoff: DEFAULT_CLASSIFIER_CLEAR_HOLDOFF,
+            evidence: DEFAULT_CLASSIFIER_EVIDENCE,
         }
     }
 }
@@ -423,6 +428,13 @@ impl ComponentConfig for IngeroConfig {
             self.classifier.clear_holdoff,
             0,
             u32::from(u8::MAX),
+        );
+        u32_range(
+            &mut e,
+            "classifier.evidence",
+            self.classifier.evidence,
+            0,
+            3,
         );
 
         // limits

@@ -23,6 +23,9 @@ pub const FAILURE_THRESHOLD: u32 = 3;
 /// The simulated hardware: what `ingero.node.info` says.
 pub const GPU_MODEL: &str = "NVIDIA H100 80GB HBM3";
 pub const GPU_COUNT: i64 = 8;
+/// The cloud the simulated nodes say they run on (`ingero.provider`, health pushes): with
+/// the GPU model it prices their time in Fleet's cost view (built-in rate table).
+pub const PROVIDER: &str = "aws";
 
 /// What a push is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +123,7 @@ impl VirtualAgent {
         if let Some(report) = &outcome.report {
             let ctx = HealthContext {
                 identity: &self.identity,
-                provider: None,
+                provider: Some(PROVIDER),
                 gpu: Some(&self.gpu),
                 per_cgroup: &[],
                 now,

@@ -266,6 +266,10 @@ pub struct LiveOptions {
     pub encoding: Encoding,
     /// End the run early once Fleet flagged every straggler and named every late rank.
     pub stop_when_caught: bool,
+    /// End the run (with its report) once this is set, e.g. on Ctrl-C.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// End the run after this long instead of the scenario's duration.
+    pub duration: Option<Duration>,
 }
 
 /// Push one agent's requests on one connection; the health answer and what it cost.
@@ -336,7 +340,8 @@ pub async fn run_live(
     for i in 0..n {
         by_slot[i * SLOTS as usize / n.max(1)].push(i);
     }
-    let steps = (s.duration.as_nanos() / step.as_nanos().max(1)) as u64;
+    let duration = opts.duration.unwrap_or(s.duration);
+    let steps = (duration.as_nanos() / step.as_nanos().max(1)) as u64;
     let mut agents: Vec<Option<VirtualAgent>> = (0..n).map(|_| None).collect();
     let diag_path = format!("/api/v1/diagnostics?cluster_id={}", s.cluster_id);
     let start = Instant::now();
@@ -345,6 +350,13 @@ pub async fn run_live(
     for k in 1..=steps {
         let t = step * u32::try_from(k)?;
         tokio::time::sleep_until((start + t).into()).await;
+        if opts
+            .stop
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            break;
+        }
         let now = Timestamp::now();
         if restarts.last().is_some_and(|&r| r <= t) {
             restarts.pop();

@@ -1,7 +1,8 @@
 //! `fleet-sim`: virtual Ingero agents against a real Fleet.
 //!
 //! - `fleet-sim demo`: Fleet (embedded default) plus a simulated 64-node cluster; prints
-//!   detections as they happen and the live-view URL;
+//!   the live-view URL and each event as it happens, runs until Ctrl-C (or `--duration`)
+//!   and prints the report on exit;
 //! - `fleet-sim run --scenario <name|file>`: one scenario, in process on a simulated clock
 //!   (default), against an embedded Fleet over HTTP (`--embedded`), or against a Fleet
 //!   already running (`--otlp`, `--admin`, `--exporter`);
@@ -49,6 +50,9 @@ enum Command {
         /// Print the final report as JSON.
         #[arg(long)]
         json: bool,
+        /// Stop after this long (`90s`, `10m`) instead of at Ctrl-C.
+        #[arg(long, value_parser = component::config::parse_duration)]
+        duration: Option<std::time::Duration>,
     },
     /// Run one scenario (a bundled name or a TOML file).
     Run {
@@ -180,6 +184,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     endpoints,
                     connections,
                     stop_when_caught: false,
+                    stop: None,
+                    duration: None,
                     encoding: match encoding {
                         Enc::Json => Encoding::Json,
                         Enc::Protobuf => Encoding::Protobuf,
@@ -214,7 +220,11 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { auto_ports, json } => demo(auto_ports, json),
+        Command::Demo {
+            auto_ports,
+            json,
+            duration,
+        } => demo(auto_ports, json, duration),
     }
 }
 
@@ -330,16 +340,25 @@ fn print_summary(s: &Scenario, r: &Report) {
     }
 }
 
-fn demo(auto_ports: bool, json: bool) -> anyhow::Result<ExitCode> {
+fn demo(
+    auto_ports: bool,
+    json: bool,
+    duration: Option<std::time::Duration>,
+) -> anyhow::Result<ExitCode> {
     let s = Scenario::from_toml(bundled("demo").unwrap_or(""))?;
     let started = Instant::now();
     let mut fleet = EmbeddedFleet::start(s.push_interval, auto_ports)?;
     let e = fleet.endpoints.clone();
-    let onset = s.stragglers.first().map_or(0.0, |x| x.onset.as_secs_f64());
+    let episode = s.stragglers.first();
+    let onset = episode.map_or(0.0, |x| x.onset.as_secs_f64());
+    let recover = episode.and_then(|x| x.recover).map(|r| r.as_secs_f64());
     println!(
-        "Ingero Fleet demo: Fleet (embedded default config, push_interval {} s) and {} simulated nodes",
+        "Ingero Fleet demo: Fleet (embedded default config, push_interval {} s) and {} simulated nodes ({} x {} on {})",
         s.push_interval.as_secs_f64(),
-        s.total_nodes()
+        s.total_nodes(),
+        fleet_sim::agent::GPU_COUNT,
+        fleet_sim::agent::GPU_MODEL,
+        fleet_sim::agent::PROVIDER,
     );
     println!("  live view:    {}", view_url(&e.admin));
     println!(
@@ -356,35 +375,44 @@ fn demo(auto_ports: bool, json: bool) -> anyhow::Result<ExitCode> {
         .and_then(|n| n.late.first())
         .map_or(0.0, |l| l.onset.as_secs_f64());
     println!(
-        "  {} agents calibrate for {} pushes; from {late:.0} s NCCL rank 41 is 80 ms late on every all-reduce; at {onset:.0} s {} drops 15 %",
+        "  {} agents calibrate for {} pushes; from {late:.0} s NCCL rank 41 is 80 ms late on every all-reduce; at {onset:.0} s {} drops 15 %{}",
         s.total_nodes(),
         s.warmup_samples,
-        node_name(23)
+        node_name(23),
+        recover.map_or(String::new(), |r| format!(" and recovers at {r:.0} s")),
     );
-    println!(
-        "  ({:.0} s in all; Ctrl-C stops it)",
-        s.duration.as_secs_f64()
-    );
+    match duration {
+        Some(d) => println!(
+            "  (runs {:.0} s; Ctrl-C stops it earlier and prints the report)",
+            d.as_secs_f64()
+        ),
+        None => println!("  (runs until Ctrl-C, then prints the report)"),
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = LiveOptions {
         endpoints: e,
         connections: 4,
         encoding: Encoding::Protobuf,
-        stop_when_caught: true,
+        stop_when_caught: false,
+        stop: Some(stop.clone()),
+        duration,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = rt.block_on(async {
-        tokio::select! {
-            r = run_live(&s, &opts, || fleet.restart(), |ev| println!("{}", describe(ev))) => r.map(Some),
-            _ = tokio::signal::ctrl_c() => Ok(None),
+    // Ctrl-C (SIGINT) ends the run at its next step; the report follows.
+    rt.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-    })?;
+    });
+    let report = rt.block_on(run_live(
+        &s,
+        &opts,
+        || fleet.restart(),
+        |ev| println!("{}", describe(ev)),
+    ))?;
     fleet.stop()?;
-    let Some(report) = report else {
-        println!("stopped");
-        return Ok(ExitCode::from(130));
-    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -75,9 +75,27 @@ pub fn communicator(s: &Scenario) -> Option<Communicator> {
     Some(Communicator::new(n, first, s.seed))
 }
 
+/// Settings a run may change from the defaults (the trade-off table's rule settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Fleet's `classifier.evidence` (default: 0, picked from the noise).
+    pub fleet_evidence: Option<u32>,
+    /// The agents' `cusum` evidence (default: the agent's).
+    pub agent_evidence: Option<u8>,
+}
+
 /// Run a scenario in process; `on_event` sees detections and false positives as they
 /// happen (simulated time).
-pub fn run_in_process(s: &Scenario, mut on_event: impl FnMut(&Event)) -> Result<Report, String> {
+pub fn run_in_process(s: &Scenario, on_event: impl FnMut(&Event)) -> Result<Report, String> {
+    run_in_process_tuned(s, Tuning::default(), on_event)
+}
+
+/// [`run_in_process`] with Fleet's and the agents' classifier evidence set.
+pub fn run_in_process_tuned(
+    s: &Scenario,
+    tuning: Tuning,
+    mut on_event: impl FnMut(&Event),
+) -> Result<Report, String> {
     let mut world = World::new(s)?;
     let n = world.len();
     let ids = identities(s);
@@ -86,8 +104,14 @@ pub fn run_in_process(s: &Scenario, mut on_event: impl FnMut(&Event)) -> Result<
         .enumerate()
         .map(|(i, id)| (id.node_id.clone(), i))
         .collect();
-    let core_cfg = core_config(s);
-    let cfg = fleet_config(s);
+    let mut core_cfg = core_config(s);
+    if let Some(e) = tuning.agent_evidence {
+        core_cfg.evidence = e;
+    }
+    let mut cfg = fleet_config(s);
+    if let Some(e) = tuning.fleet_evidence {
+        cfg.classifier.evidence = e;
+    }
     let mut fleet = InProcessFleet::new(cfg.clone())?;
     let mut rec = Recorder::new(s, world.timeline.clone(), "in-process");
     let mut comm = communicator(s);

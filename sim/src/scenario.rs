@@ -20,6 +20,8 @@ pub const BUNDLED: &[(&str, &str)] = &[
         include_str!("../scenarios/churn-restart.toml"),
     ),
     ("nccl", include_str!("../scenarios/nccl.toml")),
+    ("gpu-h100", include_str!("../scenarios/gpu-h100.toml")),
+    ("gpu-h200", include_str!("../scenarios/gpu-h200.toml")),
 ];
 
 /// A bundled scenario's text.

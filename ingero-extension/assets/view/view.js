@@ -328,8 +328,12 @@
       const cell = Math.max(3, Math.min(24, Math.floor((width - 4) / n)));
       const cols = Math.max(1, Math.floor((width - 4) / cell));
       const rows = Math.ceil(n / cols);
+      const named = s.ranks.filter((r) => r.named);
+      // A strip under the grid labels each late rank with its lag.
+      const strip = named.length ? 18 : 0;
       const dpr = window.devicePixelRatio || 1;
-      c.width = Math.round(width * dpr); c.height = Math.round((rows * cell + 4) * dpr);
+      c.width = Math.round(width * dpr); c.height = Math.round((rows * cell + 4 + strip) * dpr);
+      c.style.height = (rows * cell + 4 + strip) + "px";
       const g = c.getContext("2d");
       g.setTransform(dpr, 0, 0, dpr, 0, 0);
       s.ranks.forEach((r, i) => {
@@ -340,6 +344,23 @@
         g.fillRect(x, y, cell - 1, cell - 1);
         if (r.named) { g.strokeStyle = "#fff"; g.strokeRect(x + 0.5, y + 0.5, cell - 2, cell - 2); }
       });
+      if (strip) {
+        g.font = "11px sans-serif";
+        g.textBaseline = "middle";
+        const top = rows * cell + 4;
+        s.ranks.forEach((r, i) => {
+          if (!r.named) return;
+          const label = "rank " + r.rank + ": " + fmt(r.median_lag_ms, 0) + " ms late";
+          const w = g.measureText(label).width;
+          const cx = 2 + (i % cols) * cell + (cell - 1) / 2;
+          const cy = 2 + Math.floor(i / cols) * cell + cell - 1;
+          const lx = Math.min(Math.max(2, cx - w / 2), width - w - 2);
+          g.strokeStyle = "rgba(224,65,58,1)";
+          g.beginPath(); g.moveTo(cx, cy); g.lineTo(cx, top + 3); g.stroke();
+          g.fillStyle = color("--fg");
+          g.fillText(label, lx, top + strip / 2 + 2);
+        });
+      }
       for (const r of s.ranks.filter((r) => r.named)) {
         const p = document.createElement("div");
         p.className = "late";

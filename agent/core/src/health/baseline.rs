@@ -9,8 +9,13 @@
 //! spec says.) With the symmetric EMA a lasting 30 % slowdown was absorbed in
 //! about ten ticks (the ratio climbs back toward 1 and the node looks healthy again); with
 //! the slow downward step the ratio stays near 0.70 (0.76 after 5 minutes of 1 s ticks,
-//! see `a_lasting_slowdown_stays_visible`). Recoveries and speed-ups are still followed at
-//! 0.1, and noise inside the band moves the baseline as before.
+//! see `a_lasting_slowdown_stays_visible`). Recoveries are still followed at 0.1, and noise
+//! inside the band moves the baseline as before. A sample more than the band *above* the
+//! reference is folded in as if it sat at the band's edge (and counts that much in the noise
+//! estimate): a single reading several times the usual rate lifted the reference so far
+//! that the following ordinary samples scored as a slowdown for about ten ticks (the
+//! simulator's heavy-tailed noise produced one such episode per million node-ticks); a
+//! lasting speed-up is followed by at most `fast_alpha * band` per tick.
 
 use serde::{Deserialize, Serialize};
 
@@ -132,10 +137,16 @@ impl Baseliner {
         let base = self.reference();
         let x = clean_finite(raw.throughput);
         let band = self.slowdown_band();
-        let slowdown =
-            self.samples >= self.cfg.warmup_samples && base > 0.0 && x < base * (1.0 - band);
+        let warm = self.samples >= self.cfg.warmup_samples && base > 0.0;
+        let slowdown = warm && x < base * (1.0 - band);
+        // A sample more than the band above the reference counts as if it were at the
+        // band's edge: one implausible reading (a rate measured over too short a window, a
+        // heavy-tailed speed-up) moves the reference by at most `fast_alpha * band`
+        // instead of lifting it so far that the next ordinary samples look slow for many
+        // ticks. A lasting speed-up is still followed, by at most that much per tick.
+        let spike = warm && x > base * (1.0 + band);
         if base > 0.0 && !slowdown {
-            let dev = (x / base - 1.0).abs().min(1.0);
+            let dev = (x / base - 1.0).abs().min(if spike { band } else { 1.0 });
             self.noise += NOISE_ALPHA * (dev - self.noise);
         }
         self.samples = self.samples.saturating_add(1);
@@ -148,6 +159,8 @@ impl Baseliner {
             let target = base + self.cfg.slowdown_alpha * (x - base);
             let scale = bias_correct(1.0, fa, self.samples);
             self.reference = if scale > 0.0 { target / scale } else { 0.0 };
+        } else if spike {
+            self.reference = ema_update(self.reference, base * (1.0 + band), fa);
         } else {
             self.reference = ema_update(self.reference, x, fa);
         }
@@ -301,6 +314,44 @@ mod tests {
         b.update(obs(80.0));
         let expected = (0.1 * 80.0 + 0.9 * 10.0) / (1.0 - 0.9f64.powi(2));
         assert!((b.current().throughput - expected).abs() < 1e-9);
+    }
+
+    /// One reading 3.5 times the usual rate (a heavy-tailed speed-up, a too-short window)
+    /// lifts the reference by at most `fast_alpha * band`: the ordinary samples after it
+    /// still score about 1, where the plain EMA scored them 20 % low for ten ticks and
+    /// more. A lasting speed-up is still followed.
+    #[test]
+    fn a_single_upward_spike_does_not_make_the_next_samples_look_slow() {
+        let mut b = Baseliner::new(BaselineConfig::default());
+        for _ in 0..60 {
+            b.update(obs(1000.0));
+        }
+        let before = b.reference();
+        b.update(obs(3500.0));
+        let lifted = b.reference() / before - 1.0;
+        // (Plus the bias correction's last bit of warm-up at 61 samples.)
+        assert!(
+            lifted <= DEFAULT_FAST_ALPHA * DEFAULT_SLOWDOWN_BAND + 1e-4,
+            "{lifted}"
+        );
+        assert!(b.signals(obs(1000.0)).throughput > 0.99);
+        assert!(
+            b.slowdown_band() < 0.06,
+            "the noise estimate is not blown up"
+        );
+        // The plain EMA (what this replaces) after the same spike: 0.8 and below 0.9 for
+        // ten ticks.
+        let plain = 1000.0 / (1000.0 + DEFAULT_FAST_ALPHA * 2500.0);
+        assert!(plain < 0.81, "{plain}");
+        // A lasting 20 % speed-up is followed: within 1 % after 60 ticks.
+        for _ in 0..60 {
+            b.update(obs(1200.0));
+        }
+        assert!(
+            (b.reference() / 1200.0 - 1.0).abs() < 0.01,
+            "{}",
+            b.reference()
+        );
     }
 
     #[test]

@@ -9,7 +9,12 @@
 //!   the first term is Fleet's smallest robust sigma (its default MAD floor), the second
 //!   this node's own score noise (a robust running estimate, fed only by samples at or
 //!   above the threshold so a slowdown cannot widen it). A single sample 4.5 sigmas below
-//!   the threshold flags at once; smaller shortfalls must persist; one-tick dips drain.
+//!   the threshold is a full sample of evidence; the agent needs two of them (or more,
+//!   shallower ones) before it flags itself ([`AGENT_EVIDENCE`]): one node's own samples
+//!   cannot tell within hours whether its noise has heavy tails (a deep healthy sample
+//!   comes a few times in ten thousand under Student-t tails), so it takes the rule that
+//!   stays quiet under them. Fleet, which sees the whole cluster's samples, measures the
+//!   tails and keeps one-sample detection where they are light. One-tick dips drain.
 //!   Recovery: on the first tick at least one sigma above the threshold (`clear_margin`),
 //!   unless the node fell again within 10 ticks of its last clear (`clear_holdoff`); else
 //!   when the sum is back at 0.
@@ -21,6 +26,9 @@ use ingero_processor::classifier::{CusumParams, ShortfallCusum};
 use super::{Signal, SignalSet};
 
 pub const DEFAULT_HYSTERESIS: f64 = 0.02;
+/// Samples at the single-sample depth the agent's `cusum` rule needs before it flags
+/// itself (`CusumParams::evidence`).
+pub const AGENT_EVIDENCE: u8 = 2;
 pub const EPSILON: f64 = 1e-9;
 
 #[derive(Debug, Clone)]
@@ -81,16 +89,21 @@ pub struct CusumClassifier {
 
 impl Default for CusumClassifier {
     fn default() -> Self {
+        CusumClassifier::with_evidence(AGENT_EVIDENCE)
+    }
+}
+
+impl CusumClassifier {
+    /// Needing `evidence` samples at the single-sample depth (1: one deep sample flags).
+    pub fn with_evidence(evidence: u8) -> Self {
         CusumClassifier {
-            params: CusumParams::DEFAULT,
+            params: CusumParams::DEFAULT.with_evidence(evidence),
             cusum: ShortfallCusum::default(),
             level: None,
             abs_dev: 0.0,
         }
     }
-}
 
-impl CusumClassifier {
     /// The sigma the shortfall is measured in.
     pub fn sigma(&self) -> f64 {
         (MEAN_ABS_DEV_TO_SIGMA * self.abs_dev).max(SIGMA_FLOOR)
@@ -130,9 +143,10 @@ pub enum AnyClassifier {
 }
 
 impl AnyClassifier {
-    pub fn new(rule: Rule, hysteresis: f64) -> Self {
+    /// `evidence` applies to the `cusum` rule ([`CusumClassifier::with_evidence`]).
+    pub fn new(rule: Rule, hysteresis: f64, evidence: u8) -> Self {
         match rule {
-            Rule::Cusum => AnyClassifier::Cusum(CusumClassifier::default()),
+            Rule::Cusum => AnyClassifier::Cusum(CusumClassifier::with_evidence(evidence)),
             Rule::OneSample => AnyClassifier::OneSample(Classifier::new(hysteresis)),
         }
     }
@@ -237,11 +251,11 @@ mod tests {
     /// The cases of `ingero-processor`'s classifier tests, run through the agent's wrapper
     /// with a sigma at the floor (a node without noise of its own).
     #[test]
-    fn the_cusum_rule_behaves_like_fleets() {
+    fn the_cusum_rule_with_one_sample_of_evidence_behaves_like_fleets() {
         let t = 0.9;
         let s = SIGMA_FLOOR;
         // decision + drift sigmas below: flagged on the first sample; a bit less: not yet.
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         assert_eq!(
             c.classify(t - 4.5 * s - 1e-12, t),
             Verdict {
@@ -249,23 +263,23 @@ mod tests {
                 changed: true
             }
         );
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         assert!(!c.classify(t - 4.4 * s, t).straggler);
         // 1.5 sigma below: +1 per tick, flagged on the 4th sample.
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         let flags: Vec<bool> = (0..4)
             .map(|_| c.classify(t - 1.5 * s, t).straggler)
             .collect();
         assert_eq!(flags, [false, false, false, true]);
         // Healthy noise alternating between at the threshold and 4 sigma above never sums.
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         for i in 0..10_000 {
             let score = if i % 2 == 0 { t } else { t + 4.0 * s };
             assert!(!c.classify(score, t).straggler, "sample {i}");
         }
         // Recovery: from the cap (the decision level, 4), one tick at 2 sigma above the
         // threshold (the median) clears at once ...
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         for _ in 0..100 {
             c.classify(0.5, t);
         }
@@ -278,7 +292,7 @@ mod tests {
             "cleared on the first tick back at the median"
         );
         // ... while 0.6 sigma above (short of the margin) drains at -1.1 per tick: four ticks.
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         c.classify(0.5, t);
         let flags: Vec<bool> = (0..4)
             .map(|_| c.classify(t + 0.6 * s, t).straggler)
@@ -286,7 +300,7 @@ mod tests {
         assert_eq!(flags, [true, true, true, false]);
         // A node swinging between far below and the median: one early clear, then the
         // hold-off leaves it to the drain, which the swings never empty.
-        let mut c = CusumClassifier::default();
+        let mut c = CusumClassifier::with_evidence(1);
         let changes = (0..200)
             .filter(|i| {
                 let score = if i % 2 == 0 { 0.5 } else { t + 2.0 * s };
@@ -295,6 +309,38 @@ mod tests {
             .count();
         assert_eq!(changes, 3);
         assert!(c.is_straggler());
+    }
+
+    /// The agent's default: one sample at the single-sample depth is not enough, two
+    /// consecutive ones flag; lone deep samples among healthy ones never do.
+    #[test]
+    fn the_agent_needs_two_deep_samples_by_default() {
+        let t = 0.9;
+        let s = SIGMA_FLOOR;
+        let deep = t - 4.5 * s - 1e-12;
+        let mut c = CusumClassifier::default();
+        assert!(!c.classify(deep, t).straggler, "one deep sample");
+        assert_eq!(
+            c.classify(deep, t),
+            Verdict {
+                straggler: true,
+                changed: true
+            },
+            "the second in a row"
+        );
+        // However deep, one sample counts for one.
+        let mut c = CusumClassifier::default();
+        assert!(!c.classify(0.0, t).straggler);
+        // A lone deep sample every third tick, healthy samples (at the median) between.
+        let mut c = CusumClassifier::default();
+        for i in 0..3_000 {
+            let score = if i % 3 == 0 { 0.0 } else { t + 2.0 * s };
+            assert!(!c.classify(score, t).straggler, "sample {i}");
+        }
+        // 1.5 sigma below: +1 per tick, flagged on the 8th sample (twice the decision).
+        let mut c = CusumClassifier::default();
+        let first = (1..=20).find(|_| c.classify(t - 1.5 * s, t).straggler);
+        assert_eq!(first, Some(8));
     }
 
     #[test]
