@@ -494,6 +494,35 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     if let Some(poller) = built.poller {
         tokio::spawn(poller.run(rx.clone()));
     }
+    if let Some(st) = &store {
+        let c = st.counters().clone();
+        let host_c = host.as_ref().map(|h| h.counters.clone());
+        let board = built.status.clone();
+        let mut stop = rx.clone();
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            loop {
+                let mut counts = ingero_agent::status::StoreCounts {
+                    events_written: c.events_written.load(Relaxed),
+                    aggregates_written: c.aggregates_written.load(Relaxed),
+                    dropped_queue_full: c.dropped_queue_full.load(Relaxed),
+                    dropped_write_error: c.dropped_write_error.load(Relaxed),
+                    rollovers: c.rollovers.load(Relaxed),
+                    host_drops: [0; 4],
+                };
+                if let Some(h) = &host_c {
+                    for (d, v) in counts.host_drops.iter_mut().zip(&h.kernel_drops) {
+                        *d = v.load(Relaxed);
+                    }
+                }
+                board.update(|s| s.store_counts = counts);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = ingero_agent::httpserve::stopped(&mut stop) => return,
+                }
+            }
+        });
+    }
     if let Some(h) = &probe_handle {
         let cell = h.status_cell();
         let board = built.status.clone();
@@ -636,7 +665,12 @@ fn run_explain(a: ExplainArgs) -> Result<(), String> {
     let rw =
         rusqlite::Connection::open_with_flags(&a.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE);
     let (conn, writable) = match rw {
-        Ok(c) if a.db.exists() => (c, true),
+        Ok(c) if a.db.exists() => {
+            // The agent may be writing: wait for its transaction instead of failing.
+            c.busy_timeout(Duration::from_secs(5))
+                .map_err(|e| e.to_string())?;
+            (c, true)
+        }
         _ => (
             ingero_agent::store::open_read_only(&a.db).map_err(|e| e.to_string())?,
             false,
