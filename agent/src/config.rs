@@ -241,6 +241,40 @@ pub struct MetricsConfig {
     pub listen: String,
 }
 
+/// The local event store (`ingero-agent explain`, `query`, `merge`, `export` read it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Record CUDA/NCCL call durations and the host layers into the database.
+    pub enabled: bool,
+    pub path: PathBuf,
+    /// Node identity written with every row; empty: `fleet.node_id`, else the host name.
+    pub node: String,
+    /// Roll the file over to `<path>.1` at this size (MiB).
+    pub max_size_mb: u64,
+    /// Delete rows older than this.
+    #[serde(with = "duration")]
+    pub max_age: Duration,
+    /// Trace the scheduler and block I/O of the watched processes (tracepoints).
+    pub host_layers: bool,
+}
+
+/// Where the store lives unless configured.
+pub const DEFAULT_STORE_PATH: &str = "/var/lib/ingero/ingero.db";
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            enabled: false,
+            path: PathBuf::from(DEFAULT_STORE_PATH),
+            node: String::new(),
+            max_size_mb: 1024,
+            max_age: Duration::from_secs(24 * 3600),
+            host_layers: true,
+        }
+    }
+}
+
 /// The whole agent configuration.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -251,6 +285,7 @@ pub struct AgentConfig {
     pub probes: ProbesConfig,
     pub synthetic: SyntheticConfig,
     pub metrics: MetricsConfig,
+    pub store: StoreConfig,
 }
 
 fn has_crlf(s: &str) -> bool {
@@ -430,6 +465,21 @@ impl ComponentConfig for AgentConfig {
         }
         if self.remediate.socket.as_os_str().is_empty() {
             errs.push("remediate.socket", "must not be empty");
+        }
+        if self.store.enabled && self.store.path.as_os_str().is_empty() {
+            errs.push("store.path", "must not be empty");
+        }
+        if self.store.max_size_mb == 0 {
+            errs.push("store.max_size_mb", "must be > 0");
+        }
+        if self.store.max_age < Duration::from_secs(60) {
+            errs.push("store.max_age", "must be >= 1m");
+        }
+        if has_crlf(&self.store.node) || self.store.node.contains(':') {
+            errs.push(
+                "store.node",
+                "must not contain ':', CR or LF (ids are {node}:{seq})",
+            );
         }
         check::positive_finite(&mut errs, "synthetic.base_rate", self.synthetic.base_rate);
         // A file script is checked when it is read; an inline one is checked here.

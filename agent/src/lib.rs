@@ -20,6 +20,7 @@ pub mod events;
 pub mod events_out;
 pub mod fleet;
 pub mod httpserve;
+pub mod investigate;
 pub mod metrics;
 pub mod nccl;
 pub mod probes;
@@ -28,6 +29,7 @@ pub mod selfmetrics;
 pub mod setup;
 pub mod signals;
 pub mod status;
+pub mod store;
 
 pub use ingero_agent_core::{health, timefmt};
 

@@ -37,6 +37,80 @@ struct Cli {
 enum Command {
     /// Read straggler events from the remediation socket and serve Prometheus metrics.
     Sink(SinkArgs),
+    /// Explain what the GPU work waited on: causal chains from a store.
+    Explain(ExplainArgs),
+    /// Read-only SQL over a store (or, without SQL, the newest events).
+    Query(QueryArgs),
+    /// Merge several nodes' stores into one file.
+    Merge(MergeArgs),
+    /// Export a store as a trace (Chrome Trace Event JSON for the Perfetto UI).
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ExplainArgs {
+    /// Database (default: the agent's own store).
+    #[arg(long, default_value = ingero_agent::config::DEFAULT_STORE_PATH)]
+    db: PathBuf,
+    /// How far back from each node's newest record to look.
+    #[arg(long, value_parser = duration_arg, default_value = "5m")]
+    since: Duration,
+    /// One analysis per process instead of per node.
+    #[arg(long)]
+    per_process: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct QueryArgs {
+    /// One read-only SQL statement; `:since` is bound to the --since cut-off (Unix ns).
+    sql: Option<String>,
+    #[arg(long, default_value = ingero_agent::config::DEFAULT_STORE_PATH)]
+    db: PathBuf,
+    /// Without SQL: events this far back from the newest one (with SQL: binds `:since`).
+    #[arg(long, value_parser = duration_arg)]
+    since: Option<Duration>,
+    /// Without SQL: only this op (e.g. cudaStreamSync, cuLaunchKernel, block_write).
+    #[arg(long)]
+    op: Option<String>,
+    /// Without SQL: at most this many rows.
+    #[arg(long, default_value_t = 50)]
+    limit: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct MergeArgs {
+    /// Input databases.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Output file (must not exist).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Node name for databases written before the node column (and for rows without one).
+    #[arg(long)]
+    force_node: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum ExportFormat {
+    Perfetto,
+}
+
+#[derive(Args, Debug)]
+struct ExportArgs {
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    #[arg(long, default_value = ingero_agent::config::DEFAULT_STORE_PATH)]
+    db: PathBuf,
+    /// Output file (default: standard output).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Only this far back from the newest event.
+    #[arg(long, value_parser = duration_arg)]
+    since: Option<Duration>,
 }
 
 #[derive(Args, Debug, Default)]
@@ -149,6 +223,24 @@ struct RunArgs {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Record CUDA/NCCL call durations and the host layers into the local store.
+    #[arg(long)]
+    store: bool,
+    /// The store's file (default /var/lib/ingero/ingero.db).
+    #[arg(long)]
+    store_path: Option<PathBuf>,
+    /// Node identity written with every stored row (default: --fleet-node-id, else host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Roll the store over at this size (MiB).
+    #[arg(long)]
+    store_max_size_mb: Option<u64>,
+    /// Delete stored rows older than this.
+    #[arg(long, value_parser = duration_arg)]
+    store_max_age: Option<Duration>,
+    /// Do not trace the scheduler and block I/O (store CUDA/NCCL calls only).
+    #[arg(long)]
+    no_host_layers: bool,
 }
 
 #[derive(Args, Debug)]
@@ -266,6 +358,16 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
         c.metrics.listen = ingero_agent::selfmetrics::DEFAULT_LISTEN.to_string();
     }
     set!(c.metrics.listen, a.metrics_listen);
+    if a.store {
+        c.store.enabled = true;
+    }
+    set!(c.store.path, a.store_path);
+    set!(c.store.node, a.node);
+    set!(c.store.max_size_mb, a.store_max_size_mb);
+    set!(c.store.max_age, a.store_max_age);
+    if a.no_host_layers {
+        c.store.host_layers = false;
+    }
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -296,6 +398,9 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut probe_handle = None;
     let mut nvml = None;
+    let mut store: Option<ingero_agent::store::Store> = None;
+    let mut recorder: Option<probes::Recorder> = None;
+    let mut host: Option<probes::host::HostHandle> = None;
     let (source, nccl, gpu): (Box<dyn SignalSource>, _, _) = if cfg.synthetic.enabled {
         let script = SyntheticScript::load(&cfg.synthetic.script)
             .map_err(|e| format!("synthetic.script: {e}"))?;
@@ -310,7 +415,47 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
             None,
         )
     } else {
-        let started = probes::start(&cfg, rx.clone()).map_err(|e| e.to_string())?;
+        if cfg.store.enabled {
+            let node = ingero_agent::store::node_identity(
+                Some(cfg.store.node.as_str()),
+                &cfg.fleet.node_id,
+            );
+            let mut o = ingero_agent::store::StoreOptions::new(&cfg.store.path, node.clone());
+            o.max_bytes = cfg.store.max_size_mb.saturating_mul(1 << 20);
+            o.max_age = cfg.store.max_age;
+            o.world_size = (cfg.fleet.world_size > 0).then_some(cfg.fleet.world_size);
+            o.rank = o.world_size.map(|_| cfg.fleet.node_rank);
+            o.pid_filter = cfg
+                .probes
+                .pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let st = ingero_agent::store::Store::start(o).map_err(|e| e.to_string())?;
+            tracing::info!(path = %cfg.store.path.display(), node = %node, "event store open");
+            recorder = Some(probes::Recorder {
+                sink: st.sink(),
+                gpu_pids: Default::default(),
+            });
+            store = Some(st);
+        }
+        let started = probes::start_recording(&cfg, rx.clone(), recorder.clone())
+            .map_err(|e| e.to_string())?;
+        if let (Some(r), true) = (&recorder, cfg.store.host_layers) {
+            let scope = probes::ProbeOptions::from_config(&cfg)
+                .map_err(|e| e.to_string())?
+                .scope;
+            host = Some(
+                probes::host::start(
+                    &scope,
+                    r.sink.clone(),
+                    Duration::from_secs(1),
+                    r.gpu_pids.clone(),
+                )
+                .map_err(|e| e.to_string())?,
+            );
+        }
         probe_handle = Some(started.handle);
         nvml = started.nvml;
         (Box::new(started.source), started.nccl, started.gpu)
@@ -348,6 +493,35 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     }
     if let Some(poller) = built.poller {
         tokio::spawn(poller.run(rx.clone()));
+    }
+    if let Some(st) = &store {
+        let c = st.counters().clone();
+        let host_c = host.as_ref().map(|h| h.counters.clone());
+        let board = built.status.clone();
+        let mut stop = rx.clone();
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            loop {
+                let mut counts = ingero_agent::status::StoreCounts {
+                    events_written: c.events_written.load(Relaxed),
+                    aggregates_written: c.aggregates_written.load(Relaxed),
+                    dropped_queue_full: c.dropped_queue_full.load(Relaxed),
+                    dropped_write_error: c.dropped_write_error.load(Relaxed),
+                    rollovers: c.rollovers.load(Relaxed),
+                    host_drops: [0; 4],
+                };
+                if let Some(h) = &host_c {
+                    for (d, v) in counts.host_drops.iter_mut().zip(&h.kernel_drops) {
+                        *d = v.load(Relaxed);
+                    }
+                }
+                board.update(|s| s.store_counts = counts);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = ingero_agent::httpserve::stopped(&mut stop) => return,
+                }
+            }
+        });
     }
     if let Some(h) = &probe_handle {
         let cell = h.status_cell();
@@ -416,6 +590,30 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
         );
         h.stop();
     }
+    if let Some(h) = host {
+        let d = &h.counters.kernel_drops;
+        tracing::info!(
+            threads_full = d[0].load(std::sync::atomic::Ordering::Relaxed),
+            procs_full = d[1].load(std::sync::atomic::Ordering::Relaxed),
+            io_inflight_full = d[2].load(std::sync::atomic::Ordering::Relaxed),
+            io_procs_full = d[3].load(std::sync::atomic::Ordering::Relaxed),
+            "host layer drops"
+        );
+        h.stop();
+    }
+    if let Some(st) = store {
+        let c = st.counters().clone();
+        st.close();
+        use std::sync::atomic::Ordering::Relaxed;
+        tracing::info!(
+            events = c.events_written.load(Relaxed),
+            aggregates = c.aggregates_written.load(Relaxed),
+            dropped_queue_full = c.dropped_queue_full.load(Relaxed),
+            dropped_write_error = c.dropped_write_error.load(Relaxed),
+            rollovers = c.rollovers.load(Relaxed),
+            "store totals"
+        );
+    }
     Ok(())
 }
 
@@ -450,6 +648,127 @@ async fn run_sink(a: SinkArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The `:since` cut-off: `d` back from the newest event of the database.
+fn cutoff(conn: &rusqlite::Connection, d: Option<Duration>) -> Result<Option<i64>, String> {
+    let Some(d) = d else { return Ok(None) };
+    let newest: Option<i64> = conn
+        .query_row("SELECT MAX(timestamp) FROM events", [], |r| r.get(0))
+        .map_err(|e| e.to_string())?;
+    let back = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    Ok(Some(newest.unwrap_or(0).saturating_sub(back)))
+}
+
+#[allow(clippy::print_stdout)]
+fn run_explain(a: ExplainArgs) -> Result<(), String> {
+    use ingero_agent::investigate::explain;
+    // Read-write without creating or migrating, to keep the chains; read-only otherwise.
+    let rw =
+        rusqlite::Connection::open_with_flags(&a.db, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE);
+    let (conn, writable) = match rw {
+        Ok(c) if a.db.exists() => {
+            // The agent may be writing: wait for its transaction instead of failing.
+            c.busy_timeout(Duration::from_secs(5))
+                .map_err(|e| e.to_string())?;
+            (c, true)
+        }
+        _ => (
+            ingero_agent::store::open_read_only(&a.db).map_err(|e| e.to_string())?,
+            false,
+        ),
+    };
+    let report = explain::explain(
+        &conn,
+        &explain::ExplainOptions {
+            since: a.since,
+            per_process: a.per_process,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    if writable {
+        explain::store_chains(&conn, &report.chains).map_err(|e| e.to_string())?;
+    } else if !report.chains.is_empty() {
+        eprintln!(
+            "ingero-agent: {} is read-only: chains not saved",
+            a.db.display()
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", explain::render(&report));
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn run_query(a: QueryArgs) -> Result<(), String> {
+    use ingero_agent::investigate::query;
+    let conn = ingero_agent::store::open_read_only(&a.db).map_err(|e| e.to_string())?;
+    let since = cutoff(&conn, a.since)?;
+    let sql = match &a.sql {
+        Some(s) => s.clone(),
+        None => {
+            let op = match &a.op {
+                Some(name) => Some(
+                    ingero_agent::store::schema::op_by_name(name)
+                        .ok_or_else(|| format!("unknown op {name:?}"))?,
+                ),
+                None => None,
+            };
+            query::shortcut_sql(op, a.limit)
+        }
+    };
+    let t = query::run(&conn, &sql, since.or(Some(i64::MIN))).map_err(|e| e.to_string())?;
+    if a.json {
+        println!("{}", query::render_json(&t));
+    } else {
+        print!("{}", query::render_table(&t));
+    }
+    Ok(())
+}
+
+fn run_merge(a: MergeArgs) -> Result<(), String> {
+    let st = ingero_agent::investigate::merge::merge(&a.inputs, &a.output, a.force_node.as_deref())
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "merged {} file(s) into {}: {} events ({} duplicates skipped), {} chains, {} stacks ({} already present), {} aggregate rows, {} sessions",
+        a.inputs.len(),
+        a.output.display(),
+        st.events,
+        st.duplicate_events,
+        st.chains,
+        st.stacks_new,
+        st.stacks_shared,
+        st.aggregates,
+        st.sessions
+    );
+    Ok(())
+}
+
+fn run_export(a: ExportArgs) -> Result<(), String> {
+    let ExportFormat::Perfetto = a.format;
+    let conn = ingero_agent::store::open_read_only(&a.db).map_err(|e| e.to_string())?;
+    let since = cutoff(&conn, a.since)?;
+    let n = match &a.output {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            ingero_agent::investigate::export::perfetto(&conn, since, &mut w)
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            ingero_agent::investigate::export::perfetto(&conn, since, &mut w)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    eprintln!("exported {n} trace events");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -467,6 +786,10 @@ fn main() -> ExitCode {
             init_logs(a.log_json, false);
             rt.block_on(run_sink(a))
         }
+        Some(Command::Explain(a)) => run_explain(a),
+        Some(Command::Query(a)) => run_query(a),
+        Some(Command::Merge(a)) => run_merge(a),
+        Some(Command::Export(a)) => run_export(a),
         None => {
             init_logs(cli.run.log_json, cli.run.status);
             match load_config(&cli.run) {

@@ -31,6 +31,10 @@ pub const LAUNCHES_TOTAL: &str = "ingero_agent_launches_total";
 pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
 pub const PROBE_EVENTS_TOTAL: &str = "ingero_agent_probe_events_total";
 pub const PROBE_DROPPED_TOTAL: &str = "ingero_agent_probe_dropped_total";
+pub const STORE_RECORDS_TOTAL: &str = "ingero_agent_store_records_total";
+pub const STORE_DROPPED_TOTAL: &str = "ingero_agent_store_dropped_total";
+pub const STORE_ROLLOVERS_TOTAL: &str = "ingero_agent_store_rollovers_total";
+pub const HOST_DROPPED_TOTAL: &str = "ingero_agent_host_dropped_total";
 pub const PROBE_LIBRARIES: &str = "ingero_agent_probe_libraries";
 pub const RUNTIME_LAUNCH_PROBES: &str = "ingero_agent_runtime_launch_probes";
 pub const RUNTIME_LAUNCH_CALIBRATION: &str = "ingero_agent_runtime_launch_calibration_launches";
@@ -164,7 +168,73 @@ pub fn render(s: &StatusSnapshot) -> String {
     );
     let _ = writeln!(o, "{BARRIER_WAITS_TOTAL} {}", s.barrier_waits);
     render_probes(&mut o, s);
+    render_store(&mut o, s);
     o
+}
+
+/// The event store's and the host layer's counters (zero without `--store`).
+fn render_store(o: &mut String, s: &StatusSnapshot) {
+    let c = &s.store_counts;
+    head(
+        o,
+        STORE_RECORDS_TOTAL,
+        "counter",
+        "Records written to the event store, by kind (events: timed calls; aggregates: per-second rows).",
+    );
+    let _ = writeln!(
+        o,
+        "{STORE_RECORDS_TOTAL}{{kind=\"events\"}} {}",
+        c.events_written
+    );
+    let _ = writeln!(
+        o,
+        "{STORE_RECORDS_TOTAL}{{kind=\"aggregates\"}} {}",
+        c.aggregates_written
+    );
+    head(
+        o,
+        STORE_DROPPED_TOTAL,
+        "counter",
+        "Records the event store lost, by reason.",
+    );
+    let _ = writeln!(
+        o,
+        "{STORE_DROPPED_TOTAL}{{reason=\"queue_full\"}} {}",
+        c.dropped_queue_full
+    );
+    let _ = writeln!(
+        o,
+        "{STORE_DROPPED_TOTAL}{{reason=\"write_error\"}} {}",
+        c.dropped_write_error
+    );
+    head(
+        o,
+        STORE_ROLLOVERS_TOTAL,
+        "counter",
+        "Times the event store's file reached its size bound and was rolled over.",
+    );
+    let _ = writeln!(o, "{STORE_ROLLOVERS_TOTAL} {}", c.rollovers);
+    head(
+        o,
+        HOST_DROPPED_TOTAL,
+        "counter",
+        "Host-layer (scheduler, block I/O) updates lost in the kernel, by the map that was full.",
+    );
+    for (i, reason) in [
+        "threads_full",
+        "procs_full",
+        "io_inflight_full",
+        "io_procs_full",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = writeln!(
+            o,
+            "{HOST_DROPPED_TOTAL}{{reason=\"{reason}\"}} {}",
+            c.host_drops[i]
+        );
+    }
 }
 
 /// The eBPF probes' counters. Present for every source (zero with `--synthetic`) so a
@@ -320,6 +390,14 @@ mod tests {
                     threshold: 20_000,
                 },
             },
+            store_counts: crate::status::StoreCounts {
+                events_written: 1234,
+                aggregates_written: 56,
+                dropped_queue_full: 7,
+                dropped_write_error: 0,
+                rollovers: 1,
+                host_drops: [0, 2, 0, 0],
+            },
             ..Default::default()
         }
     }
@@ -355,6 +433,12 @@ mod tests {
             "ingero_agent_runtime_launch_probes{state=\"attached\"} 0\n",
             "ingero_agent_runtime_launch_calibration_launches{counter=\"runtime\"} 20000\n",
             "ingero_agent_runtime_launch_calibration_launches{counter=\"nested\"} 19990\n",
+            "ingero_agent_store_records_total{kind=\"events\"} 1234\n",
+            "ingero_agent_store_records_total{kind=\"aggregates\"} 56\n",
+            "ingero_agent_store_dropped_total{reason=\"queue_full\"} 7\n",
+            "ingero_agent_store_dropped_total{reason=\"write_error\"} 0\n",
+            "ingero_agent_store_rollovers_total 1\n",
+            "ingero_agent_host_dropped_total{reason=\"procs_full\"} 2\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

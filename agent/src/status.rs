@@ -38,6 +38,8 @@ pub struct StatusSnapshot {
     pub probes: String,
     /// The probe thread's counters (eBPF sources only; zero otherwise).
     pub probe_counts: ProbeCounts,
+    /// The event store's and the host layer's counters (zero without `--store`).
+    pub store_counts: StoreCounts,
     pub nccl_points: u64,
     pub nccl_dropped: u64,
     /// Share of the signal window the node's ranks spent waiting for peers at NCCL
@@ -62,6 +64,21 @@ pub struct ProbeCounts {
     pub libraries: u64,
     /// The runtime's launch probes: state and calibration figures.
     pub runtime_launch: crate::probes::runtime_launch::Status,
+}
+
+/// Cumulative event-store counters, copied once a second for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    pub events_written: u64,
+    pub aggregates_written: u64,
+    /// Records the store's queue refused (full).
+    pub dropped_queue_full: u64,
+    /// Records lost to a failed write.
+    pub dropped_write_error: u64,
+    pub rollovers: u64,
+    /// The host layer's kernel-side losses: `[threads_full, procs_full, io_inflight_full,
+    /// io_procs_full]`.
+    pub host_drops: [u64; 4],
 }
 
 /// Shared between the tick (writer) and the view (reader).

@@ -102,6 +102,7 @@ fn start_opts(
         tap: Some(tx),
         runtime_launch_probes: RuntimeLaunchProbes::Auto,
         launch_calibration,
+        recorder: None,
     };
     let shared = Arc::new(SharedWindow::default());
     let (outbox, sender) = NcclOutbox::new(4096);

@@ -9,6 +9,7 @@ pub mod caps;
 pub mod clock;
 pub mod correlate;
 pub mod discovery;
+pub mod host;
 pub mod loader;
 pub mod runtime_launch;
 pub mod scope;
@@ -65,6 +66,99 @@ pub struct ProbeOptions {
     pub runtime_launch_probes: RuntimeLaunchProbes,
     /// Runtime launches seen before deciding (`runtime_launch::DEFAULT_THRESHOLD`).
     pub launch_calibration: u64,
+    /// Where call durations and launch counts are recorded (the local store), if anywhere.
+    pub recorder: Option<Recorder>,
+}
+
+/// The store side of the probe thread: every timed CUDA/NCCL call becomes an `events` row,
+/// launch counts become per-second `event_aggregates`, and the processes seen are handed to
+/// the host layer (its scope when no `--pid`/`--cgroup` is given).
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    pub sink: crate::store::StoreSink,
+    pub gpu_pids: Arc<Mutex<BTreeSet<u32>>>,
+}
+
+fn comm_str(c: &[u8; 16]) -> String {
+    let end = c.iter().position(|b| *b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+fn wall_ns(mono: u64, offset: i128) -> i64 {
+    i64::try_from(clock::to_wall(mono, offset).as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl Recorder {
+    fn cuda(&self, e: &CudaEvent, offset: i128) {
+        let Some((source, op)) = crate::store::schema::from_probe(e.source, e.op) else {
+            return;
+        };
+        self.sink.event(crate::store::EventRow {
+            timestamp: wall_ns(e.timestamp_ns, offset),
+            pid: e.pid,
+            tid: e.tid,
+            source,
+            op,
+            duration: i64::try_from(e.duration_ns).unwrap_or(i64::MAX),
+            arg0: e.args[0] as i64,
+            arg1: e.args[1] as i64,
+            ret_code: i64::from(e.ret),
+            cgroup_id: e.cgroup_id,
+            comm: comm_str(&e.comm),
+        });
+    }
+
+    fn nccl(&self, e: &NcclEvent, offset: i128) {
+        self.sink.event(crate::store::EventRow {
+            timestamp: wall_ns(e.timestamp_ns, offset),
+            pid: e.pid,
+            tid: e.tid,
+            source: crate::store::schema::source::NCCL,
+            op: i64::from(e.op),
+            duration: i64::try_from(e.duration_ns).unwrap_or(i64::MAX),
+            arg0: e.count as i64,
+            arg1: i64::from(e.nranks),
+            ret_code: i64::from(e.return_code),
+            cgroup_id: e.cgroup_id,
+            comm: comm_str(&e.comm),
+        });
+    }
+
+    fn launches(&self, pid: u32, d: &LaunchCounts) {
+        use crate::store::schema::{op, source};
+        let now = i64::try_from(component::Timestamp::now().as_nanos()).unwrap_or(0);
+        let bucket = now.div_euclid(1_000_000_000) * 1_000_000_000;
+        for (idx, source, op) in [
+            (launch::RUNTIME, source::CUDA, op::CUDA_LAUNCH_KERNEL),
+            (launch::RUNTIME_GRAPH, source::CUDA, op::CUDA_GRAPH_LAUNCH),
+            (launch::DRIVER, source::DRIVER, op::DRIVER_LAUNCH_KERNEL),
+            (
+                launch::DRIVER_GRAPH,
+                source::DRIVER,
+                op::DRIVER_GRAPH_LAUNCH,
+            ),
+        ] {
+            if d.n[idx] > 0 {
+                self.sink.aggregate(crate::store::AggregateRow {
+                    bucket,
+                    source,
+                    op,
+                    pid,
+                    count: i64::try_from(d.n[idx]).unwrap_or(i64::MAX),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
+    fn saw(&self, pids: impl Iterator<Item = u32>) {
+        let mut set = self.gpu_pids.lock();
+        for p in pids {
+            if set.len() < scope::MAX_FILTER_PIDS {
+                set.insert(p);
+            }
+        }
+    }
 }
 
 impl ProbeOptions {
@@ -90,6 +184,7 @@ impl ProbeOptions {
             tap: None,
             runtime_launch_probes: cfg.probes.runtime_launch_probes,
             launch_calibration: runtime_launch::DEFAULT_THRESHOLD,
+            recorder: None,
         })
     }
 }
@@ -209,10 +304,20 @@ pub struct Started {
 /// Check privileges, load the objects and start the probe thread, from the agent config.
 pub fn start(
     cfg: &AgentConfig,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<Started, ProbeError> {
+    start_recording(cfg, shutdown, None)
+}
+
+/// [`start`], recording call durations and launch counts into a store.
+pub fn start_recording(
+    cfg: &AgentConfig,
     _shutdown: tokio::sync::watch::Receiver<bool>,
+    recorder: Option<Recorder>,
 ) -> Result<Started, ProbeError> {
     caps::check_self().map_err(ProbeError::Privileges)?;
-    let opts = ProbeOptions::from_config(cfg)?;
+    let mut opts = ProbeOptions::from_config(cfg)?;
+    opts.recorder = recorder;
     // One NVML for the whole agent: memory headroom here, utilization for IDLE (main).
     let nvml = Nvml::load().map(Arc::new);
     let gpu = nvml.as_deref().and_then(Nvml::gpu_info);
@@ -515,6 +620,14 @@ impl Worker {
                 }
                 to_tap(ProbeEvent::Cuda(*e));
             }
+            if let Some(r) = &self.opts.recorder
+                && !cuda_buf.is_empty()
+            {
+                for e in cuda_buf.iter() {
+                    r.cuda(e, self.offset);
+                }
+                r.saw(cuda_buf.iter().map(|e| e.pid));
+            }
         }
         released.clear();
         if let Some(ring) = self.objects.nccl_ring.as_mut() {
@@ -523,6 +636,10 @@ impl Worker {
                     Some(e) => {
                         n_nccl += 1;
                         to_tap(ProbeEvent::Nccl(e));
+                        if let Some(r) = &self.opts.recorder {
+                            r.nccl(&e, self.offset);
+                            r.saw(std::iter::once(e.pid));
+                        }
                         self.correlator.on_nccl(e, released);
                     }
                     None => bad += 1,
@@ -608,6 +725,14 @@ impl Worker {
         }
         // Processes whose entry left the map (evicted) are forgotten.
         self.launch_prev = now_all;
+        if let Some(r) = &self.opts.recorder
+            && !deltas.is_empty()
+        {
+            for (pid, d) in &deltas {
+                r.launches(*pid, d);
+            }
+            r.saw(deltas.iter().map(|(p, _)| *p));
+        }
         if !deltas.is_empty() {
             let mut acc = self.shared.acc.lock();
             for (pid, d) in &deltas {
