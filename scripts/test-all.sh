@@ -86,6 +86,13 @@ cargo build --locked -p ingero-ffi
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
 
+# `cargo test --workspace` built every binary the later stages run, with the workspace's
+# features. A `cargo build -p X` would resolve X's features alone, which differ, and rebuild
+# much of the tree (and flip target/debug/X between the two builds): the stages below use
+# these binaries as they are (INGERO_SKIP_BUILD for the scripts) and select tests with
+# `--workspace`, so their feature set stays the same.
+export INGERO_SKIP_BUILD=1
+
 # The live cluster view in a real browser: Debian's Chromium driven by playwright-core from
 # npm (pinned, no browser download), both installed by the script; screenshots under
 # target/tmp/view-browser/ (the test prints their paths).
@@ -108,7 +115,7 @@ scripts/echo-schemathesis.sh
 
 log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
 scripts/view-browser-deps.sh
-cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture
+cargo test --workspace --locked --test e2e_view -- --ignored --nocapture
 
 # The benchmarks build and link in the dev profile (clippy has already type-checked them):
 # the bench profile's thin-LTO release build of every bench took ~20 min and 1.6 GB on a
@@ -117,7 +124,6 @@ log "benchmarks compile (dev profile)"
 cargo build --workspace --benches --locked
 
 log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
-cargo build --locked -p ingero-fleet --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 
 # The GPU harness without a GPU (root: eBPF): six C training loops on the fake CUDA and NCCL
