@@ -14,7 +14,8 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 st_python="$(scripts/py-venv.sh echo-schemathesis-venv schemathesis 4.32.5)"
 examples=60
 if [ "${1:-}" = "--max-examples" ]; then examples="$2"; fi
-cargo build -q -p ingero-echo
+# INGERO_SKIP_BUILD=1: the debug binaries are current (scripts/test-all.sh, after `cargo test`).
+[ "${INGERO_SKIP_BUILD:-0}" = 1 ] || cargo build -q -p ingero-echo
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 python="$(scripts/py-venv.sh echo-mcp-venv mcp 2.3.0)"  # the harness reuses echo_e2e.py's helpers
 exec "$python" scripts/echo_schemathesis.py "$target/debug/ingero-echo" "$(dirname "$st_python")/schemathesis" "$examples"

@@ -8,5 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 python="$(scripts/py-venv.sh echo-mcp-venv mcp 2.3.0)"
-cargo build -q -p ingero-echo -p ingero-fleet
+# INGERO_SKIP_BUILD=1: the debug binaries are current (scripts/test-all.sh, after `cargo test`).
+[ "${INGERO_SKIP_BUILD:-0}" = 1 ] || cargo build -q -p ingero-echo -p ingero-fleet
 exec "$python" scripts/echo_shards.py "$@"

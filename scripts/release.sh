@@ -9,8 +9,8 @@
 #   --profile dev    package debug builds instead (the test command's check of the archive
 #                    layout, SBOM and checksums; reuses what `cargo test` built). Release is
 #                    the default and what a release ships. ingero-echo compiles DuckDB's C++
-#                    (about 20 min on 2 cores per profile; export CXX="ccache c++" as
-#                    scripts/test-all.sh does, or Cargo may rebuild it).
+#                    (about 20 min on 2 cores per profile; export CXX="ccache c++", or
+#                    link DuckDB's release build: eval "$(scripts/duckdb-prebuilt.sh)").
 #   --bin-dir DIR    package the binaries already in DIR (amd64 only) instead of building
 #                    them, e.g. built by an earlier CI step; their --version must name this
 #                    commit, which scripts/check-release.sh checks.

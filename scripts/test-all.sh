@@ -55,13 +55,22 @@ if ! python3 -c 'import opentelemetry.exporter.otlp.proto.http, opentelemetry.ex
     'opentelemetry-sdk>=1.27' 'opentelemetry-exporter-otlp-proto-http>=1.27' 'opentelemetry-exporter-otlp-proto-grpc>=1.27'
 fi
 
-# DuckDB's bundled C++ (ingero-echo) is compiled by its build script through cc-rs, about
-# 20 minutes on 2 cores. Cargo runs that build script again for every distinct set of
-# build-dependency fingerprints (clippy's check build, the test build, the bench build), so
-# the C++ compiler runs through ccache: the first build fills target/ccache and the later
-# ones hit it. Only CXX: cgo (go-shim) and the eBPF build keep their compilers.
-if command -v ccache >/dev/null 2>&1; then
-  export CXX="${CXX:-ccache c++}" CCACHE_DIR="${CCACHE_DIR:-$TARGET_DIR/ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-3G}"
+# DuckDB (ingero-echo): link DuckDB's own release build of the pinned version, fetched from
+# the Go module proxy with its checksum checked (scripts/duckdb-prebuilt.sh), instead of
+# compiling its C++ (about 20 minutes on 2 cores, the longest single step of a cold run).
+# INGERO_DUCKDB=bundled, or a machine where the script cannot, keeps the bundled build: its
+# build script then runs again for every distinct set of build-dependency fingerprints
+# (clippy's check build, the test build, the bench build), so the C++ compiler runs through
+# ccache (the first build fills target/ccache, the later ones hit it). Only CXX: cgo
+# (go-shim) and the eBPF build keep their compilers.
+if [ "${INGERO_DUCKDB:-prebuilt}" = prebuilt ] && duckdb_env="$(scripts/duckdb-prebuilt.sh)"; then
+  eval "$duckdb_env"
+  log "DuckDB: linking the prebuilt release library ($DUCKDB_LIB_DIR)"
+else
+  log "DuckDB: compiling the bundled C++"
+  if command -v ccache >/dev/null 2>&1; then
+    export CXX="${CXX:-ccache c++}" CCACHE_DIR="${CCACHE_DIR:-$TARGET_DIR/ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-3G}"
+  fi
 fi
 
 free_disk
@@ -76,6 +85,13 @@ cargo build --locked -p ingero-ffi
 
 log "cargo test"
 cargo test --workspace --locked --no-fail-fast -- --test-threads=2
+
+# `cargo test --workspace` built every binary the later stages run, with the workspace's
+# features. A `cargo build -p X` would resolve X's features alone, which differ, and rebuild
+# much of the tree (and flip target/debug/X between the two builds): the stages below use
+# these binaries as they are (INGERO_SKIP_BUILD for the scripts) and select tests with
+# `--workspace`, so their feature set stays the same.
+export INGERO_SKIP_BUILD=1
 
 # The live cluster view in a real browser: Debian's Chromium driven by playwright-core from
 # npm (pinned, no browser download), both installed by the script; screenshots under
@@ -99,7 +115,7 @@ scripts/echo-schemathesis.sh
 
 log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
 scripts/view-browser-deps.sh
-cargo test --locked -p ingero-fleet --test e2e_view -- --ignored --nocapture
+cargo test --workspace --locked --test e2e_view -- --ignored --nocapture
 
 # The benchmarks build and link in the dev profile (clippy has already type-checked them):
 # the bench profile's thin-LTO release build of every bench took ~20 min and 1.6 GB on a
@@ -108,7 +124,6 @@ log "benchmarks compile (dev profile)"
 cargo build --workspace --benches --locked
 
 log "soak, short: 2,000 paced agents for 90 s (python3 scripts/soak.py is the 10-minute, 10,000-node soak)"
-cargo build --locked -p ingero-fleet --bins
 python3 scripts/soak.py --agents 2000 --duration 90s --warmup 30s --profile debug
 
 # The GPU harness without a GPU (root: eBPF): six C training loops on the fake CUDA and NCCL
