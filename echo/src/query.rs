@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use duckdb::types::ValueRef;
@@ -77,6 +78,10 @@ pub enum ToolError {
     Sandbox(SandboxError),
     #[error("store error: {0}")]
     Store(String),
+    #[error("the query ran past the {0:?} time limit and was interrupted")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl ToolError {
@@ -90,6 +95,8 @@ impl ToolError {
             ToolError::Sandbox(SandboxError::Refused(_)) => 400,
             ToolError::Sandbox(SandboxError::Failed(_)) => 422,
             ToolError::Store(_) => 500,
+            ToolError::Timeout(_) => 408,
+            ToolError::Busy(_) => 503,
         }
     }
 }
@@ -105,6 +112,11 @@ impl From<crate::store::StoreError> for ToolError {
         ToolError::Store(e.to_string())
     }
 }
+
+/// How long a query that was interrupted has to come back before its caller is answered
+/// anyway (a single scalar call, e.g. one huge string, does not see the interrupt until it
+/// returns; the query keeps its slot of `max_concurrent` until then).
+const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,7 +143,9 @@ struct AnalysisArgs {
     max_rows: Option<usize>,
 }
 
-/// A DuckDB value as JSON (numbers as numbers; exotic types as their text).
+/// A DuckDB value as JSON: numbers as numbers (NaN and infinities as null), text as text,
+/// blobs as hex, times as ISO 8601 text (UTC), lists, arrays and structs as JSON arrays and
+/// objects, maps as arrays of `{"key", "value"}`.
 pub fn value_json(v: ValueRef<'_>) -> Value {
     match v {
         ValueRef::Null => Value::Null,
@@ -153,8 +167,108 @@ pub fn value_json(v: ValueRef<'_>) -> Value {
         ValueRef::Double(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
         ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
         ValueRef::Blob(b) => Value::String(hex::encode(b)),
+        other => owned_json(other.to_owned()),
+    }
+}
+
+fn owned_json(v: duckdb::types::Value) -> Value {
+    use duckdb::types::Value as D;
+    match v {
+        D::Null => Value::Null,
+        D::Boolean(b) => json!(b),
+        D::TinyInt(i) => json!(i),
+        D::SmallInt(i) => json!(i),
+        D::Int(i) => json!(i),
+        D::BigInt(i) => json!(i),
+        D::HugeInt(i) => i64::try_from(i).map_or_else(|_| json!(i.to_string()), |i| json!(i)),
+        D::UHugeInt(i) => u64::try_from(i).map_or_else(|_| json!(i.to_string()), |i| json!(i)),
+        D::UTinyInt(i) => json!(i),
+        D::USmallInt(i) => json!(i),
+        D::UInt(i) => json!(i),
+        D::UBigInt(i) => json!(i),
+        D::Float(f) => f64_json(Some(f64::from(f))),
+        D::Double(f) => f64_json(Some(f)),
+        D::Decimal(d) => {
+            let text = d.to_string();
+            // A number when a double carries it exactly, else its exact text.
+            match text.parse::<f64>() {
+                Ok(f) if f.is_finite() && f.to_string() == text => f64_json(Some(f)),
+                _ => Value::String(text),
+            }
+        }
+        D::Timestamp(unit, n) => Value::String(iso_timestamp(to_micros(unit, n))),
+        D::Date32(days) => Value::String(civil(i64::from(days))),
+        D::Time64(unit, n) => Value::String(time_of_day(to_micros(unit, n))),
+        D::Interval {
+            months,
+            days,
+            nanos,
+        } => json!({"months": months, "days": days, "nanos": nanos}),
+        D::Text(t) | D::Enum(t) => Value::String(t),
+        D::Blob(b) | D::Geometry(b) => Value::String(hex::encode(b)),
+        D::List(l) | D::Array(l) => Value::Array(l.into_iter().map(owned_json).collect()),
+        D::Struct(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), owned_json(v.clone())))
+                .collect(),
+        ),
+        D::Map(m) => Value::Array(
+            m.iter()
+                .map(|(k, v)| json!({"key": owned_json(k.clone()), "value": owned_json(v.clone())}))
+                .collect(),
+        ),
+        D::Union(v) => owned_json(*v),
+        #[allow(unreachable_patterns)]
         other => Value::String(format!("{other:?}")),
     }
+}
+
+fn to_micros(unit: duckdb::types::TimeUnit, n: i64) -> i64 {
+    use duckdb::types::TimeUnit as U;
+    match unit {
+        U::Second => n.saturating_mul(1_000_000),
+        U::Millisecond => n.saturating_mul(1_000),
+        U::Microsecond => n,
+        U::Nanosecond => n.div_euclid(1_000),
+    }
+}
+
+/// The date (`YYYY-MM-DD`) of a day count since 1970-01-01 (proleptic Gregorian).
+fn civil(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn time_of_day(micros: i64) -> String {
+    let us = micros.rem_euclid(86_400_000_000);
+    let (s, frac) = (us / 1_000_000, us % 1_000_000);
+    format!("{:02}:{:02}:{:02}.{frac:06}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn iso_timestamp(micros: i64) -> String {
+    let days = micros.div_euclid(86_400_000_000);
+    format!("{}T{}Z", civil(days), time_of_day(micros))
+}
+
+/// Cell `i` of a row as JSON; a column of DuckDB's NULL type (`SELECT NULL`) is null
+/// (the row accessor has no value for it).
+pub fn cell_json(row: &duckdb::Row<'_>, i: usize) -> Result<Value, duckdb::Error> {
+    let stmt: &duckdb::Statement<'_> = row.as_ref();
+    if matches!(
+        stmt.column_type(i),
+        duckdb::arrow::datatypes::DataType::Null
+    ) {
+        return Ok(Value::Null);
+    }
+    Ok(value_json(row.get_ref(i)?))
 }
 
 fn f64_json(v: Option<f64>) -> Value {
@@ -168,6 +282,17 @@ pub struct Tools {
     sandbox: SqlSandbox,
     cfg: QueryConfig,
     rates: Option<RateTable>,
+    /// Queries running now (their threads), at most `cfg.max_concurrent`.
+    running: AtomicUsize,
+}
+
+/// A slot of `max_concurrent`, given back when the query's thread ends.
+struct Slot(Arc<Tools>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Tools {
@@ -205,6 +330,7 @@ impl Tools {
             sandbox: SqlSandbox::new()?,
             cfg,
             rates,
+            running: AtomicUsize::new(0),
         })
     }
 
@@ -212,8 +338,62 @@ impl Tools {
         &self.store
     }
 
-    /// Run a tool by name with JSON arguments for a caller that sees `scope`.
-    pub fn call(&self, name: &str, args: Value, scope: &Scope) -> Result<Value, ToolError> {
+    /// Run a tool by name with JSON arguments for a caller that sees `scope`, under the
+    /// query limits: at most `max_concurrent` queries at once (503 beyond), each on a thread
+    /// of its own and interrupted at `timeout` (the SQL check included); the caller is
+    /// answered by `timeout` plus a second whatever the query does.
+    pub fn call(
+        self: &Arc<Self>,
+        name: &str,
+        args: Value,
+        scope: &Scope,
+    ) -> Result<Value, ToolError> {
+        if !TOOLS.contains(&name) {
+            return Err(ToolError::UnknownTool(name.to_string()));
+        }
+        if self.running.fetch_add(1, Relaxed) >= self.cfg.max_concurrent {
+            self.running.fetch_sub(1, Relaxed);
+            return Err(ToolError::Busy(format!(
+                "{} queries are running (query.max_concurrent); retry later",
+                self.cfg.max_concurrent
+            )));
+        }
+        let slot = Slot(self.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (me, name, scope) = (self.clone(), name.to_string(), scope.clone());
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("echo-query".into())
+            .spawn(move || {
+                let id = me.store.begin_query();
+                let _ = id_tx.send(id);
+                let out = me.call_now(&name, args, &scope);
+                me.store.end_query(id);
+                drop(slot);
+                let _ = tx.send(out);
+            });
+        if let Err(e) = spawned {
+            return Err(ToolError::Store(format!(
+                "cannot start a query thread: {e}"
+            )));
+        }
+        let timeout = self.cfg.timeout;
+        match rx.recv_timeout(timeout) {
+            Ok(out) => out,
+            Err(_) => {
+                if let Ok(id) = id_rx.recv() {
+                    self.store.interrupt_query(id);
+                }
+                match rx.recv_timeout(INTERRUPT_GRACE) {
+                    Ok(Ok(v)) => Ok(v),
+                    _ => Err(ToolError::Timeout(timeout)),
+                }
+            }
+        }
+    }
+
+    /// The tool itself, on the calling thread, without the limits of [`Tools::call`].
+    fn call_now(&self, name: &str, args: Value, scope: &Scope) -> Result<Value, ToolError> {
         match name {
             SUMMARY => {
                 let a: SummaryArgs = parse(args)?;
@@ -234,9 +414,12 @@ impl Tools {
                     .max_rows
                     .unwrap_or(self.cfg.max_rows)
                     .min(self.cfg.max_rows);
+                if max == 0 {
+                    return Err(ToolError::BadArgs("max_rows: must be >= 1".into()));
+                }
                 let r = self
                     .sandbox
-                    .run(&self.store, &a.sql, max, self.cfg.timeout)
+                    .run(&self.store, &a.sql, max, self.cfg.max_result_bytes)
                     .map_err(ToolError::Sandbox)?;
                 Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated}))
             }
@@ -245,6 +428,9 @@ impl Tools {
                 let w = self.window(a.window.as_deref())?;
                 self.check_cluster(&a.cluster_id, scope)?;
                 let limit = a.limit.unwrap_or(self.cfg.max_rows).min(self.cfg.max_rows);
+                if limit == 0 {
+                    return Err(ToolError::BadArgs("limit: must be >= 1".into()));
+                }
                 match name {
                     EVENT_HISTORY => {
                         self.event_history(&a.cluster_id, w, a.node_id.as_deref(), limit)
@@ -261,6 +447,15 @@ impl Tools {
                         };
                         if step.is_zero() {
                             return Err(ToolError::BadArgs("step: must be > 0".into()));
+                        }
+                        // Every bucket is a row per node: the window's buckets stay within
+                        // the row budget.
+                        let buckets = w.as_nanos().div_ceil(step.as_nanos());
+                        if buckets > self.cfg.max_rows as u128 {
+                            return Err(ToolError::BadArgs(format!(
+                                "step: the window holds {buckets} steps; at most {} (query.max_rows) are answered: use a larger step or a shorter window",
+                                self.cfg.max_rows
+                            )));
                         }
                         self.history(&a.cluster_id, w, step)
                     }
@@ -411,8 +606,11 @@ impl Tools {
             p.push(Box::new(n.to_string()));
         }
         p.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
-        let events = self.store.with_reader(|c| rows_json(c, &sql, p))?;
-        Ok(json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events}))
+        let budget = self.budget(limit);
+        let (events, truncated) = self.store.with_reader(|c| rows_json(c, &sql, p, budget))?;
+        Ok(
+            json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events, "truncated": truncated}),
+        )
     }
 
     fn find_outlier_nodes(
@@ -750,31 +948,38 @@ impl Tools {
         Ok(json!({"traceEvents": events, "displayTimeUnit": "ms"}))
     }
 
-    /// Scores per node and the cluster's threshold, averaged per `step`.
+    /// Scores per node and the cluster's threshold, averaged per `step`: at most
+    /// `max_rows` rows and `max_result_bytes` each (`truncated` beyond).
     fn history(&self, cluster: &str, w: Duration, step: Duration) -> Result<Value, ToolError> {
         let since = Self::since(w);
         let step_ns = i64::try_from(step.as_nanos()).unwrap_or(i64::MAX).max(1);
-        let (scores, thresholds) = self.store.with_reader(|c| {
+        let budget = self.budget(self.cfg.max_rows);
+        let cap = i64::try_from(self.cfg.max_rows.saturating_add(1)).unwrap_or(i64::MAX);
+        let ((scores, st), (thresholds, tt)) = self.store.with_reader(|c| {
             rollup::snapshot(c, |flushed| {
-            let scores = if rollup::buckets_align(step_ns) {
-                rows_json(c, rollup::HEALTH_BUCKETS, rollup::bucket_params(cluster, since, step_ns, flushed))?
-            } else {
-                rows_json(
+                let scores = if rollup::buckets_align(step_ns) {
+                    let mut p = rollup::bucket_params(cluster, since, step_ns, flushed);
+                    p.push(Box::new(cap));
+                    rows_json(c, &format!("{} LIMIT ?", rollup::HEALTH_BUCKETS), p, budget)?
+                } else {
+                    rows_json(
+                        c,
+                        "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
+                         FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id LIMIT ?",
+                        vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since), Box::new(cap)],
+                        budget,
+                    )?
+                };
+                let thresholds = rows_json(
                     c,
-                    "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
-                     FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id",
-                    vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
-                )?
-            };
-            let thresholds = rows_json(
-                c,
-                "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
-                 FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND threshold IS NOT NULL \
-                 GROUP BY ALL ORDER BY bucket_ns",
-                vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
-            )?;
-            Ok((scores, thresholds))
-                    })
+                    "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
+                     FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND threshold IS NOT NULL \
+                     GROUP BY ALL ORDER BY bucket_ns LIMIT ?",
+                    vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since), Box::new(cap)],
+                    budget,
+                )?;
+                Ok((scores, thresholds))
+            })
         })?;
         Ok(json!({
             "cluster_id": cluster,
@@ -782,26 +987,52 @@ impl Tools {
             "step_seconds": step.as_secs_f64(),
             "scores": scores,
             "thresholds": thresholds,
+            "truncated": st || tt,
         }))
+    }
+
+    fn budget(&self, rows: usize) -> Budget {
+        Budget {
+            rows,
+            bytes: self.cfg.max_result_bytes,
+        }
     }
 }
 
-/// Rows of a query as JSON objects keyed by column name.
+/// The most rows and (about) bytes of values one list of an answer carries.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    rows: usize,
+    bytes: usize,
+}
+
+/// Rows of a query as JSON objects keyed by column name, within `budget` (`true`: some
+/// were left out).
 fn rows_json(
     c: &Connection,
     sql: &str,
     p: Vec<Box<dyn duckdb::ToSql>>,
-) -> Result<Vec<Value>, duckdb::Error> {
+    budget: Budget,
+) -> Result<(Vec<Value>, bool), duckdb::Error> {
     let mut st = c.prepare(sql)?;
     let mut rows = st.query(params_from_iter(p.iter()))?;
     let names: Vec<String> = rows.as_ref().map(|s| s.column_names()).unwrap_or_default();
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     while let Some(r) = rows.next()? {
+        if out.len() >= budget.rows {
+            return Ok((out, true));
+        }
         let mut m = serde_json::Map::new();
         for (i, n) in names.iter().enumerate() {
-            m.insert(n.clone(), value_json(r.get_ref(i)?));
+            m.insert(n.clone(), cell_json(r, i)?);
         }
-        out.push(Value::Object(m));
+        let v = Value::Object(m);
+        bytes = bytes.saturating_add(crate::sandbox::json_size(&v));
+        if bytes > budget.bytes {
+            return Ok((out, true));
+        }
+        out.push(v);
     }
-    Ok(out)
+    Ok((out, false))
 }

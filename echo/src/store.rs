@@ -4,6 +4,8 @@
 //! pool of reader connections on the same database instance (readers see every commit;
 //! a second instance opened on the file would see a stale snapshot).
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -12,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use collector_host::pipeline::{Delivery, Unavailable};
-use duckdb::{Config, Connection, params};
+use duckdb::{Config, Connection, InterruptHandle, params};
 use parking_lot::Mutex;
 
 use crate::config::StoreConfig;
@@ -91,6 +93,8 @@ pub enum StoreError {
     Thread(std::io::Error),
     #[error("the store is shut down")]
     Closed,
+    #[error("the query was interrupted")]
+    Interrupted,
 }
 
 /// The store's counters (exported as `ingero_echo_*`).
@@ -121,6 +125,18 @@ struct Job {
     ack: Option<Ack>,
 }
 
+thread_local! {
+    /// The query the current thread runs for (see [`Store::begin_query`]); 0: none.
+    static QUERY: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The connections one running query uses, so it can be interrupted.
+#[derive(Default)]
+struct Running {
+    handles: Vec<Arc<InterruptHandle>>,
+    interrupted: bool,
+}
+
 /// One data directory's database, written by one thread.
 pub struct Store {
     pub cfg: StoreConfig,
@@ -135,6 +151,9 @@ pub struct Store {
     /// connections were closed, so a restart in the same process (or a new process while
     /// this one is still exiting) can take the directory at once.
     lock: Mutex<Option<DirLock>>,
+    /// Queries running now, by id (see [`Store::begin_query`]).
+    running: Mutex<HashMap<u64, Running>>,
+    next_query: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -213,6 +232,8 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             base: Mutex::new(Some(conn)),
             lock: Mutex::new(Some(lock)),
+            running: Mutex::new(HashMap::new()),
+            next_query: AtomicU64::new(1),
         }))
     }
 
@@ -269,7 +290,48 @@ impl Store {
         }
     }
 
-    /// Run `f` on a reader connection of this instance (sees every commit).
+    /// Register a query: the connections the calling thread then takes with
+    /// [`Store::with_reader`] can be interrupted by [`Store::interrupt_query`] (a time
+    /// limit) and by [`Store::shutdown`]. Ended by [`Store::end_query`] on the same thread.
+    pub fn begin_query(&self) -> u64 {
+        let id = self.next_query.fetch_add(1, Relaxed);
+        self.running.lock().insert(id, Running::default());
+        QUERY.with(|q| q.set(id));
+        id
+    }
+
+    pub fn end_query(&self, id: u64) {
+        self.running.lock().remove(&id);
+        QUERY.with(|q| q.set(0));
+    }
+
+    /// Interrupt what query `id` runs now and anything it starts later.
+    pub fn interrupt_query(&self, id: u64) {
+        if let Some(r) = self.running.lock().get_mut(&id) {
+            r.interrupted = true;
+            for h in &r.handles {
+                h.interrupt();
+            }
+        }
+    }
+
+    /// Queries running now.
+    pub fn running_queries(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    fn interrupt_all(&self) {
+        for r in self.running.lock().values_mut() {
+            r.interrupted = true;
+            for h in &r.handles {
+                h.interrupt();
+            }
+        }
+    }
+
+    /// Run `f` on a reader connection of this instance (sees every commit). Inside a
+    /// registered query the connection can be interrupted; an interrupted one is closed
+    /// rather than kept.
     pub fn with_reader<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, duckdb::Error>,
@@ -278,12 +340,35 @@ impl Store {
             Some(c) => c,
             None => self.connection()?,
         };
-        let out = f(&conn);
-        let mut pool = self.readers.lock();
-        if pool.len() < READERS_KEPT {
-            pool.push(conn);
+        let query = QUERY.with(Cell::get);
+        let handle = conn.interrupt_handle();
+        if query != 0 {
+            let mut running = self.running.lock();
+            if let Some(r) = running.get_mut(&query) {
+                if r.interrupted {
+                    return Err(StoreError::Interrupted);
+                }
+                r.handles.push(handle.clone());
+            }
         }
-        Ok(out?)
+        let out = f(&conn);
+        let mut interrupted = false;
+        if query != 0
+            && let Some(r) = self.running.lock().get_mut(&query)
+        {
+            r.handles.retain(|h| !Arc::ptr_eq(h, &handle));
+            interrupted = r.interrupted;
+        }
+        if !interrupted && self.base.lock().is_some() {
+            let mut pool = self.readers.lock();
+            if pool.len() < READERS_KEPT {
+                pool.push(conn);
+            }
+        }
+        match out {
+            Err(_) if interrupted => Err(StoreError::Interrupted),
+            other => Ok(other?),
+        }
     }
 
     /// A new connection on this instance (the SQL sandbox takes its own, for interrupts).
@@ -297,6 +382,8 @@ impl Store {
     /// Stop taking batches, commit what is queued, checkpoint, stop the writer. Safe to
     /// call more than once.
     pub fn shutdown(&self) {
+        // Queries still running stop now (they answer as interrupted), whatever they run.
+        self.interrupt_all();
         drop(self.tx.lock().take());
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
