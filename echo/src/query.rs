@@ -189,11 +189,16 @@ fn owned_json(v: duckdb::types::Value) -> Value {
         D::Float(f) => f64_json(Some(f64::from(f))),
         D::Double(f) => f64_json(Some(f)),
         D::Decimal(d) => {
-            let text = d.to_string();
+            let exact = d.to_string();
+            let short = if exact.contains('.') {
+                exact.trim_end_matches('0').trim_end_matches('.')
+            } else {
+                exact.as_str()
+            };
             // A number when a double carries it exactly, else its exact text.
-            match text.parse::<f64>() {
-                Ok(f) if f.is_finite() && f.to_string() == text => f64_json(Some(f)),
-                _ => Value::String(text),
+            match short.parse::<f64>() {
+                Ok(f) if f.is_finite() && f.to_string() == short => f64_json(Some(f)),
+                _ => Value::String(exact),
             }
         }
         D::Timestamp(unit, n) => Value::String(iso_timestamp(to_micros(unit, n))),
@@ -682,6 +687,9 @@ impl Tools {
                         (Some(a), Some(b)) => a.max(b),
                         (a, b) => a.or(b).unwrap_or(0.0),
                     };
+                    // NaN and infinities are refused at ingest; rows stored before that
+                    // must not turn the answer's number into null.
+                    let depth = if depth.is_finite() { depth } else { 0.0 };
                     let v = json!({
                         "node_id": node,
                         "straggler_seconds": straggler_seconds,

@@ -106,6 +106,8 @@ pub struct StoreStats {
     pub commit_failures: AtomicU64,
     /// Batches answered 503 / `UNAVAILABLE` because the queue was full.
     pub refused_full: AtomicU64,
+    /// Metric points dropped at ingest for a NaN or infinite value.
+    pub rejected_nonfinite: AtomicU64,
     pub retention_runs: AtomicU64,
     pub retention_deleted_rows: AtomicU64,
     pub retention_failures: AtomicU64,

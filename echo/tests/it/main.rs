@@ -5,6 +5,7 @@
 
 mod common;
 mod hostile;
+mod nulls;
 mod tls;
 
 use common::*;
