@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use duckdb::ffi;
 
+use crate::rollup;
 use crate::store::{SCHEMA, Store, StoreError};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -114,7 +115,16 @@ impl Parser {
             return Err("cannot connect to the parser database".into());
         }
         let p = Parser { db, con };
-        let schema = c_string(SCHEMA).map_err(|e| e.to_string())?;
+        // Every table and view SQL users are told about, as `Store::open` leaves them.
+        let schema = [
+            SCHEMA,
+            rollup::SCHEMA,
+            rollup::SEQ_COLUMN,
+            ";",
+            rollup::VIEWS,
+        ]
+        .concat();
+        let schema = c_string(&schema).map_err(|e| e.to_string())?;
         // SAFETY: valid connection and query; a null result pointer is allowed.
         if unsafe { ffi::duckdb_query(p.con, schema.as_ptr(), ptr::null_mut()) }
             != ffi::DuckDBSuccess

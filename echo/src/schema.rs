@@ -154,7 +154,7 @@ pub fn tools() -> Vec<ToolMeta> {
         },
         ToolMeta {
             name: query::RUN_ANALYSIS,
-            description: "One read-only SQL SELECT over the store (tables: points, health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters, rollup_state; times are ts_ns, Unix nanoseconds). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
+            description: "One read-only SQL SELECT over the store (tables: points, health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), health_minute_totals (a view of health_minutes with the partial rows added up, plus avg_score), straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters, rollup_state; times are ts_ns, Unix nanoseconds; attributes and resource columns are JSON text that json_extract and json_extract_string read). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
             input: json!({"type": "object", "properties": {
                 "sql": {"type": "string", "minLength": 1, "description": "One SELECT statement. It runs as SELECT * FROM (<sql>) LIMIT max_rows + 1."},
                 "max_rows": {"type": "integer", "minimum": 1}

@@ -216,3 +216,49 @@ async fn nan_and_infinite_values_are_refused_at_ingest_with_partial_success() {
     assert!(v["clusters"][0]["avg_score"].is_number(), "{v}");
     e.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_users_read_the_rollup_the_cluster_list_and_json_attributes() {
+    let e = Echo::start(Opts::default()).await;
+    seed_cluster(&e, "prod", 3, 1).await;
+    // The tables and columns the tool description and the README name.
+    let rows = e.sql("SELECT cluster_id FROM clusters").await;
+    assert_eq!(rows, vec![vec![json!("prod")]]);
+    let rows = e
+        .sql("SELECT count(*) > 0, bool_and(seq IS NOT NULL) FROM health_scores")
+        .await;
+    assert_eq!(rows, vec![vec![json!(true), json!(true)]]);
+    // Once the writer flushed its sums (every 10 s), the view adds the partial rows up to
+    // exactly what the raw rows hold.
+    let mut flushed = false;
+    for _ in 0..300 {
+        let r = e
+            .sql("SELECT (SELECT max(flushed_seq) FROM rollup_state) >= (SELECT max(seq) FROM health_scores)")
+            .await;
+        if r[0][0] == json!(true) {
+            flushed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(flushed, "the rollup was not flushed");
+    let view = e
+        .sql("SELECT node_id, sum(samples)::BIGINT, round(sum(score_sum), 6) FROM health_minute_totals WHERE cluster_id = 'prod' GROUP BY ALL ORDER BY ALL")
+        .await;
+    let raw = e
+        .sql("SELECT node_id, count(*), round(sum(score), 6) FROM health_scores WHERE cluster_id = 'prod' GROUP BY ALL ORDER BY ALL")
+        .await;
+    assert_eq!(view, raw);
+    let rows = e.sql("SELECT count(*) > 0 FROM health_minutes").await;
+    assert_eq!(rows[0][0], json!(true));
+    // Attributes are JSON text: the json extension reads them.
+    let rows = e
+        .sql(&format!(
+            "SELECT DISTINCT json_extract_string(attributes, '$.\"{}\"') FROM points WHERE metric = '{}'",
+            attr::NODE_STATE,
+            metric::HEALTH_SCORE
+        ))
+        .await;
+    assert_eq!(rows, vec![vec![json!("active")]]);
+    e.stop().await;
+}
