@@ -174,8 +174,9 @@ pub struct ApiConfig {
     pub auth: Option<AuthRef>,
     pub max_connections: usize,
     pub max_request_body_bytes: usize,
-    /// `Host` header values `/mcp` accepts (DNS-rebinding guard). Empty: the loopback
-    /// names (`localhost`, `127.0.0.1`, `[::1]`, any port).
+    /// `Host` header values `/mcp` accepts (DNS-rebinding guard), and the hosts a
+    /// browser's `Origin` may name on `/mcp` and the tools (cross-site requests). Empty:
+    /// the loopback names (`localhost`, `127.0.0.1`, `[::1]`, any port).
     pub allowed_hosts: Vec<String>,
     pub query: QueryConfig,
 }

@@ -276,6 +276,22 @@ pub fn cell_json(row: &duckdb::Row<'_>, i: usize) -> Result<Value, duckdb::Error
     Ok(value_json(row.get_ref(i)?))
 }
 
+/// A window or step: a duration (`90s`, `15m`, `1h30m`), or whole days (`7d`).
+fn parse_span(s: &str) -> Result<Duration, String> {
+    if let Some(days) = s.trim().strip_suffix('d')
+        && !days.is_empty()
+        && days.bytes().all(|b| b.is_ascii_digit())
+    {
+        return days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(24 * 3600))
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{s:?}: too many days"));
+    }
+    component::config::parse_duration(s).map_err(|e| e.to_string())
+}
+
 fn f64_json(v: Option<f64>) -> Value {
     v.and_then(serde_json::Number::from_f64)
         .map_or(Value::Null, Value::Number)
@@ -287,6 +303,8 @@ pub struct Tools {
     sandbox: SqlSandbox,
     cfg: QueryConfig,
     rates: Option<RateTable>,
+    /// Spellings of providers (`aws`, `Amazon`) to the rate table's ids (`ec2`).
+    aliases: ProviderAliases,
     /// Queries running now (their threads), at most `cfg.max_concurrent`.
     running: AtomicUsize,
 }
@@ -323,7 +341,8 @@ fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, ToolError> {
 
 impl Tools {
     pub fn new(store: Arc<Store>, cfg: QueryConfig) -> Result<Tools, String> {
-        let rates = match RateTable::builtin(&ProviderAliases::builtin()) {
+        let aliases = ProviderAliases::builtin();
+        let rates = match RateTable::builtin(&aliases) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "the built-in GPU rate table did not load; get_cost uses no rates");
@@ -335,6 +354,7 @@ impl Tools {
             sandbox: SqlSandbox::new()?,
             cfg,
             rates,
+            aliases,
             running: AtomicUsize::new(0),
         })
     }
@@ -447,7 +467,7 @@ impl Tools {
                     _ => {
                         let step = match a.step.as_deref() {
                             None => (w / 60).max(Duration::from_secs(1)),
-                            Some(s) => component::config::parse_duration(s)
+                            Some(s) => parse_span(s)
                                 .map_err(|e| ToolError::BadArgs(format!("step: {e}")))?,
                         };
                         if step.is_zero() {
@@ -473,8 +493,7 @@ impl Tools {
     fn window(&self, w: Option<&str>) -> Result<Duration, ToolError> {
         let d = match w {
             None => self.cfg.default_window,
-            Some(s) => component::config::parse_duration(s)
-                .map_err(|e| ToolError::BadArgs(format!("window: {e}")))?,
+            Some(s) => parse_span(s).map_err(|e| ToolError::BadArgs(format!("window: {e}")))?,
         };
         if d.is_zero() || d > MAX_WINDOW {
             return Err(ToolError::BadArgs(
@@ -532,6 +551,12 @@ impl Tools {
         let recent = now_ns().saturating_sub(
             i64::try_from(self.cfg.straggler_sample_interval.as_nanos() * 3).unwrap_or(i64::MAX),
         );
+        if cluster.is_none() {
+            // Every cluster in three grouped queries: per-cluster queries took minutes for
+            // thousands of clusters.
+            let out = self.summary_many(&clusters, since, recent)?;
+            return Ok(json!({"window_seconds": w.as_secs(), "clusters": out}));
+        }
         let mut out = Vec::new();
         for c in &clusters {
             let v = self.store.with_reader(|conn| {
@@ -576,6 +601,86 @@ impl Tools {
             out.push(v);
         }
         Ok(json!({"window_seconds": w.as_secs(), "clusters": out}))
+    }
+
+    /// [`Tools::summary`] of `clusters` (sorted), each query grouped by cluster.
+    fn summary_many(
+        &self,
+        clusters: &[String],
+        since: i64,
+        recent: i64,
+    ) -> Result<Vec<Value>, ToolError> {
+        type Health = (i64, i64, Option<f64>, Option<f64>, Option<i64>);
+        let edge = rollup::minute_ceil(since);
+        let (health, events, current) = self.store.with_reader(|conn| {
+            rollup::snapshot(conn, |flushed| {
+                let mut health: std::collections::HashMap<String, Health> = Default::default();
+                let mut st = conn.prepare(
+                    "WITH hp AS ( \
+                       SELECT cluster_id, node_id, count(*) AS n, sum(score) AS s, min(score) AS mn, max(ts_ns) AS last_ns \
+                       FROM health_scores WHERE ts_ns >= ? AND ts_ns < ? GROUP BY ALL \
+                       UNION ALL \
+                       SELECT cluster_id, node_id, count(*), sum(score), min(score), max(ts_ns) \
+                       FROM health_scores WHERE seq > ? AND ts_ns >= ? GROUP BY ALL \
+                       UNION ALL \
+                       SELECT cluster_id, node_id, sum(samples), sum(score_sum), min(score_min), max(last_ns) \
+                       FROM health_minutes WHERE ts_ns >= ? GROUP BY ALL) \
+                     SELECT cluster_id, count(DISTINCT node_id), coalesce(sum(n), 0)::BIGINT, (sum(s) / sum(n))::DOUBLE, \
+                            min(mn)::DOUBLE, max(last_ns) \
+                     FROM hp WHERE cluster_id IS NOT NULL GROUP BY cluster_id",
+                )?;
+                let rows = st.query_map(duckdb::params![since, edge, flushed, edge, edge], |r| {
+                    Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+                })?;
+                for r in rows {
+                    let (c, h) = r?;
+                    health.insert(c, h);
+                }
+                let mut events: std::collections::HashMap<String, (i64, Option<f64>)> = Default::default();
+                let mut st = conn.prepare(
+                    "SELECT cluster_id, count(*) FILTER (WHERE value > 0), \
+                            arg_max(threshold, ts_ns) FILTER (WHERE threshold IS NOT NULL) \
+                     FROM straggler_events WHERE ts_ns >= ? AND cluster_id IS NOT NULL GROUP BY cluster_id",
+                )?;
+                let rows = st.query_map([since], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))?;
+                for r in rows {
+                    let (c, e) = r?;
+                    events.insert(c, e);
+                }
+                let mut current: std::collections::HashMap<String, Vec<String>> = Default::default();
+                let mut st = conn.prepare(
+                    "SELECT DISTINCT cluster_id, node_id FROM ( \
+                       SELECT cluster_id, node_id FROM fleet_stragglers WHERE ts_ns >= ? AND value > 0 \
+                       UNION ALL SELECT cluster_id, node_id FROM straggler_events WHERE ts_ns >= ? AND value > 0) \
+                     WHERE cluster_id IS NOT NULL AND node_id IS NOT NULL ORDER BY cluster_id, node_id",
+                )?;
+                let rows = st.query_map([recent, recent], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+                for r in rows {
+                    let (c, n) = r?;
+                    current.entry(c).or_default().push(n);
+                }
+                Ok((health, events, current))
+            })
+        })?;
+        Ok(clusters
+            .iter()
+            .map(|c| {
+                let (nodes, points, avg, min, last) =
+                    health.get(c).copied().unwrap_or((0, 0, None, None, None));
+                let (events, threshold) = events.get(c).copied().unwrap_or((0, None));
+                json!({
+                    "cluster_id": c,
+                    "nodes": nodes,
+                    "health_points": points,
+                    "avg_score": f64_json(avg),
+                    "min_score": f64_json(min),
+                    "last_seen_ns": last,
+                    "latest_threshold": f64_json(threshold),
+                    "straggler_events": events,
+                    "current_stragglers": current.get(c).cloned().unwrap_or_default(),
+                })
+            })
+            .collect())
     }
 
     fn event_history(
@@ -863,10 +968,15 @@ impl Tools {
             let seconds = flagged.max(events) as f64 * interval;
             let affected = world.or(gpus).unwrap_or(1).max(1);
             let (rate, known) = match (&self.rates, &provider, &model) {
-                (Some(t), Some(p), Some(m)) => {
-                    let l = t.lookup(p, m);
-                    (l.hourly, l.known)
-                }
+                (Some(t), Some(p), Some(m)) => match self.aliases.normalise(p) {
+                    // Agents send the provider as spelled (`aws`); the table's ids are
+                    // canonical (`ec2`).
+                    Ok(id) => {
+                        let l = t.lookup(&id, m);
+                        (l.hourly, l.known)
+                    }
+                    Err(_) => (t.fallback_rate(), false),
+                },
                 (Some(t), _, _) => (t.fallback_rate(), false),
                 (None, _, _) => (0.0, false),
             };

@@ -97,6 +97,33 @@ pub enum StoreError {
     Interrupted,
 }
 
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_data_directory_and_database_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("echo-perm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("data");
+        let cfg = StoreConfig {
+            data_dir: dir.display().to_string(),
+            memory_limit: "128MB".into(),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(cfg).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(DB_FILE)), 0o600);
+        store.shutdown();
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
+
 /// The store's counters (exported as `ingero_echo_*`).
 #[derive(Debug, Default)]
 pub struct StoreStats {
@@ -189,14 +216,19 @@ impl Store {
     /// Lock the data directory, open (or create) the database and start the writer.
     pub fn open(cfg: StoreConfig) -> Result<Arc<Store>, StoreError> {
         let dir = PathBuf::from(&cfg.data_dir);
+        private_dir(&dir);
         let lock = DirLock::acquire(&dir)?;
         let path = dir.join(DB_FILE);
+        let new_db = !path.exists();
         let open_err = |source| StoreError::Open {
             path: path.display().to_string(),
             source,
         };
         let conn = Connection::open_with_flags(&path, db_config(&cfg).map_err(open_err)?)
             .map_err(open_err)?;
+        if new_db {
+            owner_only(&path);
+        }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
         rollup::migrate(&conn).map_err(open_err)?;
         let (flushed_seq, recovered) = rollup::recover(&conn).map_err(open_err)?;
@@ -787,6 +819,43 @@ impl Writer {
             |r| r.get(0),
         )?;
         Ok(u64::try_from(used).unwrap_or(0))
+    }
+}
+
+/// Create the data directory owner-only (0700) when it is missing; warn when an existing
+/// one is open to group or others (the database and its WAL hold every tenant's data).
+fn private_dir(dir: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            if let Err(e) = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "echo store: cannot create the data directory");
+            }
+        } else if let Ok(m) = std::fs::metadata(dir)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{:o}", m.permissions().mode() & 0o777),
+                "echo store: the data directory is open to group or others; 0700 keeps the database private"
+            );
+        }
+    }
+}
+
+/// A database file Echo created: readable by its owner only (0600).
+fn owner_only(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+            tracing::warn!(path = %path.display(), error = %e, "echo store: cannot make the database owner-only");
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod common;
 mod hostile;
+mod misc;
 mod nulls;
 mod tls;
 
