@@ -307,14 +307,29 @@ pub struct Tools {
     aliases: ProviderAliases,
     /// Queries running now (their threads), at most `cfg.max_concurrent`.
     running: AtomicUsize,
+    /// Queries running now per cluster-scoped caller (see [`Tools::admit`]).
+    per_scope: parking_lot::Mutex<std::collections::HashMap<Vec<String>, usize>>,
 }
 
 /// A slot of `max_concurrent`, given back when the query's thread ends.
-struct Slot(Arc<Tools>);
+struct Slot {
+    tools: Arc<Tools>,
+    /// The scope of a cluster-scoped caller, counted in `Tools::per_scope`.
+    scope: Option<Vec<String>>,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Relaxed);
+        self.tools.running.fetch_sub(1, Relaxed);
+        if let Some(k) = &self.scope {
+            let mut m = self.tools.per_scope.lock();
+            if let Some(n) = m.get_mut(k) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(k);
+                }
+            }
+        }
     }
 }
 
@@ -356,6 +371,7 @@ impl Tools {
             rates,
             aliases,
             running: AtomicUsize::new(0),
+            per_scope: Default::default(),
         })
     }
 
@@ -376,14 +392,7 @@ impl Tools {
         if !TOOLS.contains(&name) {
             return Err(ToolError::UnknownTool(name.to_string()));
         }
-        if self.running.fetch_add(1, Relaxed) >= self.cfg.max_concurrent {
-            self.running.fetch_sub(1, Relaxed);
-            return Err(ToolError::Busy(format!(
-                "{} queries are running (query.max_concurrent); retry later",
-                self.cfg.max_concurrent
-            )));
-        }
-        let slot = Slot(self.clone());
+        let slot = self.admit(scope)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let (me, name, scope) = (self.clone(), name.to_string(), scope.clone());
         let (id_tx, id_rx) = std::sync::mpsc::channel();
@@ -415,6 +424,41 @@ impl Tools {
                 }
             }
         }
+    }
+
+    /// A slot of `max_concurrent`. A cluster-scoped caller (a tenant) holds at most half
+    /// of them (at least one), so one tenant's slow queries leave room for the others.
+    fn admit(self: &Arc<Self>, scope: &Scope) -> Result<Slot, ToolError> {
+        let busy = || {
+            ToolError::Busy(format!(
+                "{} queries are running (query.max_concurrent); retry later",
+                self.cfg.max_concurrent
+            ))
+        };
+        let key = match scope {
+            Scope::All => None,
+            Scope::Clusters(c) => {
+                let share = (self.cfg.max_concurrent / 2).max(1);
+                let mut m = self.per_scope.lock();
+                let n = m.entry(c.clone()).or_insert(0);
+                if *n >= share {
+                    return Err(ToolError::Busy(format!(
+                        "{share} queries of this token's clusters are running (half of query.max_concurrent); retry later"
+                    )));
+                }
+                *n += 1;
+                Some(c.clone())
+            }
+        };
+        // From here on the slot (and the scope's count) is given back on drop.
+        let slot = Slot {
+            tools: self.clone(),
+            scope: key,
+        };
+        if self.running.fetch_add(1, Relaxed) >= self.cfg.max_concurrent {
+            return Err(busy());
+        }
+        Ok(slot)
     }
 
     /// The tool itself, on the calling thread, without the limits of [`Tools::call`].
@@ -1153,4 +1197,44 @@ fn rows_json(
         out.push(v);
     }
     Ok((out, false))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::StoreConfig;
+
+    #[test]
+    fn a_tenant_holds_at_most_half_of_the_query_slots() {
+        let dir = std::env::temp_dir().join(format!("echo-slots-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(StoreConfig {
+            data_dir: dir.display().to_string(),
+            memory_limit: "128MB".into(),
+            ..StoreConfig::default()
+        })
+        .unwrap();
+        let cfg = QueryConfig {
+            max_concurrent: 4,
+            ..QueryConfig::default()
+        };
+        let tools = Arc::new(Tools::new(store.clone(), cfg).unwrap());
+        let a = Scope::Clusters(vec!["a".into()]);
+        let b = Scope::Clusters(vec!["b".into()]);
+        let held: Vec<Slot> = (0..2).map(|_| tools.admit(&a).unwrap()).collect();
+        assert!(matches!(tools.admit(&a), Err(ToolError::Busy(_))));
+        let other = tools.admit(&b).unwrap();
+        let ops = tools.admit(&Scope::All).unwrap();
+        // Four running: nobody else gets a slot.
+        assert!(matches!(tools.admit(&Scope::All), Err(ToolError::Busy(_))));
+        drop(held);
+        assert!(tools.admit(&a).is_ok());
+        drop((other, ops));
+        assert_eq!(tools.running.load(Relaxed), 0);
+        assert!(tools.per_scope.lock().is_empty());
+        store.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
