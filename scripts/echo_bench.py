@@ -21,7 +21,10 @@ Phases (each on a fresh data directory unless said otherwise):
   query      stores --query-points health-score points of one cluster (1,000 nodes,
              timestamps spread over the last 50 minutes), then calls
              fleet.cluster.find_outlier_nodes (window 1h) through the HTTP API
-             --query-calls times: latency percentiles as the client sees them.
+             --query-calls times right after the fill (the rollup still holds the last
+             seconds unflushed and the partial rows unmerged), then again once the
+             writer merged them (--query-settle seconds later): latency percentiles as
+             the client sees them.
 
 Prints one JSON report; exits 1 when a correctness check of zero-loss or kill fails.
 Usage: scripts/echo-bench.sh [--phases zero-loss,kill,ingest,query] [...]
@@ -424,19 +427,29 @@ def phase_query(args, binary, work):
     try:
         fill = drive(echo, bodies, per_body, 10**9, limit_bodies=bodies_needed)
         stored = echo.sql("SELECT count(*) AS n FROM health_scores WHERE cluster_id = 'q10m'")[0]["n"]
-        lat, first = [], None
-        for _ in range(args.query_calls):
-            t = time.perf_counter()
-            ans = echo.tool("fleet.cluster.find_outlier_nodes", {"cluster_id": "q10m", "window": "1h"})
-            lat.append(time.perf_counter() - t)
-            first = ans["nodes"][0]["node_id"]
-        lat.sort()
-        out = {"fill": fill, "health_points_stored": stored, "calls": len(lat),
-               "latency_ms": {"min": round(lat[0] * 1000, 1), "p50": round(statistics.median(lat) * 1000, 1),
-                              "p95": round(lat[int(0.95 * (len(lat) - 1))] * 1000, 1),
-                              "max": round(lat[-1] * 1000, 1)},
+
+        def calls():
+            lat, first = [], None
+            for _ in range(args.query_calls):
+                t = time.perf_counter()
+                ans = echo.tool("fleet.cluster.find_outlier_nodes", {"cluster_id": "q10m", "window": "1h"})
+                lat.append(time.perf_counter() - t)
+                first = ans["nodes"][0]["node_id"]
+            lat.sort()
+            return first, {"min": round(lat[0] * 1000, 1), "p50": round(statistics.median(lat) * 1000, 1),
+                           "p95": round(lat[int(0.95 * (len(lat) - 1))] * 1000, 1), "max": round(lat[-1] * 1000, 1)}
+
+        first, after_fill = calls()
+        rollup_rows = echo.sql("SELECT count(*) AS n FROM health_minutes")[0]["n"]
+        time.sleep(args.query_settle)
+        first_settled, settled = calls()
+        out = {"fill": fill, "health_points_stored": stored, "calls": args.query_calls,
+               "latency_ms": after_fill, "rollup_rows_after_fill": rollup_rows,
+               "latency_ms_settled": settled, "settle_seconds": args.query_settle,
+               "rollup_rows_settled": echo.sql("SELECT count(*) AS n FROM health_minutes")[0]["n"],
                "first_node": first, "rss_mib_after": round(echo.rss()[0] or 0, 1),
                "database_mib": round(dir_size(echo.data_dir) / 2**20, 1)}
+        first = first if first == first_settled else None
         checks = {"query: all points stored": stored >= bodies_needed * per_body,
                   "query: the slow node is ranked first": first == "node-0007"}
     finally:
@@ -452,11 +465,14 @@ def main():
     ap.add_argument("--ingest-seconds", type=float, default=60)
     ap.add_argument("--query-points", type=int, default=10_000_000)
     ap.add_argument("--query-calls", type=int, default=20)
+    ap.add_argument("--query-settle", type=float, default=70,
+                    help="seconds between the calls right after the fill and the settled ones")
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="echo-bench-")
     phases = {"zero-loss": phase_zero_loss, "kill": phase_kill, "ingest": phase_ingest, "query": phase_query}
-    report = {"binary": args.echo_bin, "cpus": os.cpu_count(), "load_before": os.getloadavg()[0], "phases": {}}
+    report = {"binary": args.echo_bin, "duckdb": os.environ.get("INGERO_ECHO_BENCH_DUCKDB", "as built"),
+              "cpus": os.cpu_count(), "load_before": os.getloadavg()[0], "phases": {}}
     checks = {}
     for name in args.phases.split(","):
         t = time.time()
@@ -469,6 +485,7 @@ def main():
                 p = os.path.join(work, d)
                 if os.path.isdir(p):
                     shutil.rmtree(p, ignore_errors=True)
+    report["load_after"] = os.getloadavg()[0]
     report["checks"] = checks
     print(json.dumps(report, indent=1))
     failed = [k for k, v in checks.items() if not v]

@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_ROWS: usize = 10_000;
 pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 << 20;
+pub const DEFAULT_MAX_CONCURRENT: usize = 8;
 pub const DEFAULT_STRAGGLER_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);
 
@@ -132,9 +134,13 @@ fn valid_memory_limit(s: &str) -> bool {
 pub struct QueryConfig {
     /// Rows one answer carries at most (`truncated: true` beyond).
     pub max_rows: usize,
-    /// A query running longer is interrupted.
+    /// A query running longer is interrupted (its SQL check included).
     #[serde(with = "duration")]
     pub timeout: Duration,
+    /// Bytes of values one answer carries at most (about; `truncated: true` beyond).
+    pub max_result_bytes: usize,
+    /// Queries running at once; one more is answered 503.
+    pub max_concurrent: usize,
     /// Window of a tool call that names none.
     #[serde(with = "duration")]
     pub default_window: Duration,
@@ -148,6 +154,8 @@ impl Default for QueryConfig {
         QueryConfig {
             max_rows: DEFAULT_MAX_ROWS,
             timeout: DEFAULT_QUERY_TIMEOUT,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            max_concurrent: DEFAULT_MAX_CONCURRENT,
             default_window: DEFAULT_WINDOW,
             straggler_sample_interval: DEFAULT_STRAGGLER_SAMPLE_INTERVAL,
         }
@@ -166,8 +174,9 @@ pub struct ApiConfig {
     pub auth: Option<AuthRef>,
     pub max_connections: usize,
     pub max_request_body_bytes: usize,
-    /// `Host` header values `/mcp` accepts (DNS-rebinding guard). Empty: the loopback
-    /// names (`localhost`, `127.0.0.1`, `[::1]`, any port).
+    /// `Host` header values `/mcp` accepts (DNS-rebinding guard), and the hosts a
+    /// browser's `Origin` may name on `/mcp` and the tools (cross-site requests). Empty:
+    /// the loopback names (`localhost`, `127.0.0.1`, `[::1]`, any port).
     pub allowed_hosts: Vec<String>,
     pub query: QueryConfig,
 }
@@ -203,6 +212,12 @@ impl ComponentConfig for ApiConfig {
         }
         if self.query.max_rows == 0 {
             e.push("query.max_rows", "must be > 0");
+        }
+        if self.query.max_result_bytes < 1024 {
+            e.push("query.max_result_bytes", "must be >= 1024");
+        }
+        if self.query.max_concurrent == 0 {
+            e.push("query.max_concurrent", "must be > 0");
         }
         if self.query.timeout.is_zero() {
             e.push("query.timeout", "must be > 0");

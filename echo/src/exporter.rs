@@ -84,10 +84,20 @@ impl Exporter for EchoExporter {
     }
 
     fn deliver_metrics(&self, data: &[ResourceMetrics]) -> (ProcessOutcome, Delivery) {
-        (
-            ProcessOutcome::default(),
-            self.deliver(|| rows::from_metrics(data, None, now_ns())),
-        )
+        let rows = rows::from_metrics(data, None, now_ns());
+        let mut outcome = ProcessOutcome::default();
+        let n = rows.rejected_nonfinite;
+        if n > 0 {
+            if let Some(s) = self.store.get() {
+                s.stats
+                    .rejected_nonfinite
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            outcome.reject(n, || {
+                format!("{n} data points with a NaN or infinite value (or score or threshold) were dropped")
+            });
+        }
+        (outcome, self.deliver(|| rows))
     }
 
     fn deliver_traces(&self, data: &ExportTraceServiceRequest) -> Delivery {
@@ -151,6 +161,11 @@ impl Exporter for EchoExporter {
             "ingero_echo_refused_full_total",
             "Batches answered 503 / UNAVAILABLE because the writer queue was full.",
             st.refused_full.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_rejected_nonfinite_points_total",
+            "Metric points dropped at ingest because a value was NaN or infinite (answered as partial success).",
+            st.rejected_nonfinite.load(Relaxed),
         ));
         out.push(c(
             "ingero_echo_retention_deleted_rows_total",

@@ -202,6 +202,44 @@ impl Inner {
         }
     }
 
+    /// A browser's `Origin` (sent with every cross-site POST, `text/plain` ones included)
+    /// must name an allowed host, as `Host` must for `/mcp`; clients that send none (every
+    /// non-browser client) pass. `Origin: null` (sandboxed pages, files) is refused.
+    fn origin_allowed(&self, req: &Request<Incoming>) -> bool {
+        let Some(origin) = req.headers().get(http::header::ORIGIN) else {
+            return true;
+        };
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        let Some((_, rest)) = origin.split_once("://") else {
+            return false;
+        };
+        let authority = rest.split('/').next().unwrap_or("");
+        self.name_allowed(authority)
+    }
+
+    /// Whether `full` (`host[:port]`, IPv6 in brackets) is a loopback name or, when set, in
+    /// `allowed_hosts` (by name or with its port).
+    fn name_allowed(&self, full: &str) -> bool {
+        let name = if full.starts_with('[') {
+            full.split_inclusive(']').next().unwrap_or("").to_string()
+        } else {
+            full.split(':').next().unwrap_or("").to_string()
+        };
+        if self.cfg.allowed_hosts.is_empty() {
+            matches!(
+                name.to_ascii_lowercase().as_str(),
+                "localhost" | "127.0.0.1" | "[::1]"
+            )
+        } else {
+            self.cfg
+                .allowed_hosts
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(&name) || h.eq_ignore_ascii_case(full))
+        }
+    }
+
     fn host_allowed(&self, req: &Request<Incoming>) -> bool {
         let host = req
             .headers()
@@ -210,19 +248,7 @@ impl Inner {
             .map(str::to_string)
             .or_else(|| req.uri().authority().map(|a| a.to_string()));
         let Some(full) = host else { return false };
-        let name = if full.starts_with('[') {
-            full.split_inclusive(']').next().unwrap_or("").to_string()
-        } else {
-            full.split(':').next().unwrap_or("").to_string()
-        };
-        if self.cfg.allowed_hosts.is_empty() {
-            matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
-        } else {
-            self.cfg
-                .allowed_hosts
-                .iter()
-                .any(|h| h.eq_ignore_ascii_case(&name) || h.eq_ignore_ascii_case(&full))
-        }
+        self.name_allowed(&full)
     }
 
     #[allow(clippy::result_large_err)]
@@ -304,6 +330,12 @@ impl Inner {
         peer: SocketAddr,
         name: String,
     ) -> Response<Body> {
+        if !self.origin_allowed(&req) {
+            return error(
+                403,
+                "Origin not allowed (a browser page of another site; set extensions.echo_api.allowed_hosts)",
+            );
+        }
         let who = match self.authorize(req.headers(), peer) {
             Ok(w) => w,
             Err(r) => return r,
@@ -343,6 +375,12 @@ impl Inner {
             return error(
                 403,
                 "Host header not allowed for /mcp (set extensions.echo_api.allowed_hosts)",
+            );
+        }
+        if !self.origin_allowed(&req) {
+            return error(
+                403,
+                "Origin not allowed (a browser page of another site; set extensions.echo_api.allowed_hosts)",
             );
         }
         let who = match self.authorize(req.headers(), peer) {

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use duckdb::types::ValueRef;
@@ -77,6 +78,10 @@ pub enum ToolError {
     Sandbox(SandboxError),
     #[error("store error: {0}")]
     Store(String),
+    #[error("the query ran past the {0:?} time limit and was interrupted")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl ToolError {
@@ -90,6 +95,8 @@ impl ToolError {
             ToolError::Sandbox(SandboxError::Refused(_)) => 400,
             ToolError::Sandbox(SandboxError::Failed(_)) => 422,
             ToolError::Store(_) => 500,
+            ToolError::Timeout(_) => 408,
+            ToolError::Busy(_) => 503,
         }
     }
 }
@@ -105,6 +112,11 @@ impl From<crate::store::StoreError> for ToolError {
         ToolError::Store(e.to_string())
     }
 }
+
+/// How long a query that was interrupted has to come back before its caller is answered
+/// anyway (a single scalar call, e.g. one huge string, does not see the interrupt until it
+/// returns; the query keeps its slot of `max_concurrent` until then).
+const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,7 +143,9 @@ struct AnalysisArgs {
     max_rows: Option<usize>,
 }
 
-/// A DuckDB value as JSON (numbers as numbers; exotic types as their text).
+/// A DuckDB value as JSON: numbers as numbers (NaN and infinities as null), text as text,
+/// blobs as hex, times as ISO 8601 text (UTC), lists, arrays and structs as JSON arrays and
+/// objects, maps as arrays of `{"key", "value"}`.
 pub fn value_json(v: ValueRef<'_>) -> Value {
     match v {
         ValueRef::Null => Value::Null,
@@ -153,8 +167,129 @@ pub fn value_json(v: ValueRef<'_>) -> Value {
         ValueRef::Double(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
         ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
         ValueRef::Blob(b) => Value::String(hex::encode(b)),
+        other => owned_json(other.to_owned()),
+    }
+}
+
+fn owned_json(v: duckdb::types::Value) -> Value {
+    use duckdb::types::Value as D;
+    match v {
+        D::Null => Value::Null,
+        D::Boolean(b) => json!(b),
+        D::TinyInt(i) => json!(i),
+        D::SmallInt(i) => json!(i),
+        D::Int(i) => json!(i),
+        D::BigInt(i) => json!(i),
+        D::HugeInt(i) => i64::try_from(i).map_or_else(|_| json!(i.to_string()), |i| json!(i)),
+        D::UHugeInt(i) => u64::try_from(i).map_or_else(|_| json!(i.to_string()), |i| json!(i)),
+        D::UTinyInt(i) => json!(i),
+        D::USmallInt(i) => json!(i),
+        D::UInt(i) => json!(i),
+        D::UBigInt(i) => json!(i),
+        D::Float(f) => f64_json(Some(f64::from(f))),
+        D::Double(f) => f64_json(Some(f)),
+        D::Decimal(d) => {
+            let exact = d.to_string();
+            let short = if exact.contains('.') {
+                exact.trim_end_matches('0').trim_end_matches('.')
+            } else {
+                exact.as_str()
+            };
+            // A number when a double carries it exactly, else its exact text.
+            match short.parse::<f64>() {
+                Ok(f) if f.is_finite() && f.to_string() == short => f64_json(Some(f)),
+                _ => Value::String(exact),
+            }
+        }
+        D::Timestamp(unit, n) => Value::String(iso_timestamp(to_micros(unit, n))),
+        D::Date32(days) => Value::String(civil(i64::from(days))),
+        D::Time64(unit, n) => Value::String(time_of_day(to_micros(unit, n))),
+        D::Interval {
+            months,
+            days,
+            nanos,
+        } => json!({"months": months, "days": days, "nanos": nanos}),
+        D::Text(t) | D::Enum(t) => Value::String(t),
+        D::Blob(b) | D::Geometry(b) => Value::String(hex::encode(b)),
+        D::List(l) | D::Array(l) => Value::Array(l.into_iter().map(owned_json).collect()),
+        D::Struct(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), owned_json(v.clone())))
+                .collect(),
+        ),
+        D::Map(m) => Value::Array(
+            m.iter()
+                .map(|(k, v)| json!({"key": owned_json(k.clone()), "value": owned_json(v.clone())}))
+                .collect(),
+        ),
+        D::Union(v) => owned_json(*v),
+        #[allow(unreachable_patterns)]
         other => Value::String(format!("{other:?}")),
     }
+}
+
+fn to_micros(unit: duckdb::types::TimeUnit, n: i64) -> i64 {
+    use duckdb::types::TimeUnit as U;
+    match unit {
+        U::Second => n.saturating_mul(1_000_000),
+        U::Millisecond => n.saturating_mul(1_000),
+        U::Microsecond => n,
+        U::Nanosecond => n.div_euclid(1_000),
+    }
+}
+
+/// The date (`YYYY-MM-DD`) of a day count since 1970-01-01 (proleptic Gregorian).
+fn civil(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn time_of_day(micros: i64) -> String {
+    let us = micros.rem_euclid(86_400_000_000);
+    let (s, frac) = (us / 1_000_000, us % 1_000_000);
+    format!("{:02}:{:02}:{:02}.{frac:06}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn iso_timestamp(micros: i64) -> String {
+    let days = micros.div_euclid(86_400_000_000);
+    format!("{}T{}Z", civil(days), time_of_day(micros))
+}
+
+/// Cell `i` of a row as JSON; a column of DuckDB's NULL type (`SELECT NULL`) is null
+/// (the row accessor has no value for it).
+pub fn cell_json(row: &duckdb::Row<'_>, i: usize) -> Result<Value, duckdb::Error> {
+    let stmt: &duckdb::Statement<'_> = row.as_ref();
+    if matches!(
+        stmt.column_type(i),
+        duckdb::arrow::datatypes::DataType::Null
+    ) {
+        return Ok(Value::Null);
+    }
+    Ok(value_json(row.get_ref(i)?))
+}
+
+/// A window or step: a duration (`90s`, `15m`, `1h30m`), or whole days (`7d`).
+fn parse_span(s: &str) -> Result<Duration, String> {
+    if let Some(days) = s.trim().strip_suffix('d')
+        && !days.is_empty()
+        && days.bytes().all(|b| b.is_ascii_digit())
+    {
+        return days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(24 * 3600))
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{s:?}: too many days"));
+    }
+    component::config::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn f64_json(v: Option<f64>) -> Value {
@@ -168,6 +303,34 @@ pub struct Tools {
     sandbox: SqlSandbox,
     cfg: QueryConfig,
     rates: Option<RateTable>,
+    /// Spellings of providers (`aws`, `Amazon`) to the rate table's ids (`ec2`).
+    aliases: ProviderAliases,
+    /// Queries running now (their threads), at most `cfg.max_concurrent`.
+    running: AtomicUsize,
+    /// Queries running now per cluster-scoped caller (see [`Tools::admit`]).
+    per_scope: parking_lot::Mutex<std::collections::HashMap<Vec<String>, usize>>,
+}
+
+/// A slot of `max_concurrent`, given back when the query's thread ends.
+struct Slot {
+    tools: Arc<Tools>,
+    /// The scope of a cluster-scoped caller, counted in `Tools::per_scope`.
+    scope: Option<Vec<String>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.tools.running.fetch_sub(1, Relaxed);
+        if let Some(k) = &self.scope {
+            let mut m = self.tools.per_scope.lock();
+            if let Some(n) = m.get_mut(k) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(k);
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Tools {
@@ -193,7 +356,8 @@ fn parse<T: for<'de> Deserialize<'de>>(args: Value) -> Result<T, ToolError> {
 
 impl Tools {
     pub fn new(store: Arc<Store>, cfg: QueryConfig) -> Result<Tools, String> {
-        let rates = match RateTable::builtin(&ProviderAliases::builtin()) {
+        let aliases = ProviderAliases::builtin();
+        let rates = match RateTable::builtin(&aliases) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "the built-in GPU rate table did not load; get_cost uses no rates");
@@ -205,6 +369,9 @@ impl Tools {
             sandbox: SqlSandbox::new()?,
             cfg,
             rates,
+            aliases,
+            running: AtomicUsize::new(0),
+            per_scope: Default::default(),
         })
     }
 
@@ -212,8 +379,90 @@ impl Tools {
         &self.store
     }
 
-    /// Run a tool by name with JSON arguments for a caller that sees `scope`.
-    pub fn call(&self, name: &str, args: Value, scope: &Scope) -> Result<Value, ToolError> {
+    /// Run a tool by name with JSON arguments for a caller that sees `scope`, under the
+    /// query limits: at most `max_concurrent` queries at once (503 beyond), each on a thread
+    /// of its own and interrupted at `timeout` (the SQL check included); the caller is
+    /// answered by `timeout` plus a second whatever the query does.
+    pub fn call(
+        self: &Arc<Self>,
+        name: &str,
+        args: Value,
+        scope: &Scope,
+    ) -> Result<Value, ToolError> {
+        if !TOOLS.contains(&name) {
+            return Err(ToolError::UnknownTool(name.to_string()));
+        }
+        let slot = self.admit(scope)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (me, name, scope) = (self.clone(), name.to_string(), scope.clone());
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("echo-query".into())
+            .spawn(move || {
+                let id = me.store.begin_query();
+                let _ = id_tx.send(id);
+                let out = me.call_now(&name, args, &scope);
+                me.store.end_query(id);
+                drop(slot);
+                let _ = tx.send(out);
+            });
+        if let Err(e) = spawned {
+            return Err(ToolError::Store(format!(
+                "cannot start a query thread: {e}"
+            )));
+        }
+        let timeout = self.cfg.timeout;
+        match rx.recv_timeout(timeout) {
+            Ok(out) => out,
+            Err(_) => {
+                if let Ok(id) = id_rx.recv() {
+                    self.store.interrupt_query(id);
+                }
+                match rx.recv_timeout(INTERRUPT_GRACE) {
+                    Ok(Ok(v)) => Ok(v),
+                    _ => Err(ToolError::Timeout(timeout)),
+                }
+            }
+        }
+    }
+
+    /// A slot of `max_concurrent`. A cluster-scoped caller (a tenant) holds at most half
+    /// of them (at least one), so one tenant's slow queries leave room for the others.
+    fn admit(self: &Arc<Self>, scope: &Scope) -> Result<Slot, ToolError> {
+        let busy = || {
+            ToolError::Busy(format!(
+                "{} queries are running (query.max_concurrent); retry later",
+                self.cfg.max_concurrent
+            ))
+        };
+        let key = match scope {
+            Scope::All => None,
+            Scope::Clusters(c) => {
+                let share = (self.cfg.max_concurrent / 2).max(1);
+                let mut m = self.per_scope.lock();
+                let n = m.entry(c.clone()).or_insert(0);
+                if *n >= share {
+                    return Err(ToolError::Busy(format!(
+                        "{share} queries of this token's clusters are running (half of query.max_concurrent); retry later"
+                    )));
+                }
+                *n += 1;
+                Some(c.clone())
+            }
+        };
+        // From here on the slot (and the scope's count) is given back on drop.
+        let slot = Slot {
+            tools: self.clone(),
+            scope: key,
+        };
+        if self.running.fetch_add(1, Relaxed) >= self.cfg.max_concurrent {
+            return Err(busy());
+        }
+        Ok(slot)
+    }
+
+    /// The tool itself, on the calling thread, without the limits of [`Tools::call`].
+    fn call_now(&self, name: &str, args: Value, scope: &Scope) -> Result<Value, ToolError> {
         match name {
             SUMMARY => {
                 let a: SummaryArgs = parse(args)?;
@@ -234,9 +483,12 @@ impl Tools {
                     .max_rows
                     .unwrap_or(self.cfg.max_rows)
                     .min(self.cfg.max_rows);
+                if max == 0 {
+                    return Err(ToolError::BadArgs("max_rows: must be >= 1".into()));
+                }
                 let r = self
                     .sandbox
-                    .run(&self.store, &a.sql, max, self.cfg.timeout)
+                    .run(&self.store, &a.sql, max, self.cfg.max_result_bytes)
                     .map_err(ToolError::Sandbox)?;
                 Ok(json!({"columns": r.columns, "rows": r.rows, "truncated": r.truncated}))
             }
@@ -245,6 +497,9 @@ impl Tools {
                 let w = self.window(a.window.as_deref())?;
                 self.check_cluster(&a.cluster_id, scope)?;
                 let limit = a.limit.unwrap_or(self.cfg.max_rows).min(self.cfg.max_rows);
+                if limit == 0 {
+                    return Err(ToolError::BadArgs("limit: must be >= 1".into()));
+                }
                 match name {
                     EVENT_HISTORY => {
                         self.event_history(&a.cluster_id, w, a.node_id.as_deref(), limit)
@@ -256,11 +511,20 @@ impl Tools {
                     _ => {
                         let step = match a.step.as_deref() {
                             None => (w / 60).max(Duration::from_secs(1)),
-                            Some(s) => component::config::parse_duration(s)
+                            Some(s) => parse_span(s)
                                 .map_err(|e| ToolError::BadArgs(format!("step: {e}")))?,
                         };
                         if step.is_zero() {
                             return Err(ToolError::BadArgs("step: must be > 0".into()));
+                        }
+                        // Every bucket is a row per node: the window's buckets stay within
+                        // the row budget.
+                        let buckets = w.as_nanos().div_ceil(step.as_nanos());
+                        if buckets > self.cfg.max_rows as u128 {
+                            return Err(ToolError::BadArgs(format!(
+                                "step: the window holds {buckets} steps; at most {} (query.max_rows) are answered: use a larger step or a shorter window",
+                                self.cfg.max_rows
+                            )));
                         }
                         self.history(&a.cluster_id, w, step)
                     }
@@ -273,8 +537,7 @@ impl Tools {
     fn window(&self, w: Option<&str>) -> Result<Duration, ToolError> {
         let d = match w {
             None => self.cfg.default_window,
-            Some(s) => component::config::parse_duration(s)
-                .map_err(|e| ToolError::BadArgs(format!("window: {e}")))?,
+            Some(s) => parse_span(s).map_err(|e| ToolError::BadArgs(format!("window: {e}")))?,
         };
         if d.is_zero() || d > MAX_WINDOW {
             return Err(ToolError::BadArgs(
@@ -332,6 +595,12 @@ impl Tools {
         let recent = now_ns().saturating_sub(
             i64::try_from(self.cfg.straggler_sample_interval.as_nanos() * 3).unwrap_or(i64::MAX),
         );
+        if cluster.is_none() {
+            // Every cluster in three grouped queries: per-cluster queries took minutes for
+            // thousands of clusters.
+            let out = self.summary_many(&clusters, since, recent)?;
+            return Ok(json!({"window_seconds": w.as_secs(), "clusters": out}));
+        }
         let mut out = Vec::new();
         for c in &clusters {
             let v = self.store.with_reader(|conn| {
@@ -378,6 +647,86 @@ impl Tools {
         Ok(json!({"window_seconds": w.as_secs(), "clusters": out}))
     }
 
+    /// [`Tools::summary`] of `clusters` (sorted), each query grouped by cluster.
+    fn summary_many(
+        &self,
+        clusters: &[String],
+        since: i64,
+        recent: i64,
+    ) -> Result<Vec<Value>, ToolError> {
+        type Health = (i64, i64, Option<f64>, Option<f64>, Option<i64>);
+        let edge = rollup::minute_ceil(since);
+        let (health, events, current) = self.store.with_reader(|conn| {
+            rollup::snapshot(conn, |flushed| {
+                let mut health: std::collections::HashMap<String, Health> = Default::default();
+                let mut st = conn.prepare(
+                    "WITH hp AS ( \
+                       SELECT cluster_id, node_id, count(*) AS n, sum(score) AS s, min(score) AS mn, max(ts_ns) AS last_ns \
+                       FROM health_scores WHERE ts_ns >= ? AND ts_ns < ? GROUP BY ALL \
+                       UNION ALL \
+                       SELECT cluster_id, node_id, count(*), sum(score), min(score), max(ts_ns) \
+                       FROM health_scores WHERE seq > ? AND ts_ns >= ? GROUP BY ALL \
+                       UNION ALL \
+                       SELECT cluster_id, node_id, sum(samples), sum(score_sum), min(score_min), max(last_ns) \
+                       FROM health_minutes WHERE ts_ns >= ? GROUP BY ALL) \
+                     SELECT cluster_id, count(DISTINCT node_id), coalesce(sum(n), 0)::BIGINT, (sum(s) / sum(n))::DOUBLE, \
+                            min(mn)::DOUBLE, max(last_ns) \
+                     FROM hp WHERE cluster_id IS NOT NULL GROUP BY cluster_id",
+                )?;
+                let rows = st.query_map(duckdb::params![since, edge, flushed, edge, edge], |r| {
+                    Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+                })?;
+                for r in rows {
+                    let (c, h) = r?;
+                    health.insert(c, h);
+                }
+                let mut events: std::collections::HashMap<String, (i64, Option<f64>)> = Default::default();
+                let mut st = conn.prepare(
+                    "SELECT cluster_id, count(*) FILTER (WHERE value > 0), \
+                            arg_max(threshold, ts_ns) FILTER (WHERE threshold IS NOT NULL) \
+                     FROM straggler_events WHERE ts_ns >= ? AND cluster_id IS NOT NULL GROUP BY cluster_id",
+                )?;
+                let rows = st.query_map([since], |r| Ok((r.get::<_, String>(0)?, (r.get(1)?, r.get(2)?))))?;
+                for r in rows {
+                    let (c, e) = r?;
+                    events.insert(c, e);
+                }
+                let mut current: std::collections::HashMap<String, Vec<String>> = Default::default();
+                let mut st = conn.prepare(
+                    "SELECT DISTINCT cluster_id, node_id FROM ( \
+                       SELECT cluster_id, node_id FROM fleet_stragglers WHERE ts_ns >= ? AND value > 0 \
+                       UNION ALL SELECT cluster_id, node_id FROM straggler_events WHERE ts_ns >= ? AND value > 0) \
+                     WHERE cluster_id IS NOT NULL AND node_id IS NOT NULL ORDER BY cluster_id, node_id",
+                )?;
+                let rows = st.query_map([recent, recent], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+                for r in rows {
+                    let (c, n) = r?;
+                    current.entry(c).or_default().push(n);
+                }
+                Ok((health, events, current))
+            })
+        })?;
+        Ok(clusters
+            .iter()
+            .map(|c| {
+                let (nodes, points, avg, min, last) =
+                    health.get(c).copied().unwrap_or((0, 0, None, None, None));
+                let (events, threshold) = events.get(c).copied().unwrap_or((0, None));
+                json!({
+                    "cluster_id": c,
+                    "nodes": nodes,
+                    "health_points": points,
+                    "avg_score": f64_json(avg),
+                    "min_score": f64_json(min),
+                    "last_seen_ns": last,
+                    "latest_threshold": f64_json(threshold),
+                    "straggler_events": events,
+                    "current_stragglers": current.get(c).cloned().unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
     fn event_history(
         &self,
         cluster: &str,
@@ -411,8 +760,11 @@ impl Tools {
             p.push(Box::new(n.to_string()));
         }
         p.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
-        let events = self.store.with_reader(|c| rows_json(c, &sql, p))?;
-        Ok(json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events}))
+        let budget = self.budget(limit);
+        let (events, truncated) = self.store.with_reader(|c| rows_json(c, &sql, p, budget))?;
+        Ok(
+            json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events, "truncated": truncated}),
+        )
     }
 
     fn find_outlier_nodes(
@@ -484,6 +836,9 @@ impl Tools {
                         (Some(a), Some(b)) => a.max(b),
                         (a, b) => a.or(b).unwrap_or(0.0),
                     };
+                    // NaN and infinities are refused at ingest; rows stored before that
+                    // must not turn the answer's number into null.
+                    let depth = if depth.is_finite() { depth } else { 0.0 };
                     let v = json!({
                         "node_id": node,
                         "straggler_seconds": straggler_seconds,
@@ -657,10 +1012,15 @@ impl Tools {
             let seconds = flagged.max(events) as f64 * interval;
             let affected = world.or(gpus).unwrap_or(1).max(1);
             let (rate, known) = match (&self.rates, &provider, &model) {
-                (Some(t), Some(p), Some(m)) => {
-                    let l = t.lookup(p, m);
-                    (l.hourly, l.known)
-                }
+                (Some(t), Some(p), Some(m)) => match self.aliases.normalise(p) {
+                    // Agents send the provider as spelled (`aws`); the table's ids are
+                    // canonical (`ec2`).
+                    Ok(id) => {
+                        let l = t.lookup(&id, m);
+                        (l.hourly, l.known)
+                    }
+                    Err(_) => (t.fallback_rate(), false),
+                },
                 (Some(t), _, _) => (t.fallback_rate(), false),
                 (None, _, _) => (0.0, false),
             };
@@ -750,31 +1110,38 @@ impl Tools {
         Ok(json!({"traceEvents": events, "displayTimeUnit": "ms"}))
     }
 
-    /// Scores per node and the cluster's threshold, averaged per `step`.
+    /// Scores per node and the cluster's threshold, averaged per `step`: at most
+    /// `max_rows` rows and `max_result_bytes` each (`truncated` beyond).
     fn history(&self, cluster: &str, w: Duration, step: Duration) -> Result<Value, ToolError> {
         let since = Self::since(w);
         let step_ns = i64::try_from(step.as_nanos()).unwrap_or(i64::MAX).max(1);
-        let (scores, thresholds) = self.store.with_reader(|c| {
+        let budget = self.budget(self.cfg.max_rows);
+        let cap = i64::try_from(self.cfg.max_rows.saturating_add(1)).unwrap_or(i64::MAX);
+        let ((scores, st), (thresholds, tt)) = self.store.with_reader(|c| {
             rollup::snapshot(c, |flushed| {
-            let scores = if rollup::buckets_align(step_ns) {
-                rows_json(c, rollup::HEALTH_BUCKETS, rollup::bucket_params(cluster, since, step_ns, flushed))?
-            } else {
-                rows_json(
+                let scores = if rollup::buckets_align(step_ns) {
+                    let mut p = rollup::bucket_params(cluster, since, step_ns, flushed);
+                    p.push(Box::new(cap));
+                    rows_json(c, &format!("{} LIMIT ?", rollup::HEALTH_BUCKETS), p, budget)?
+                } else {
+                    rows_json(
+                        c,
+                        "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
+                         FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id LIMIT ?",
+                        vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since), Box::new(cap)],
+                        budget,
+                    )?
+                };
+                let thresholds = rows_json(
                     c,
-                    "SELECT node_id, (ts_ns // ?) * ? AS bucket_ns, avg(score)::DOUBLE AS score, count(*) AS samples \
-                     FROM health_scores WHERE cluster_id = ? AND ts_ns >= ? GROUP BY ALL ORDER BY bucket_ns, node_id",
-                    vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
-                )?
-            };
-            let thresholds = rows_json(
-                c,
-                "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
-                 FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND threshold IS NOT NULL \
-                 GROUP BY ALL ORDER BY bucket_ns",
-                vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since)],
-            )?;
-            Ok((scores, thresholds))
-                    })
+                    "SELECT (ts_ns // ?) * ? AS bucket_ns, avg(threshold)::DOUBLE AS threshold \
+                     FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? AND threshold IS NOT NULL \
+                     GROUP BY ALL ORDER BY bucket_ns LIMIT ?",
+                    vec![Box::new(step_ns), Box::new(step_ns), Box::new(cluster.to_string()), Box::new(since), Box::new(cap)],
+                    budget,
+                )?;
+                Ok((scores, thresholds))
+            })
         })?;
         Ok(json!({
             "cluster_id": cluster,
@@ -782,26 +1149,92 @@ impl Tools {
             "step_seconds": step.as_secs_f64(),
             "scores": scores,
             "thresholds": thresholds,
+            "truncated": st || tt,
         }))
+    }
+
+    fn budget(&self, rows: usize) -> Budget {
+        Budget {
+            rows,
+            bytes: self.cfg.max_result_bytes,
+        }
     }
 }
 
-/// Rows of a query as JSON objects keyed by column name.
+/// The most rows and (about) bytes of values one list of an answer carries.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    rows: usize,
+    bytes: usize,
+}
+
+/// Rows of a query as JSON objects keyed by column name, within `budget` (`true`: some
+/// were left out).
 fn rows_json(
     c: &Connection,
     sql: &str,
     p: Vec<Box<dyn duckdb::ToSql>>,
-) -> Result<Vec<Value>, duckdb::Error> {
+    budget: Budget,
+) -> Result<(Vec<Value>, bool), duckdb::Error> {
     let mut st = c.prepare(sql)?;
     let mut rows = st.query(params_from_iter(p.iter()))?;
     let names: Vec<String> = rows.as_ref().map(|s| s.column_names()).unwrap_or_default();
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     while let Some(r) = rows.next()? {
+        if out.len() >= budget.rows {
+            return Ok((out, true));
+        }
         let mut m = serde_json::Map::new();
         for (i, n) in names.iter().enumerate() {
-            m.insert(n.clone(), value_json(r.get_ref(i)?));
+            m.insert(n.clone(), cell_json(r, i)?);
         }
-        out.push(Value::Object(m));
+        let v = Value::Object(m);
+        bytes = bytes.saturating_add(crate::sandbox::json_size(&v));
+        if bytes > budget.bytes {
+            return Ok((out, true));
+        }
+        out.push(v);
     }
-    Ok(out)
+    Ok((out, false))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::StoreConfig;
+
+    #[test]
+    fn a_tenant_holds_at_most_half_of_the_query_slots() {
+        let dir = std::env::temp_dir().join(format!("echo-slots-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(StoreConfig {
+            data_dir: dir.display().to_string(),
+            memory_limit: "128MB".into(),
+            ..StoreConfig::default()
+        })
+        .unwrap();
+        let cfg = QueryConfig {
+            max_concurrent: 4,
+            ..QueryConfig::default()
+        };
+        let tools = Arc::new(Tools::new(store.clone(), cfg).unwrap());
+        let a = Scope::Clusters(vec!["a".into()]);
+        let b = Scope::Clusters(vec!["b".into()]);
+        let held: Vec<Slot> = (0..2).map(|_| tools.admit(&a).unwrap()).collect();
+        assert!(matches!(tools.admit(&a), Err(ToolError::Busy(_))));
+        let other = tools.admit(&b).unwrap();
+        let ops = tools.admit(&Scope::All).unwrap();
+        // Four running: nobody else gets a slot.
+        assert!(matches!(tools.admit(&Scope::All), Err(ToolError::Busy(_))));
+        drop(held);
+        assert!(tools.admit(&a).is_ok());
+        drop((other, ops));
+        assert_eq!(tools.running.load(Relaxed), 0);
+        assert!(tools.per_scope.lock().is_empty());
+        store.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -52,6 +52,20 @@ CREATE TABLE IF NOT EXISTS clusters (cluster_id VARCHAR PRIMARY KEY, ts_ns BIGIN
 CREATE TABLE IF NOT EXISTS rollup_state (flushed_seq BIGINT NOT NULL);
 ";
 
+/// `health_minute_totals`: the rollup with its partial rows added up, one row per cluster,
+/// node and minute, for SQL users (`run_analysis`). Like `health_minutes` it covers the
+/// health rows with `seq <= rollup_state.flushed_seq`.
+pub const VIEWS: &str = "
+CREATE OR REPLACE VIEW health_minute_totals AS
+SELECT ts_ns, cluster_id, node_id, sum(samples)::BIGINT AS samples,
+       sum(score_sum)::DOUBLE AS score_sum, min(score_min)::DOUBLE AS score_min,
+       (sum(score_sum) / sum(samples))::DOUBLE AS avg_score, max(last_ns)::BIGINT AS last_ns
+FROM health_minutes GROUP BY ts_ns, cluster_id, node_id;
+";
+
+/// The column `migrate` adds to `health_scores`.
+pub const SEQ_COLUMN: &str = "ALTER TABLE health_scores ADD COLUMN IF NOT EXISTS seq BIGINT";
+
 /// Sums raw health rows per minute; `WHERE` clauses are appended.
 const SUM_RAW: &str = concat!(
     "INSERT INTO health_minutes SELECT ",
@@ -101,7 +115,7 @@ fn in_transaction<T>(
 /// Add `health_scores.seq` and create the derived tables; fill them from the raw tables
 /// when they are new (a database written before they existed).
 pub fn migrate(conn: &Connection) -> Result<(), duckdb::Error> {
-    conn.execute_batch("ALTER TABLE health_scores ADD COLUMN IF NOT EXISTS seq BIGINT")?;
+    conn.execute_batch(SEQ_COLUMN)?;
     let existing: i64 = conn.query_row(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() \
          AND schema_name = 'main' AND table_name IN ('health_minutes', 'clusters', 'rollup_state')",
@@ -109,7 +123,7 @@ pub fn migrate(conn: &Connection) -> Result<(), duckdb::Error> {
         |r| r.get(0),
     )?;
     if existing == 3 {
-        return Ok(());
+        return conn.execute_batch(VIEWS);
     }
     in_transaction(conn, || {
         conn.execute_batch(
@@ -121,7 +135,8 @@ pub fn migrate(conn: &Connection) -> Result<(), duckdb::Error> {
         conn.execute_batch(BACKFILL_CLUSTERS)?;
         conn.execute_batch(
             "INSERT INTO rollup_state SELECT coalesce(max(seq), 0) FROM health_scores",
-        )
+        )?;
+        conn.execute_batch(VIEWS)
     })
 }
 

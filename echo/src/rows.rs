@@ -136,6 +136,9 @@ pub struct Rows {
     pub info: Vec<InfoRow>,
     pub spans: Vec<SpanRow>,
     pub logs: Vec<LogRow>,
+    /// Metric points dropped because a value they carry is NaN or infinite (answered as
+    /// partial success; no answer could carry them as JSON numbers).
+    pub rejected_nonfinite: u64,
 }
 
 impl Rows {
@@ -164,6 +167,7 @@ impl Rows {
         self.info.append(&mut other.info);
         self.spans.append(&mut other.spans);
         self.logs.append(&mut other.logs);
+        self.rejected_nonfinite += other.rejected_nonfinite;
     }
 }
 
@@ -303,6 +307,10 @@ pub fn from_metrics(
                     None => ("gauge", Vec::new()),
                 };
                 for (t, attrs, value) in points {
+                    if !finite(&m.name, attrs, value) {
+                        out.rejected_nonfinite += 1;
+                        continue;
+                    }
                     let ts_ns = ts(t, received_ns);
                     out.points.push(PointRow {
                         ts_ns,
@@ -322,6 +330,14 @@ pub fn from_metrics(
         }
     }
     out
+}
+
+/// Whether a point's value, and the numbers a straggler event carries, are finite.
+fn finite(name: &str, attrs: &[KeyValue], value: Option<f64>) -> bool {
+    let ok = |v: Option<f64>| v.is_none_or(f64::is_finite);
+    ok(value)
+        && (name != metric::STRAGGLER_EVENT
+            || (ok(get_f64(attrs, attr::THRESHOLD)) && ok(get_f64(attrs, attr::SCORE))))
 }
 
 fn number(v: Option<NumberValue>) -> Option<f64> {

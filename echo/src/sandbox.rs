@@ -6,19 +6,24 @@
 //!    statement from the text, and binding it there says it is a `SELECT`. Nothing is run
 //!    before this check: a naive `prepare` of `COMMIT; INSERT ...; SELECT 42` would execute
 //!    the first two statements.
-//! 2. It then runs on a reader connection of the writer's instance (which sees every
-//!    commit), inside `BEGIN TRANSACTION READ ONLY`, on an instance opened with external
-//!    access off, autoload and autoinstall off and its configuration locked (no `SET`).
-//! 3. At most `max_rows` rows are read; a query running past `timeout` is interrupted.
+//!    Table functions that write (`checkpoint()`, `force_checkpoint()`) are refused by name.
+//! 2. It then runs as `SELECT * FROM (<query>) LIMIT max_rows + 1` (DuckDB materialises a
+//!    result before the first row is read: the limit bounds what it builds) on a reader
+//!    connection of the writer's instance (which sees every commit), inside
+//!    `BEGIN TRANSACTION READ ONLY`, on an instance opened with external access off,
+//!    autoload and autoinstall off and its configuration locked (no `SET`).
+//! 3. At most `max_rows` rows and `max_bytes` of JSON values are answered (`truncated`
+//!    beyond). The time limit and the interruption are the caller's (`Tools::call` runs the
+//!    check and the query under it).
 
 use std::ffi::{CStr, CString};
 use std::ptr;
 use std::time::Duration;
 
 use duckdb::ffi;
-use parking_lot::Mutex;
 
-use crate::store::{SCHEMA, Store};
+use crate::rollup;
+use crate::store::{SCHEMA, Store, StoreError};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SandboxError {
@@ -30,15 +35,21 @@ pub enum SandboxError {
     Timeout(Duration),
 }
 
-/// DuckDB's parser and binder on a private, empty, in-memory database.
+/// Table functions that a `SELECT` may call but that write; refused by name.
+const WRITING_FUNCTIONS: [&str; 2] = ["checkpoint", "force_checkpoint"];
+
+/// DuckDB's parser and binder on a private, empty, in-memory database. Each check takes a
+/// connection of its own, so checks run side by side (one slow check queues nothing).
 pub struct Parser {
     db: ffi::duckdb_database,
     con: ffi::duckdb_connection,
 }
 
-// SAFETY: DuckDB databases and connections may be used from any thread, one call at a time;
-// `Parser` is only used behind a mutex (`SqlSandbox::parser`).
+// SAFETY: a DuckDB database may be connected to from any thread at once; `con` is used only
+// at open and close, each check connecting on its own.
 unsafe impl Send for Parser {}
+// SAFETY: as above: shared use only connects (`duckdb_connect` is thread-safe).
+unsafe impl Sync for Parser {}
 
 impl std::fmt::Debug for Parser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,7 +115,16 @@ impl Parser {
             return Err("cannot connect to the parser database".into());
         }
         let p = Parser { db, con };
-        let schema = c_string(SCHEMA).map_err(|e| e.to_string())?;
+        // Every table and view SQL users are told about, as `Store::open` leaves them.
+        let schema = [
+            SCHEMA,
+            rollup::SCHEMA,
+            rollup::SEQ_COLUMN,
+            ";",
+            rollup::VIEWS,
+        ]
+        .concat();
+        let schema = c_string(&schema).map_err(|e| e.to_string())?;
         // SAFETY: valid connection and query; a null result pointer is allowed.
         if unsafe { ffi::duckdb_query(p.con, schema.as_ptr(), ptr::null_mut()) }
             != ffi::DuckDBSuccess
@@ -121,9 +141,54 @@ impl Parser {
         sql: &str,
     ) -> Result<Vec<ffi::duckdb_statement_type>, SandboxError> {
         let q = c_string(sql)?;
+        let mut con: ffi::duckdb_connection = ptr::null_mut();
+        // SAFETY: `self.db` is open until `Parser` drops; `con` is a local out-pointer,
+        // disconnected below.
+        if unsafe { ffi::duckdb_connect(self.db, &mut con) } != ffi::DuckDBSuccess {
+            return Err(SandboxError::Failed(
+                "cannot connect to the parser database".into(),
+            ));
+        }
+        // Binding is what tells a SELECT; optimising would also fold constant expressions,
+        // i.e. run them, here outside any time limit.
+        let pragma = c_string("PRAGMA disable_optimizer")?;
+        // SAFETY: valid connection and query; a null result pointer is allowed.
+        unsafe { ffi::duckdb_query(con, pragma.as_ptr(), ptr::null_mut()) };
+        let result = Self::types_on(con, &q);
+        // SAFETY: connected above, disconnected once.
+        unsafe { ffi::duckdb_disconnect(&mut con) };
+        result
+    }
+
+    /// How many statements DuckDB's parser finds in `sql` (nothing bound or run); `None`
+    /// when it does not parse.
+    pub fn statement_count(&self, sql: &str) -> Result<Option<usize>, SandboxError> {
+        let q = c_string(sql)?;
+        let mut con: ffi::duckdb_connection = ptr::null_mut();
+        // SAFETY: as in `statement_types`.
+        if unsafe { ffi::duckdb_connect(self.db, &mut con) } != ffi::DuckDBSuccess {
+            return Err(SandboxError::Failed(
+                "cannot connect to the parser database".into(),
+            ));
+        }
+        let mut extracted: ffi::duckdb_extracted_statements = ptr::null_mut();
+        // SAFETY: valid connection and query; `extracted` is destroyed right after.
+        let n = unsafe { ffi::duckdb_extract_statements(con, q.as_ptr(), &mut extracted) };
+        // SAFETY: always destroyed, then the connection closed, each once.
+        unsafe {
+            ffi::duckdb_destroy_extracted(&mut extracted);
+            ffi::duckdb_disconnect(&mut con);
+        }
+        Ok((n > 0).then_some(n as usize))
+    }
+
+    fn types_on(
+        con: ffi::duckdb_connection,
+        q: &CStr,
+    ) -> Result<Vec<ffi::duckdb_statement_type>, SandboxError> {
         let mut extracted: ffi::duckdb_extracted_statements = ptr::null_mut();
         // SAFETY: valid connection and query; `extracted` is destroyed below.
-        let n = unsafe { ffi::duckdb_extract_statements(self.con, q.as_ptr(), &mut extracted) };
+        let n = unsafe { ffi::duckdb_extract_statements(con, q.as_ptr(), &mut extracted) };
         let result = if n == 0 {
             // SAFETY: the error lives until `extracted` is destroyed.
             let msg = c_message(unsafe { ffi::duckdb_extract_statements_error(extracted) });
@@ -135,7 +200,7 @@ impl Parser {
                 let mut stmt: ffi::duckdb_prepared_statement = ptr::null_mut();
                 // SAFETY: index < n; the statement is destroyed right after use.
                 let rc = unsafe {
-                    ffi::duckdb_prepare_extracted_statement(self.con, extracted, i, &mut stmt)
+                    ffi::duckdb_prepare_extracted_statement(con, extracted, i, &mut stmt)
                 };
                 if rc == ffi::DuckDBSuccess {
                     // SAFETY: `stmt` was prepared successfully.
@@ -180,13 +245,53 @@ pub struct QueryResult {
 /// The sandbox of one store.
 #[derive(Debug)]
 pub struct SqlSandbox {
-    parser: Mutex<Parser>,
+    parser: Parser,
+}
+
+/// Whether `sql` calls one of `names` as a function (`name(`, `"name" (`, any case).
+fn calls_any(sql: &str, names: &[&str]) -> Option<String> {
+    let lower = sql.to_ascii_lowercase().replace('"', " ");
+    let bytes = lower.as_bytes();
+    for name in names {
+        let mut from = 0;
+        while let Some(at) = lower[from..].find(name) {
+            let start = from + at;
+            let end = start + name.len();
+            from = end;
+            let before_ok = start == 0 || {
+                let b = bytes[start - 1];
+                !(b.is_ascii_alphanumeric() || b == b'_')
+            };
+            let after = lower[end..].trim_start();
+            if before_ok && after.starts_with('(') {
+                return Some((*name).to_string());
+            }
+        }
+    }
+    None
+}
+
+/// An estimate of the bytes `v` takes in a JSON answer.
+pub fn json_size(v: &serde_json::Value) -> usize {
+    use serde_json::Value as J;
+    match v {
+        J::Null | J::Bool(_) => 5,
+        J::Number(_) => 24,
+        J::String(s) => s.len() + 2,
+        J::Array(a) => a.iter().map(json_size).sum::<usize>() + 2,
+        J::Object(m) => {
+            m.iter()
+                .map(|(k, v)| k.len() + 4 + json_size(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
 }
 
 impl SqlSandbox {
     pub fn new() -> Result<SqlSandbox, String> {
         Ok(SqlSandbox {
-            parser: Mutex::new(Parser::open()?),
+            parser: Parser::open()?,
         })
     }
 
@@ -197,7 +302,12 @@ impl SqlSandbox {
                 "the query is longer than 64 KiB".into(),
             ));
         }
-        let types = self.parser.lock().statement_types(sql)?;
+        if let Some(f) = calls_any(sql, &WRITING_FUNCTIONS) {
+            return Err(SandboxError::Refused(format!(
+                "{f}() writes to the database; only reading is allowed"
+            )));
+        }
+        let types = self.parser.statement_types(sql)?;
         match types.as_slice() {
             [t] if *t == ffi::duckdb_statement_type_DUCKDB_STATEMENT_TYPE_SELECT => Ok(()),
             [_] => Err(SandboxError::Refused(
@@ -210,35 +320,38 @@ impl SqlSandbox {
         }
     }
 
-    /// Check, then run `sql` read-only on `store` with the row and time limits.
+    /// Check, then run `sql` read-only on `store`, reading at most `max_rows` rows and about
+    /// `max_bytes` of values. Call inside a registered query ([`Store::begin_query`]) so a
+    /// time limit or shutdown can interrupt it.
     pub fn run(
         &self,
         store: &Store,
         sql: &str,
         max_rows: usize,
-        timeout: Duration,
+        max_bytes: usize,
     ) -> Result<QueryResult, SandboxError> {
         self.check(sql)?;
-        let conn = store
-            .connection()
-            .map_err(|e| SandboxError::Failed(e.to_string()))?;
-        let interrupt = conn.interrupt_handle();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let timer = std::thread::spawn(move || {
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(timeout) {
-                interrupt.interrupt();
-                true
-            } else {
-                false
-            }
+        // The text may end in a line comment, hence the line breaks; the wrapped text must
+        // still be one statement (an unterminated comment or quote cannot join another).
+        let body = sql.trim_end().trim_end_matches(';');
+        let wrapped = format!(
+            "SELECT * FROM (\n{body}\n) LIMIT {}",
+            max_rows.saturating_add(1)
+        );
+        if self.parser.statement_count(&wrapped)? != Some(1) {
+            return Err(SandboxError::Refused(
+                "the query cannot be limited to max_rows (unbalanced text)".into(),
+            ));
+        }
+        let out = store.with_reader(|conn| {
+            let r = run_read_only(conn, &wrapped, max_rows, max_bytes);
+            let _ = conn.execute_batch("ROLLBACK");
+            Ok(r)
         });
-        let out = run_read_only(&conn, sql, max_rows);
-        let _ = done_tx.send(());
-        let timed_out = timer.join().unwrap_or(false);
-        let _ = conn.execute_batch("ROLLBACK");
         match out {
-            Err(_) if timed_out => Err(SandboxError::Timeout(timeout)),
-            other => other,
+            Ok(r) => r,
+            Err(StoreError::Interrupted) => Err(SandboxError::Failed("interrupted".into())),
+            Err(e) => Err(SandboxError::Failed(e.to_string())),
         }
     }
 }
@@ -247,6 +360,7 @@ fn run_read_only(
     conn: &duckdb::Connection,
     sql: &str,
     max_rows: usize,
+    max_bytes: usize,
 ) -> Result<QueryResult, SandboxError> {
     let failed = |e: duckdb::Error| SandboxError::Failed(e.to_string());
     conn.execute_batch("BEGIN TRANSACTION READ ONLY")
@@ -257,6 +371,7 @@ fn run_read_only(
     let n = columns.len();
     let mut out = Vec::new();
     let mut truncated = false;
+    let mut bytes = 0usize;
     while let Some(row) = rows.next().map_err(failed)? {
         if out.len() >= max_rows {
             truncated = true;
@@ -264,7 +379,12 @@ fn run_read_only(
         }
         let mut vals = Vec::with_capacity(n);
         for i in 0..n {
-            vals.push(crate::query::value_json(row.get_ref(i).map_err(failed)?));
+            vals.push(crate::query::cell_json(row, i).map_err(failed)?);
+        }
+        bytes = bytes.saturating_add(vals.iter().map(json_size).sum::<usize>());
+        if bytes > max_bytes {
+            truncated = true;
+            break;
         }
         out.push(vals);
     }

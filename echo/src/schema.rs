@@ -87,7 +87,8 @@ pub fn tools() -> Vec<ToolMeta> {
                         "dominant_signal": {"type": ["string", "null"]},
                         "detection_mode": {"type": ["string", "null"]},
                         "rank": {"type": ["integer", "null"]}
-                    }}}
+                    }}},
+                    "truncated": {"type": "boolean", "description": "More events existed than query.max_result_bytes allows."}
                 }
             }),
         },
@@ -153,9 +154,9 @@ pub fn tools() -> Vec<ToolMeta> {
         },
         ToolMeta {
             name: query::RUN_ANALYSIS,
-            description: "One read-only SQL SELECT over the store (tables: points, health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters, rollup_state; times are ts_ns, Unix nanoseconds). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
+            description: "One read-only SQL SELECT over the store (tables: points, health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), health_minute_totals (a view of health_minutes with the partial rows added up, plus avg_score), straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters, rollup_state; times are ts_ns, Unix nanoseconds; attributes and resource columns are JSON text that json_extract and json_extract_string read). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
             input: json!({"type": "object", "properties": {
-                "sql": {"type": "string", "minLength": 1, "description": "One SELECT statement."},
+                "sql": {"type": "string", "minLength": 1, "description": "One SELECT statement. It runs as SELECT * FROM (<sql>) LIMIT max_rows + 1."},
                 "max_rows": {"type": "integer", "minimum": 1}
             }, "required": ["sql"], "additionalProperties": false}),
             output: json!({
@@ -185,7 +186,7 @@ pub fn tools() -> Vec<ToolMeta> {
             name: query::HISTORY,
             description: "Health scores per node and the cluster threshold, averaged per step: the data of a history chart.",
             input: cluster_input(
-                json!({"step": {"type": "string", "description": "Bucket width as a duration (default: window / 60)."}}),
+                json!({"step": {"type": "string", "description": "Bucket width as a duration (default: window / 60). The window may hold at most query.max_rows steps."}}),
             ),
             output: json!({
                 "type": "object",
@@ -195,7 +196,8 @@ pub fn tools() -> Vec<ToolMeta> {
                     "window_seconds": {"type": "integer"},
                     "step_seconds": {"type": "number"},
                     "scores": {"type": "array", "items": {"type": "object"}},
-                    "thresholds": {"type": "array", "items": {"type": "object"}}
+                    "thresholds": {"type": "array", "items": {"type": "object"}},
+                    "truncated": {"type": "boolean", "description": "Rows beyond query.max_rows or query.max_result_bytes were left out."}
                 }
             }),
         },
@@ -230,10 +232,10 @@ pub fn openapi(version: &str) -> Value {
                     "401": err("Missing or invalid bearer token."),
                     "403": err("The token may not use this tool."),
                     "404": err("Unknown cluster (or one outside the token's scope)."),
-                    "408": err("The query ran past the time limit and was interrupted."),
+                    "408": err("The query (its SQL check included) ran past query.timeout and was interrupted."),
                     "422": err("The query failed."),
                     "429": err("The token's rate limit is exceeded."),
-                    "503": err("The store is not open yet.")
+                    "503": err("The store is not open yet, or query.max_concurrent queries are running.")
                 }
             }}),
         );

@@ -4,6 +4,8 @@
 //! pool of reader connections on the same database instance (readers see every commit;
 //! a second instance opened on the file would see a stale snapshot).
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -12,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use collector_host::pipeline::{Delivery, Unavailable};
-use duckdb::{Config, Connection, params};
+use duckdb::{Config, Connection, InterruptHandle, params};
 use parking_lot::Mutex;
 
 use crate::config::StoreConfig;
@@ -91,6 +93,35 @@ pub enum StoreError {
     Thread(std::io::Error),
     #[error("the store is shut down")]
     Closed,
+    #[error("the query was interrupted")]
+    Interrupted,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_data_directory_and_database_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("echo-perm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("data");
+        let cfg = StoreConfig {
+            data_dir: dir.display().to_string(),
+            memory_limit: "128MB".into(),
+            ..StoreConfig::default()
+        };
+        let store = Store::open(cfg).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(DB_FILE)), 0o600);
+        store.shutdown();
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }
 
 /// The store's counters (exported as `ingero_echo_*`).
@@ -102,6 +133,8 @@ pub struct StoreStats {
     pub commit_failures: AtomicU64,
     /// Batches answered 503 / `UNAVAILABLE` because the queue was full.
     pub refused_full: AtomicU64,
+    /// Metric points dropped at ingest for a NaN or infinite value.
+    pub rejected_nonfinite: AtomicU64,
     pub retention_runs: AtomicU64,
     pub retention_deleted_rows: AtomicU64,
     pub retention_failures: AtomicU64,
@@ -121,6 +154,18 @@ struct Job {
     ack: Option<Ack>,
 }
 
+thread_local! {
+    /// The query the current thread runs for (see [`Store::begin_query`]); 0: none.
+    static QUERY: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The connections one running query uses, so it can be interrupted.
+#[derive(Default)]
+struct Running {
+    handles: Vec<Arc<InterruptHandle>>,
+    interrupted: bool,
+}
+
 /// One data directory's database, written by one thread.
 pub struct Store {
     pub cfg: StoreConfig,
@@ -135,6 +180,9 @@ pub struct Store {
     /// connections were closed, so a restart in the same process (or a new process while
     /// this one is still exiting) can take the directory at once.
     lock: Mutex<Option<DirLock>>,
+    /// Queries running now, by id (see [`Store::begin_query`]).
+    running: Mutex<HashMap<u64, Running>>,
+    next_query: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -168,14 +216,19 @@ impl Store {
     /// Lock the data directory, open (or create) the database and start the writer.
     pub fn open(cfg: StoreConfig) -> Result<Arc<Store>, StoreError> {
         let dir = PathBuf::from(&cfg.data_dir);
+        private_dir(&dir);
         let lock = DirLock::acquire(&dir)?;
         let path = dir.join(DB_FILE);
+        let new_db = !path.exists();
         let open_err = |source| StoreError::Open {
             path: path.display().to_string(),
             source,
         };
         let conn = Connection::open_with_flags(&path, db_config(&cfg).map_err(open_err)?)
             .map_err(open_err)?;
+        if new_db {
+            owner_only(&path);
+        }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
         rollup::migrate(&conn).map_err(open_err)?;
         let (flushed_seq, recovered) = rollup::recover(&conn).map_err(open_err)?;
@@ -213,6 +266,8 @@ impl Store {
             readers: Mutex::new(Vec::new()),
             base: Mutex::new(Some(conn)),
             lock: Mutex::new(Some(lock)),
+            running: Mutex::new(HashMap::new()),
+            next_query: AtomicU64::new(1),
         }))
     }
 
@@ -269,7 +324,48 @@ impl Store {
         }
     }
 
-    /// Run `f` on a reader connection of this instance (sees every commit).
+    /// Register a query: the connections the calling thread then takes with
+    /// [`Store::with_reader`] can be interrupted by [`Store::interrupt_query`] (a time
+    /// limit) and by [`Store::shutdown`]. Ended by [`Store::end_query`] on the same thread.
+    pub fn begin_query(&self) -> u64 {
+        let id = self.next_query.fetch_add(1, Relaxed);
+        self.running.lock().insert(id, Running::default());
+        QUERY.with(|q| q.set(id));
+        id
+    }
+
+    pub fn end_query(&self, id: u64) {
+        self.running.lock().remove(&id);
+        QUERY.with(|q| q.set(0));
+    }
+
+    /// Interrupt what query `id` runs now and anything it starts later.
+    pub fn interrupt_query(&self, id: u64) {
+        if let Some(r) = self.running.lock().get_mut(&id) {
+            r.interrupted = true;
+            for h in &r.handles {
+                h.interrupt();
+            }
+        }
+    }
+
+    /// Queries running now.
+    pub fn running_queries(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    fn interrupt_all(&self) {
+        for r in self.running.lock().values_mut() {
+            r.interrupted = true;
+            for h in &r.handles {
+                h.interrupt();
+            }
+        }
+    }
+
+    /// Run `f` on a reader connection of this instance (sees every commit). Inside a
+    /// registered query the connection can be interrupted; an interrupted one is closed
+    /// rather than kept.
     pub fn with_reader<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, duckdb::Error>,
@@ -278,12 +374,35 @@ impl Store {
             Some(c) => c,
             None => self.connection()?,
         };
-        let out = f(&conn);
-        let mut pool = self.readers.lock();
-        if pool.len() < READERS_KEPT {
-            pool.push(conn);
+        let query = QUERY.with(Cell::get);
+        let handle = conn.interrupt_handle();
+        if query != 0 {
+            let mut running = self.running.lock();
+            if let Some(r) = running.get_mut(&query) {
+                if r.interrupted {
+                    return Err(StoreError::Interrupted);
+                }
+                r.handles.push(handle.clone());
+            }
         }
-        Ok(out?)
+        let out = f(&conn);
+        let mut interrupted = false;
+        if query != 0
+            && let Some(r) = self.running.lock().get_mut(&query)
+        {
+            r.handles.retain(|h| !Arc::ptr_eq(h, &handle));
+            interrupted = r.interrupted;
+        }
+        if !interrupted && self.base.lock().is_some() {
+            let mut pool = self.readers.lock();
+            if pool.len() < READERS_KEPT {
+                pool.push(conn);
+            }
+        }
+        match out {
+            Err(_) if interrupted => Err(StoreError::Interrupted),
+            other => Ok(other?),
+        }
     }
 
     /// A new connection on this instance (the SQL sandbox takes its own, for interrupts).
@@ -297,6 +416,8 @@ impl Store {
     /// Stop taking batches, commit what is queued, checkpoint, stop the writer. Safe to
     /// call more than once.
     pub fn shutdown(&self) {
+        // Queries still running stop now (they answer as interrupted), whatever they run.
+        self.interrupt_all();
         drop(self.tx.lock().take());
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
@@ -698,6 +819,43 @@ impl Writer {
             |r| r.get(0),
         )?;
         Ok(u64::try_from(used).unwrap_or(0))
+    }
+}
+
+/// Create the data directory owner-only (0700) when it is missing; warn when an existing
+/// one is open to group or others (the database and its WAL hold every tenant's data).
+fn private_dir(dir: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            if let Err(e) = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "echo store: cannot create the data directory");
+            }
+        } else if let Ok(m) = std::fs::metadata(dir)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                dir = %dir.display(),
+                mode = format!("{:o}", m.permissions().mode() & 0o777),
+                "echo store: the data directory is open to group or others; 0700 keeps the database private"
+            );
+        }
+    }
+}
+
+/// A database file Echo created: readable by its owner only (0600).
+fn owner_only(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+            tracing::warn!(path = %path.display(), error = %e, "echo store: cannot make the database owner-only");
+        }
     }
 }
 

@@ -429,3 +429,34 @@ pub async fn seed_cluster(e: &Echo, cluster: &str, nodes: usize, slow: usize) {
         assert_eq!(r.status(), 200, "{}", String::from_utf8_lossy(r.body()));
     }
 }
+
+/// A POST with extra headers; (status, JSON body).
+pub async fn post_with(
+    port: u16,
+    path: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let mut b = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let r = client
+        .request(
+            b.body(Full::new(bytes::Bytes::from(body.to_string())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}

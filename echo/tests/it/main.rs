@@ -4,6 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;
+mod hostile;
+mod misc;
+mod nulls;
 mod tls;
 
 use common::*;
