@@ -5,7 +5,8 @@
 //! - a clean node (the loop alone on its CPU) has no causal chain;
 //! - a CPU hog pinned to the loop's CPU half-way through makes explain name CPU contention
 //!   on that node;
-//! - four synchronous 256 KiB `O_DIRECT | O_DSYNC` writes per step half-way through make it
+//! - synchronous 256 KiB `O_DIRECT | O_DSYNC` writes half-way through, each step writing
+//!   for about as long as the rest of the step took (whatever the disk's speed), make it
 //!   name block I/O (on a busy machine, possibly with CPU contention beside it: each write's
 //!   completion wakes the loop, which then waits for its CPU).
 //!

@@ -5,8 +5,9 @@
  *   why_workload train <cpu> <secs> <spin_us> [<file>]
  *       a training loop: per step <spin_us> of host CPU work (the Python side of a step),
  *       four kernel launches and a stream synchronize (the fake sleeps 2 ms of "GPU time");
- *       with <file>, once <file>.go exists every step also writes 4 x 256 KiB to <file>
- *       with O_DIRECT | O_DSYNC (a synchronous checkpoint or log write in the loop).
+ *       with <file>, once <file>.go exists every step also writes 256 KiB blocks to <file>
+ *       with O_DIRECT | O_DSYNC (a synchronous checkpoint or log write in the loop) for
+ *       about as long as the rest of the step took, so the step rate about halves.
  *   why_workload hog <cpu> <secs>
  *       a CPU hog: spins for <secs>.
  *
@@ -33,10 +34,13 @@ static double now_s(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* Written per step once writing: WRITES synchronous writes of WRITE_BYTES (small
- * synchronous writes cost a device round trip each, like a log flushed line by line). */
+/* Written per step once writing: synchronous writes of WRITE_BYTES (each costs a device
+ * round trip, like a log flushed line by line), at least MIN_WRITES and then as many as
+ * take as long as the rest of the step, at most MAX_WRITES: a fixed count slowed the loop
+ * by a share that depended on the disk (a fast one hid it). */
 #define WRITE_BYTES (256 << 10)
-#define WRITES 4
+#define MIN_WRITES 4
+#define MAX_WRITES 256
 
 static volatile unsigned long sink;
 
@@ -109,6 +113,7 @@ int main(int argc, char **argv)
 	long steps = 0;
 	off_t off = 0;
 	while (now_s() - t0 < secs) {
+		double step0 = now_s();
 		spin_cpu(spin);
 		dim3 g = { 1, 1, 1 }, b = { 32, 1, 1 };
 		for (int i = 0; i < 4; i++)
@@ -117,7 +122,8 @@ int main(int argc, char **argv)
 		if (fd >= 0 && !writing)
 			writing = access(go, F_OK) == 0;
 		if (writing) {
-			for (int i = 0; i < WRITES; i++) {
+			double w0 = now_s(), busy = w0 - step0;
+			for (int i = 0; i < MAX_WRITES && (i < MIN_WRITES || now_s() - w0 < busy); i++) {
 				if (pwrite(fd, buf, WRITE_BYTES, off) != WRITE_BYTES) {
 					perror("pwrite");
 					return 2;
