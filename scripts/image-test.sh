@@ -226,7 +226,8 @@ echo_check push
 
 # One writer per data directory: a second container on the same volume refuses to start.
 if out="$(timeout 60 docker run --name "$echo_c-2" --network "$net" "${hardened[@]}" \
-  -v "$echo_vol:/var/lib/ingero-echo" -e INGERO_ECHO_TOKENS="$echo_tokens" "ingero-echo:$tag" 2>&1)"; then
+  -v "$echo_vol:/var/lib/ingero-echo" -e INGERO_ECHO_TOKENS="$echo_tokens" "ingero-echo:$tag" \
+  --config /etc/ingero/echo-plaintext.yaml 2>&1)"; then
   die "a second ingero-echo on the same volume ran (and exited 0) instead of refusing"
 fi
 grep -q "is in use by another ingero-echo" <<<"$out" || die "the second ingero-echo failed, but not on the lock: $(tail -n 5 <<<"$out")"
