@@ -117,7 +117,14 @@ func validateEchoConfig(t *testing.T, objs objects, ss *appsv1.StatefulSet, toke
 	if err := os.WriteFile(tokens, tokensFile, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fix := strings.NewReplacer("/var/lib/ingero-echo", filepath.Join(dir, "data"), "/etc/ingero/auth/tokens.yaml", tokens)
+	// The TLS Secret's mount point, here a directory of test certificates.
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeTestTLS(t, tlsDir)
+	fix := strings.NewReplacer("/var/lib/ingero-echo", filepath.Join(dir, "data"),
+		"/etc/ingero/auth/tokens.yaml", tokens, "/etc/ingero/tls", tlsDir)
 	args := []string{}
 	for _, f := range []string{"echo.yaml", "overlay.yaml"} {
 		p := filepath.Join(dir, f)
