@@ -1,8 +1,8 @@
 //! Wire-level names shared by the agent and Fleet.
 //!
-//! Normative source: `shared/spec/agent-protocol.md` (sections 1 to 7). Every metric name,
-//! attribute key, header, path and parameter that crosses the wire is spelled here once;
-//! the rest of the workspace refers to these constants, never to literals.
+//! Normative source: `docs/agent-protocol.md`, the project's text of the wire contract.
+//! Every metric name, attribute key, header, path and parameter that crosses the wire is
+//! spelled here once; the rest of the workspace refers to these constants, never to literals.
 
 /// Metric names (OTLP, dotted).
 pub mod metric {

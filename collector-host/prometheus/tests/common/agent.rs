@@ -1,5 +1,5 @@
-//! The agent's health push, built exactly as `shared/spec/agent-protocol.md` sections
-//! 1.2-1.4 describe it (one resource, one scope `ingero.health`/`0.10.0`, the metrics in
+//! The agent's health push, built exactly as `docs/agent-protocol.md` ("Resource
+//! attributes" and "The health push") describes it (one resource, one scope `ingero.health`/`0.10.0`, the metrics in
 //! `buildPayload` order, data-point attributes state + workload type, per-cgroup sums).
 //! Shared by the tests, the benches and the memory example (`#[path]`-included).
 #![allow(dead_code)]
