@@ -35,6 +35,7 @@ const fn host(
     stability: [Option<Stability>; 3],
     module: &'static str,
     host_tls: bool,
+    description: &'static str,
 ) -> Metadata {
     Metadata {
         kind,
@@ -44,6 +45,8 @@ const fn host(
         module,
         singleton: false,
         host_tls,
+        description,
+        reads: None,
     }
 }
 
@@ -55,6 +58,7 @@ pub static OTLP_RECEIVER: Metadata = host(
     [Some(Beta), Some(Beta), Some(Beta)],
     "collector-host/src/receiver",
     false,
+    "OTLP/gRPC and OTLP/HTTP (protobuf, JSON; metrics, traces, logs); threshold headers on metric pushes",
 );
 pub static PROMETHEUS_EXPORTER: Metadata = host(
     Kind::Exporter,
@@ -63,6 +67,7 @@ pub static PROMETHEUS_EXPORTER: Metadata = host(
     [Some(Beta), None, None],
     "collector-host/prometheus",
     true,
+    "Prometheus text exposition of the pipeline's data",
 );
 pub static DEBUG_EXPORTER: Metadata = host(
     Kind::Exporter,
@@ -71,6 +76,7 @@ pub static DEBUG_EXPORTER: Metadata = host(
     [Some(Development), Some(Development), Some(Development)],
     "collector-host/src/exporter/debug.rs",
     false,
+    "print batches to stderr",
 );
 pub static OTLP_EXPORTER: Metadata = host(
     Kind::Exporter,
@@ -79,6 +85,7 @@ pub static OTLP_EXPORTER: Metadata = host(
     [Some(Beta), Some(Beta), Some(Beta)],
     "collector-host/src/exporter/otlp.rs",
     false,
+    "forward to another collector (queue, retry)",
 );
 pub static OTLPHTTP_EXPORTER: Metadata = host(
     Kind::Exporter,
@@ -87,6 +94,7 @@ pub static OTLPHTTP_EXPORTER: Metadata = host(
     [Some(Beta), Some(Beta), Some(Beta)],
     "collector-host/src/exporter/otlp.rs",
     false,
+    "forward to another collector (queue, retry)",
 );
 pub static AUTH_EXTENSION: Metadata = host(
     Kind::Extension,
@@ -95,6 +103,7 @@ pub static AUTH_EXTENSION: Metadata = host(
     [Some(Alpha), None, None],
     "collector-host/src/auth",
     false,
+    "bearer tokens scoped to clusters, rotation, audit log, rate limits",
 );
 pub static HEALTH_CHECK_EXTENSION: Metadata = host(
     Kind::Extension,
@@ -103,6 +112,7 @@ pub static HEALTH_CHECK_EXTENSION: Metadata = host(
     [Some(Beta), None, None],
     "collector-host/src/service.rs",
     false,
+    "200 while serving, 503 while starting or draining",
 );
 
 /// What a binary is built with: the host's built-ins plus the picked factories.

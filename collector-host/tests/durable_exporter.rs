@@ -33,6 +33,8 @@ static META: Metadata = Metadata {
     module: "collector-host/tests/durable_exporter.rs",
     singleton: false,
     host_tls: false,
+    description: "test exporter that records what it is sent",
+    reads: None,
 };
 
 /// What one exporter instance saw, by component id.

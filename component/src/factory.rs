@@ -66,6 +66,33 @@ pub struct Metadata {
     /// The host serves this component's listeners and owns their `tls` block: the host
     /// takes `tls` out of the config before the factory sees it.
     pub host_tls: bool,
+    /// One line on what it does: the README component table and the generated files
+    /// (`cargo run -p ingero-fleet --example generate`) take it from here.
+    pub description: &'static str,
+    /// `Some(reads)`: a processor whose `process` never changes the batch and reads only
+    /// `reads` of it. A host may then decode only that and keep its own bytes (the C ABI
+    /// does); `None`: no such promise.
+    pub reads: Option<Reads>,
+}
+
+/// What a pass-through processor's `process` reads of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reads {
+    /// Names of the metrics it reads; the others are skipped.
+    pub metrics: &'static [&'static str],
+    /// Resource attribute keys it reads.
+    pub resource_attributes: &'static [&'static str],
+    /// Data-point attribute keys it reads on the gauge and sum points of `metrics`.
+    pub point_attributes: &'static [&'static str],
+}
+
+impl Reads {
+    /// Nothing: resources and scopes only.
+    pub const NOTHING: Reads = Reads {
+        metrics: &[],
+        resource_attributes: &[],
+        point_attributes: &[],
+    };
 }
 
 impl Metadata {

@@ -31,6 +31,8 @@ pub static METADATA: Metadata = Metadata {
     module: "echo/src/exporter.rs",
     singleton: false,
     host_tls: false,
+    description: "stores metrics, traces and logs in an embedded DuckDB database",
+    reads: None,
 };
 
 /// Builds `echo` exporters.

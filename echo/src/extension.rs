@@ -43,6 +43,8 @@ pub static METADATA: Metadata = Metadata {
     // The host takes `tls` out of the config, checks it with its own listeners' and hands
     // the acceptor over at start (`served_listeners`, `Host::listener_tls`).
     host_tls: true,
+    description: "the HTTP+JSON query API, its OpenAPI 3.1 document and the MCP server over the store",
+    reads: None,
 };
 
 /// Builds `echo_api` extensions.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use component::{ComponentId, ConfigErrors, ConfigValue, Processor};
 use ingero_extension::ThresholdExtension;
+use ingero_fleet_components::{EXTENSIONS, PROCESSORS};
 
 use crate::result::{
     Failure, INGERO_ERR_INVALID_ARGUMENT, INGERO_ERR_INVALID_CONFIG, INGERO_ERR_UNKNOWN_TYPE,
@@ -13,22 +14,13 @@ use crate::result::{
 };
 use crate::select::Selection;
 
-/// Processor types, in the order `components` lists them.
-pub(crate) const PROCESSOR_TYPES: [&str; 3] = [
-    ingero_processor::TYPE,
-    provider_processor::TYPE,
-    nccl_processor::TYPE,
-];
-/// Extension types.
-pub(crate) const EXTENSION_TYPES: [&str; 1] = [ingero_extension::TYPE];
-
 /// A processor built from config, with what the host needs to drive it.
 pub(crate) struct BuiltProcessor {
-    pub inner: Box<dyn Processor>,
+    pub inner: Arc<dyn Processor>,
     /// How often the host calls `tick`.
     pub tick_interval: Duration,
-    /// `Some(reads)`: the crate documents that `process` never changes the batch and reads
-    /// only `reads` of it (`ingero`, `nccl_peer_lag`). The C ABI then decodes only that
+    /// `Some(reads)`: the component's metadata says `process` never changes the batch and
+    /// reads only `reads` of it (`ingero`, `nccl_peer_lag`). The C ABI then decodes only that
     /// ([`crate::select`]), skips re-encoding and tells the caller to keep its own bytes;
     /// debug builds verify that the batch stays unchanged.
     pub passes_through: Option<Selection>,
@@ -59,59 +51,40 @@ pub(crate) fn config_failure(errs: ConfigErrors) -> Failure {
     Failure::with(INGERO_ERR_INVALID_CONFIG, errs.to_string())
 }
 
+fn names<F: ?Sized>(list: &[&F], name: impl Fn(&F) -> &'static str) -> String {
+    list.iter().map(|f| name(f)).collect::<Vec<_>>().join(", ")
+}
+
 fn unknown(kind: &str) -> Failure {
     Failure::with(
         INGERO_ERR_UNKNOWN_TYPE,
         format!(
             "unknown component type {kind:?}: this library provides the processors {} and the \
              extension {}",
-            PROCESSOR_TYPES.join(", "),
-            EXTENSION_TYPES.join(", ")
+            names(&PROCESSORS, |f| f.metadata().type_name),
+            names(&EXTENSIONS, |f| f.metadata().type_name),
         ),
     )
 }
 
-/// Build a processor of `kind` from a config tree.
+/// Build a processor of `kind` from a config tree, through its crate's factory (the one
+/// `ingero-fleet` registers).
 pub(crate) fn build_processor(kind: &str, cfg: &ConfigValue) -> Result<BuiltProcessor, Failure> {
-    match kind {
-        ingero_processor::TYPE => {
-            let p = ingero_processor::create(cfg).map_err(config_failure)?;
-            Ok(BuiltProcessor {
-                tick_interval: p.push_interval(),
-                inner: Box::new(p),
-                passes_through: Some(Selection {
-                    metrics: ingero_processor::READS_METRICS,
-                    resource_attributes: ingero_processor::READS_RESOURCE_ATTRIBUTES,
-                    point_attributes: ingero_processor::READS_POINT_ATTRIBUTES,
-                }),
-            })
-        }
-        provider_processor::TYPE => {
-            let p = provider_processor::create(cfg).map_err(config_failure)?;
-            Ok(BuiltProcessor {
-                tick_interval: p.tick_interval(),
-                inner: Box::new(p),
-                passes_through: None,
-            })
-        }
-        nccl_processor::TYPE => {
-            let p = nccl_processor::create(cfg).map_err(config_failure)?;
-            Ok(BuiltProcessor {
-                tick_interval: p.tick_interval(),
-                inner: Box::new(p),
-                passes_through: Some(Selection {
-                    metrics: nccl_processor::READS_METRICS,
-                    resource_attributes: nccl_processor::READS_RESOURCE_ATTRIBUTES,
-                    point_attributes: nccl_processor::READS_POINT_ATTRIBUTES,
-                }),
-            })
-        }
-        k if EXTENSION_TYPES.contains(&k) => Err(Failure::with(
-            INGERO_ERR_WRONG_KIND,
-            format!("{k} is an extension type, not a processor"),
-        )),
-        k => Err(unknown(k)),
-    }
+    let Some(factory) = ingero_fleet_components::processor(kind) else {
+        return Err(match ingero_fleet_components::extension(kind) {
+            Some(_) => Failure::with(
+                INGERO_ERR_WRONG_KIND,
+                format!("{kind} is an extension type, not a processor"),
+            ),
+            None => unknown(kind),
+        });
+    };
+    let created = factory.create(cfg).map_err(config_failure)?;
+    Ok(BuiltProcessor {
+        inner: created.processor,
+        tick_interval: created.tick_interval,
+        passes_through: factory.metadata().reads,
+    })
 }
 
 /// Build an extension of `kind` from a config tree.
@@ -119,6 +92,8 @@ pub(crate) fn build_extension(
     kind: &str,
     cfg: &ConfigValue,
 ) -> Result<Arc<ThresholdExtension>, Failure> {
+    // The C ABI hands out the store itself (threshold reads, push headers), so it builds
+    // the concrete extension rather than the factory's `dyn Extension`.
     match kind {
         ingero_extension::TYPE => {
             let ext = ingero_extension::create(cfg).map_err(config_failure)?;
@@ -134,7 +109,7 @@ pub(crate) fn build_extension(
             }
             Ok(Arc::new(ext))
         }
-        k if PROCESSOR_TYPES.contains(&k) => Err(Failure::with(
+        k if ingero_fleet_components::processor(k).is_some() => Err(Failure::with(
             INGERO_ERR_WRONG_KIND,
             format!("{k} is a processor type, not an extension"),
         )),
@@ -144,7 +119,7 @@ pub(crate) fn build_extension(
 
 /// Validate a config for a component type of either kind, exactly as creating it would.
 pub(crate) fn validate(kind: &str, cfg: &ConfigValue) -> Result<(), Failure> {
-    if EXTENSION_TYPES.contains(&kind) {
+    if ingero_fleet_components::extension(kind).is_some() {
         build_extension(kind, cfg).map(drop)
     } else {
         build_processor(kind, cfg).map(drop)

@@ -42,26 +42,10 @@ use prost::encoding::{
 };
 use prost::{DecodeError, bytes::Bytes};
 
-/// What a pass-through processor's `process` reads of a batch (declared by its crate:
-/// `READS_METRICS`, `READS_RESOURCE_ATTRIBUTES`, `READS_POINT_ATTRIBUTES`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Selection {
-    /// Names of the metrics it reads; the others are skipped.
-    pub metrics: &'static [&'static str],
-    /// Resource attribute keys it reads.
-    pub resource_attributes: &'static [&'static str],
-    /// Data-point attribute keys it reads on the gauge and sum points of `metrics`.
-    pub point_attributes: &'static [&'static str],
-}
-
-impl Selection {
-    /// Nothing: resources and scopes only (tests).
-    pub const NOTHING: Selection = Selection {
-        metrics: &[],
-        resource_attributes: &[],
-        point_attributes: &[],
-    };
-}
+/// What a pass-through processor's `process` reads of a batch: its metadata's `reads`
+/// (declared by its crate: `READS_METRICS`, `READS_RESOURCE_ATTRIBUTES`,
+/// `READS_POINT_ATTRIBUTES`).
+pub type Selection = component::factory::Reads;
 
 /// Why a batch did not decode.
 #[derive(Debug)]

@@ -274,7 +274,7 @@ fn unknown_and_wrong_kind_types_are_refused() {
     let (rc, msg) = new_processor("batch", "").unwrap_err();
     assert_eq!(rc, INGERO_ERR_UNKNOWN_TYPE);
     assert!(
-        msg.contains("ingero, provider_lookup, nccl_peer_lag"),
+        msg.contains("ingero, nccl_peer_lag, provider_lookup"),
         "{msg}"
     );
     let (rc, _) = new_processor("ingero_threshold", "").unwrap_err();

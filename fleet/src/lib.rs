@@ -2,20 +2,24 @@
 //! (the host's built-ins plus the four Ingero component crates), its embedded default
 //! config and the [`Distribution`] the `ingero-fleet` binary runs.
 
+pub mod generate;
+
 use collector_host::cli::Distribution;
 use collector_host::registry::Components;
 
 /// The config `ingero-fleet` runs with no `--config`: a complete Fleet on loopback.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
-/// Ingero Fleet's set: the host's built-ins, the `ingero`, `nccl_peer_lag` and
-/// `provider_lookup` processors and the `ingero_threshold` extension.
+/// Ingero Fleet's set: the host's built-ins plus the shipped component crates
+/// ([`ingero_fleet_components`]: the `ingero`, `nccl_peer_lag` and `provider_lookup`
+/// processors and the `ingero_threshold` extension).
 pub fn components() -> Components {
-    Components::host()
-        .with_processor(&ingero_processor::FACTORY)
-        .with_processor(&nccl_processor::FACTORY)
-        .with_processor(&provider_processor::FACTORY)
-        .with_extension(&ingero_extension::FACTORY)
+    let set = ingero_fleet_components::PROCESSORS
+        .iter()
+        .fold(Components::host(), |set, f| set.with_processor(*f));
+    ingero_fleet_components::EXTENSIONS
+        .iter()
+        .fold(set, |set, f| set.with_extension(*f))
 }
 
 /// `ingero-fleet`: [`components`] and [`EMBEDDED_DEFAULT`].

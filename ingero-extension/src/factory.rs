@@ -16,6 +16,8 @@ pub static METADATA: Metadata = Metadata {
     module: "ingero-extension",
     singleton: false,
     host_tls: true,
+    description: "threshold store, push-response headers, `GET /api/v1/threshold`, admin diagnostics",
+    reads: None,
 };
 
 /// Builds the extension from its config subtree.

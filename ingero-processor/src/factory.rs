@@ -1,7 +1,7 @@
 //! This crate's component metadata and factory: what a host needs to list, configure and
 //! build the `ingero` processor (see `component::factory`).
 
-use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory};
+use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory, Reads};
 use component::{ConfigErrors, ConfigValue, Stability};
 
 /// Type, stability and module of the processor.
@@ -14,6 +14,12 @@ pub static METADATA: Metadata = Metadata {
     // One per process: two would overwrite each other's thresholds in the store.
     singleton: true,
     host_tls: false,
+    description: "per-cluster MAD threshold, EMA, quorum, coverage, panic mode, cohorts, expiry, CUSUM classification",
+    reads: Some(Reads {
+        metrics: crate::READS_METRICS,
+        resource_attributes: crate::READS_RESOURCE_ATTRIBUTES,
+        point_attributes: crate::READS_POINT_ATTRIBUTES,
+    }),
 };
 
 /// Builds the processor from its config subtree.

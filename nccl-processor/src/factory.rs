@@ -1,7 +1,7 @@
 //! This crate's component metadata and factory: what a host needs to list, configure and
 //! build the `nccl_peer_lag` processor (see `component::factory`).
 
-use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory};
+use component::factory::{CreatedProcessor, Kind, Metadata, ProcessorFactory, Reads};
 use component::{ConfigErrors, ConfigValue, Stability};
 
 /// Type, stability and module of the processor.
@@ -13,6 +13,12 @@ pub static METADATA: Metadata = Metadata {
     module: "nccl-processor",
     singleton: false,
     host_tls: false,
+    description: "per-rank NCCL peer lag with bucket skew tolerance",
+    reads: Some(Reads {
+        metrics: crate::READS_METRICS,
+        resource_attributes: crate::READS_RESOURCE_ATTRIBUTES,
+        point_attributes: crate::READS_POINT_ATTRIBUTES,
+    }),
 };
 
 /// Builds the processor from its config subtree.

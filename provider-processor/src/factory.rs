@@ -13,6 +13,9 @@ pub static METADATA: Metadata = Metadata {
     module: "provider-processor",
     singleton: false,
     host_tls: false,
+    description: "provider tagging, GPU rate tables, cost of waiting",
+    // It adds attributes and cost series: the batch changes.
+    reads: None,
 };
 
 /// Builds the processor from its config subtree.

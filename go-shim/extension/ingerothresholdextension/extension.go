@@ -27,9 +27,6 @@ import (
 	"github.com/ingero-io/ingero-fleet-rs/go-shim/internal/selftelemetry"
 )
 
-// Type is the component type name in collector configs.
-const Type = "ingero_threshold"
-
 // Listener limits (the Rust host's: header timeout, idle timeout, header size).
 const (
 	readHeaderTimeout = 10 * time.Second
@@ -45,7 +42,7 @@ func NewFactory() extension.Factory {
 		component.MustNewType(Type),
 		func() component.Config { return rawconfig.New(Type) },
 		create,
-		component.StabilityLevelBeta,
+		Stability,
 	)
 }
 

@@ -5,16 +5,12 @@
 package ingeroprocessor
 
 import (
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/processor"
 
 	"github.com/ingero-io/ingero-fleet-rs/go-shim/internal/shimprocessor"
 )
 
-// Type is the component type name in collector configs.
-const Type = "ingero"
-
 // NewFactory returns the `ingero` processor factory.
 func NewFactory() processor.Factory {
-	return shimprocessor.NewFactory(Type, component.StabilityLevelBeta)
+	return shimprocessor.NewFactory(Type, Stability)
 }

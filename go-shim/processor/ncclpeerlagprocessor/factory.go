@@ -4,16 +4,12 @@
 package ncclpeerlagprocessor
 
 import (
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/processor"
 
 	"github.com/ingero-io/ingero-fleet-rs/go-shim/internal/shimprocessor"
 )
 
-// Type is the component type name in collector configs.
-const Type = "nccl_peer_lag"
-
 // NewFactory returns the `nccl_peer_lag` processor factory.
 func NewFactory() processor.Factory {
-	return shimprocessor.NewFactory(Type, component.StabilityLevelAlpha)
+	return shimprocessor.NewFactory(Type, Stability)
 }

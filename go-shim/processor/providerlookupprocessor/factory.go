@@ -5,16 +5,12 @@
 package providerlookupprocessor
 
 import (
-	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/processor"
 
 	"github.com/ingero-io/ingero-fleet-rs/go-shim/internal/shimprocessor"
 )
 
-// Type is the component type name in collector configs.
-const Type = "provider_lookup"
-
 // NewFactory returns the `provider_lookup` processor factory.
 func NewFactory() processor.Factory {
-	return shimprocessor.NewFactory(Type, component.StabilityLevelAlpha)
+	return shimprocessor.NewFactory(Type, Stability)
 }
