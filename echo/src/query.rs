@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use duckdb::types::ValueRef;
 use duckdb::{Connection, params_from_iter};
-use provider_processor::provider::ProviderAliases;
-use provider_processor::rates::RateTable;
+use gpu_rates::provider::ProviderAliases;
+use gpu_rates::rates::RateTable;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -40,14 +40,15 @@ pub mod factory;
 pub mod metrics;
 pub mod pattern;
 pub mod processor;
-pub mod provider;
-pub mod rates;
 pub mod resolve;
 pub mod rules;
 mod view;
 pub mod watch;
 
 pub use config::ProviderConfig;
+/// Provider ids and rate tables live in the pure `gpu-rates` crate (Echo prices with the
+/// same table); re-exported under their old paths.
+pub use gpu_rates::{provider, rates};
 pub use processor::{ProviderLookupProcessor, ReloadError};
 pub use resolve::{ProviderSource, Resolution};
 

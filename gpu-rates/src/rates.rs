@@ -1,6 +1,7 @@
 //! GPU rate tables: per provider and GPU model, in currency units per GPU-hour.
 //!
-//! The file format is the agent's `gpu_rates.yaml` (spec section 6.2):
+//! The file format is the agent's `gpu_rates.yaml` (`docs/agent-protocol.md`, "Provider and
+//! cost"):
 //!
 //! ```yaml
 //! currency_name: USD          # ISO 4217, required
