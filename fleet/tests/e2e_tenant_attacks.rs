@@ -725,6 +725,54 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
 }
 
 #[test]
+fn a_tenant_filling_its_cluster_share_leaves_new_clusters_to_the_others() {
+    // max_clusters 8: one tenant may hold 6 (three quarters), two are left to the others.
+    let (_dir, f) = start("    limits:\n      max_clusters: 8\n");
+    // The operator token (one tenant, every cluster in scope) tries to create 8 clusters.
+    let mut refused = 0;
+    for c in 0..8 {
+        let cluster = format!("op-{c}");
+        let r = push_as(
+            &f,
+            TOKEN_STAR,
+            &cluster,
+            &AgentPush::new(&cluster, "n0", 0.9).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        if rejected(&r) > 0 {
+            assert!(
+                error_message(&r).contains("limits.max_clusters_per_tenant = 6"),
+                "{}",
+                error_message(&r)
+            );
+            refused += rejected(&r);
+        }
+    }
+    assert_eq!(refused, 2, "the tenant holds its share of 6 and no more");
+    // Another tenant's new cluster is accepted: beta's seven agents all get in (beta_round
+    // asserts no point is refused) and get a threshold.
+    let t = beta_threshold(&f);
+    assert!(!t.is_empty());
+    // The operator's existing clusters keep working.
+    let r = push_as(
+        &f,
+        TOKEN_STAR,
+        "op-0",
+        &AgentPush::new("op-0", "n1", 0.9).to_json(),
+    );
+    assert_eq!((r.status, rejected(&r)), (200, 0));
+    let drops = telemetry_page(&f) + &scrape(&f);
+    assert!(
+        drops
+            .lines()
+            .any(|l| l.starts_with("ingero_fleet_dropped_total")
+                && l.contains("reason=\"cap_clusters_per_tenant\"")
+                && l.ends_with(" 2")),
+        "the refused points are counted"
+    );
+}
+
+#[test]
 fn look_alike_and_control_ids_are_refused_and_controls_never_reach_the_page() {
     let (_dir, f) = start("");
     let t0 = beta_threshold(&f);
