@@ -267,6 +267,7 @@ impl Ingest {
         let ctx = BatchContext {
             cluster_id: adm.cluster,
             received_at: Timestamp::now(),
+            tenant: adm.admissions.iter().find_map(|a| a.tenant()),
         };
         let m = &self.counters.metrics;
         let mut acks = Acks::default();

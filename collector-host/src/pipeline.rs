@@ -120,6 +120,15 @@ pub trait Exporter: Send + Sync {
     fn deliver_metrics(&self, data: &[ResourceMetrics]) -> (ProcessOutcome, Delivery) {
         (self.consume_metrics_outcome(data), Delivery::Done)
     }
+    /// [`Exporter::deliver_metrics`] for a batch `tenant` sent ([`BatchContext::tenant`]);
+    /// an exporter that shares its memory between tenants charges it to that tenant.
+    fn deliver_metrics_as(
+        &self,
+        data: &[ResourceMetrics],
+        _tenant: Option<&str>,
+    ) -> (ProcessOutcome, Delivery) {
+        self.deliver_metrics(data)
+    }
     /// [`Exporter::consume_traces`] with the batch's [`Delivery`].
     fn deliver_traces(&self, data: &ExportTraceServiceRequest) -> Delivery {
         self.consume_traces(data);
@@ -219,7 +228,7 @@ impl MetricsPipeline {
         }
         if !data.is_empty() {
             for e in &self.exporters {
-                let (o, d) = e.deliver_metrics(&data);
+                let (o, d) = e.deliver_metrics_as(&data, ctx.tenant.as_deref());
                 outcome.merge(o);
                 acks.push(d);
             }

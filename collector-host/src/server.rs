@@ -21,9 +21,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
-use crate::conn_guard::{Busy, Guarded, PerClient};
+use crate::conn_guard::{BusyGuard, ConnTable, Guarded};
 
 /// Response bodies: complete ([`response`]) or streamed ([`streaming_response`]).
 pub type Body = BoxBody<Bytes, std::io::Error>;
@@ -57,9 +57,11 @@ pub struct ListenerStats {
     /// Closed because no byte came within `first_byte_timeout` (of accept, or of the end
     /// of the TLS handshake).
     pub closed_first_byte_timeout: AtomicU64,
-    /// Closed because the client sent nothing for `idle_timeout` with no request in
-    /// service.
+    /// Closed because no request was in service or started for `idle_timeout`.
     pub closed_idle_timeout: AtomicU64,
+    /// Idle connections closed to make room for a new one at `max_connections` or
+    /// `max_connections_per_client`.
+    pub closed_evicted: AtomicU64,
     /// Open now (each open HTTP/1.1 keep-alive connection holds hyper's read and write
     /// buffers, about 16 KiB once it has carried a request).
     pub open: AtomicU64,
@@ -124,38 +126,28 @@ pub async fn serve(
         .max_concurrent_streams(256);
     let builder = Arc::new(builder);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let permits =
-        (opts.max_connections > 0).then(|| Arc::new(Semaphore::new(opts.max_connections)));
-    let per_client = PerClient::new(opts.lifecycle.max_connections_per_client);
+    let table = ConnTable::new(
+        opts.max_connections,
+        opts.lifecycle.max_connections_per_client,
+        None,
+    );
     let lifecycle = opts.lifecycle;
     while let Some((stream, peer)) = accept(&listener, &mut shutdown, &opts.name).await {
-        let Some(slot) = per_client.admit(peer.ip(), &stats) else {
+        let Some(slot) = table.admit(peer.ip(), &stats) else {
             drop(stream);
             continue;
-        };
-        let permit = match &permits {
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    stats.refused_over_cap.fetch_add(1, Relaxed);
-                    drop(stream);
-                    continue;
-                }
-            },
-            None => None,
         };
         let open = OpenConnection::new(&stats);
         let _ = stream.set_nodelay(true);
         let h = handler.clone();
-        let busy = Busy::default();
+        let busy = slot.busy();
         let b = busy.clone();
         let svc = service_fn(move |req| {
             let h = h.clone();
             let in_service = b.enter();
             async move {
                 let r = h(req, peer).await;
-                drop(in_service);
-                Ok::<_, Infallible>(r)
+                Ok::<_, Infallible>(hold_while_streaming(r, in_service))
             }
         });
         let name = opts.name.clone();
@@ -169,7 +161,7 @@ pub async fn serve(
                 if let Err(e) = conn.await {
                     tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
                 }
-                drop((permit, open));
+                drop(open);
             });
             continue;
         };
@@ -194,7 +186,7 @@ pub async fn serve(
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(listener = %name, peer = %peer, error = %e, "connection ended with error");
             }
-            drop((permit, open));
+            drop(open);
         });
     }
     drop(listener);
@@ -203,6 +195,48 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!(listener = %opts.name, "drain timed out; closing remaining connections");
+    }
+}
+
+/// A response whose body is streamed keeps its request in service until the body is
+/// done, so a long scrape page is never idle; a complete body ends it now.
+fn hold_while_streaming(r: Response<Body>, in_service: BusyGuard) -> Response<Body> {
+    use hyper::body::Body as _;
+    if r.body().size_hint().exact().is_some() {
+        return r;
+    }
+    r.map(|body| {
+        HeldBody {
+            body,
+            _in_service: in_service,
+        }
+        .boxed()
+    })
+}
+
+/// A body that holds its request's [`BusyGuard`] until dropped.
+struct HeldBody {
+    body: Body,
+    _in_service: BusyGuard,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -753,6 +753,7 @@ fn spawn_processor_ticks(
                         let ctx = BatchContext {
                             cluster_id: None,
                             received_at: now,
+                            tenant: None,
                         };
                         // Nobody waits for a tick's deliveries: they are dropped unread.
                         for (pl, start) in &targets {

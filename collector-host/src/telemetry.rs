@@ -508,7 +508,7 @@ impl Telemetry {
         );
         let mut refused = MetricFamily::counter(
             "ingero_fleet_connections_refused_total",
-            "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address.",
+            "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address, and none of them was idle.",
         );
         let mut refused_req = MetricFamily::counter(
             "ingero_fleet_requests_refused_total",
@@ -516,7 +516,7 @@ impl Telemetry {
         );
         let mut closed = MetricFamily::counter(
             "ingero_fleet_connections_closed_total",
-            "Connections a listener closed because the client sent no byte within first_byte_timeout, or nothing for idle_timeout.",
+            "Connections a listener closed: no byte within first_byte_timeout, no request for idle_timeout, or evicted (idle, to make room for a new connection at max_connections or max_connections_per_client).",
         );
         for c in &listeners {
             let name = c.listener.as_str();
@@ -539,6 +539,7 @@ impl Telemetry {
             for (reason, n) in [
                 ("first_byte_timeout", &c.closed_first_byte_timeout),
                 ("idle_timeout", &c.closed_idle_timeout),
+                ("evicted", &c.closed_evicted),
             ] {
                 closed.push(
                     &[("listener", name), ("reason", reason)],

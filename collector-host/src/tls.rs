@@ -418,20 +418,20 @@ pub fn grpc_incoming(
     listener: TcpListener,
     tls: Arc<ListenerTls>,
     lifecycle: crate::conn_guard::Lifecycle,
+    table: Arc<crate::conn_guard::ConnTable>,
     stats: Arc<crate::server::ListenerStats>,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio_stream::wrappers::ReceiverStream<
     Result<crate::conn_guard::Guarded<GrpcTlsConn>, io::Error>,
 > {
-    use crate::conn_guard::{Busy, Guarded, PerClient};
+    use crate::conn_guard::Guarded;
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
-    let per_client = PerClient::new(lifecycle.max_connections_per_client);
     tokio::spawn(async move {
         while let Some((stream, peer)) =
             crate::server::accept(&listener, &mut shutdown, &tls.name).await
         {
-            let Some(slot) = per_client.admit(peer.ip(), &stats) else {
+            let Some(slot) = table.admit(peer.ip(), &stats) else {
                 drop(stream);
                 continue;
             };
@@ -447,13 +447,8 @@ pub fn grpc_incoming(
                 if let Some(s) = tls.accept(stream, peer).await {
                     drop(permit);
                     // The first-byte deadline starts once the handshake is done.
-                    let g = Guarded::new(
-                        GrpcTlsConn(s),
-                        lifecycle,
-                        Busy::default(),
-                        stats,
-                        Some(slot),
-                    );
+                    let busy = slot.busy();
+                    let g = Guarded::new(GrpcTlsConn(s), lifecycle, busy, stats, Some(slot));
                     let _ = tx.send(Ok(g)).await;
                 }
             });

@@ -133,6 +133,11 @@ pub struct BatchContext {
     pub cluster_id: Option<Arc<str>>,
     /// When the host received the batch.
     pub received_at: Timestamp,
+    /// Who sent it: the identity of the request's bearer token (its fingerprint), `None`
+    /// without one. Components that share a resource between tenants (the `ingero`
+    /// processor's clusters) give each tenant a share of it; every request without a token
+    /// counts as one tenant.
+    pub tenant: Option<Arc<str>>,
 }
 
 /// What a processor did not accept from a batch. Hosts report it as OTLP partial success

@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub use http::HeaderValue;
 
@@ -131,6 +132,11 @@ pub trait Admission: Send + Sync {
         request_cluster: Option<&str>,
         resources: &mut dyn Iterator<Item = Option<&str>>,
     ) -> Result<(), Refusal>;
+
+    /// The tenant the export is charged to (the token's identity), if any.
+    fn tenant(&self) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// Admits or refuses exports before their body is read (e.g. bearer tokens).

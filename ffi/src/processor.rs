@@ -237,6 +237,7 @@ pub unsafe extern "C" fn ingero_processor_process(
         let ctx = BatchContext {
             cluster_id: (!cluster.is_empty()).then(|| Arc::from(cluster)),
             received_at: Timestamp::from_nanos(received_at_unix_nano),
+            tenant: None,
         };
         // Compared as encodings: a NaN value left untouched is not equal to itself.
         #[cfg(debug_assertions)]

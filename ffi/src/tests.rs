@@ -475,6 +475,7 @@ fn thresholds_through_the_abi_match_the_components_driven_directly() {
             let ctx = BatchContext {
                 cluster_id: Some(cluster.into()),
                 received_at: Timestamp::from_nanos(now),
+                tenant: None,
             };
             direct.process(&mut rms, &ctx);
         }
@@ -643,6 +644,7 @@ fn provider_lookup_returns_the_enriched_batch_only_when_it_changed() {
         &BatchContext {
             cluster_id: Some("c".into()),
             received_at: Timestamp::from_nanos(1),
+            tenant: None,
         },
     );
     let expected = ExportMetricsServiceRequest {

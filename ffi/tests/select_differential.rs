@@ -518,7 +518,7 @@ proptest! {
         let bytes = req.encode_to_vec();
         let ctx = BatchContext {
             cluster_id: ctx_cluster.map(std::sync::Arc::from),
-            received_at: Timestamp::from_nanos(RECEIVED),
+            received_at: Timestamp::from_nanos(RECEIVED), tenant: None,
         };
         for sel in PASS_THROUGH {
             let full = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
@@ -562,6 +562,7 @@ fn the_processor_comparison_covers_accepted_and_refused_points() {
     let ctx = BatchContext {
         cluster_id: None,
         received_at: Timestamp::from_nanos(RECEIVED),
+        tenant: None,
     };
     let json = |fams: &[MetricFamily]| serde_json::to_string(fams).unwrap();
     for sel in PASS_THROUGH {

@@ -138,13 +138,15 @@ fn silent_connections_are_capped_per_client_and_closed_while_a_healthy_agent_kee
     // Wait until the attacker holds its full share, then push through it.
     let open = "ingero_fleet_connections_open{listener=\"otlp/http\"}";
     assert!(wait_value(&f, open, 3.0), "the attacker never held 3");
-    let refused_per_client = "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections_per_client\"}";
+    // Beyond its 3, each new attacker connection evicts the attacker's own oldest idle one.
+    let evicted =
+        "ingero_fleet_connections_closed_total{listener=\"otlp/http\",reason=\"evicted\"}";
     assert!(
         wait_for(Duration::from_secs(20), || {
-            (telemetry_value(&f, refused_per_client) > 0.0).then_some(())
+            (telemetry_value(&f, evicted) > 0.0).then_some(())
         })
         .is_some(),
-        "no connection refused for the per-client cap"
+        "no connection evicted at the per-client cap"
     );
     for round in 0..3 {
         assert!(
@@ -155,8 +157,8 @@ fn silent_connections_are_capped_per_client_and_closed_while_a_healthy_agent_kee
     stop.store(true, Ordering::Relaxed);
     let mut held = attacker.join().unwrap();
 
-    // Every attacker connection ends without an answer: refused at accept or closed at
-    // the first-byte deadline.
+    // Every attacker connection ends without an answer: evicted by a newer one of its
+    // address, or closed at the first-byte deadline.
     for (i, s) in held.iter_mut().enumerate() {
         assert!(
             closed_by_server(s, Duration::from_secs(30)),
@@ -169,7 +171,15 @@ fn silent_connections_are_capped_per_client_and_closed_while_a_healthy_agent_kee
         "first-byte closures not counted"
     );
     assert!(wait_value(&f, open, 0.0), "closed connections still open");
-    let refused = telemetry_value(&f, refused_per_client);
+    let refused = telemetry_value(&f, evicted);
+    assert_eq!(
+        telemetry_value(
+            &f,
+            "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections_per_client\"}"
+        ),
+        0.0,
+        "an idle connection was there to evict every time"
+    );
     let over_cap = telemetry_value(
         &f,
         "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections\"}",
@@ -194,8 +204,9 @@ fn silent_grpc_connections_are_capped_per_client_and_closed_after_the_first_byte
     let mut held: Vec<TcpStream> = (0..5)
         .map(|_| connect_from("127.0.0.1", f.grpc()))
         .collect();
-    let refused = "ingero_fleet_connections_refused_total{listener=\"otlp/grpc\",reason=\"max_connections_per_client\"}";
-    assert!(wait_value(&f, refused, 2.0), "per-client refusals");
+    let evicted =
+        "ingero_fleet_connections_closed_total{listener=\"otlp/grpc\",reason=\"evicted\"}";
+    assert!(wait_value(&f, evicted, 2.0), "per-client evictions");
     assert!(wait_value(
         &f,
         "ingero_fleet_connections_open{listener=\"otlp/grpc\"}",
@@ -329,4 +340,226 @@ fn tls_connections_silent_during_or_after_the_handshake_are_closed_and_counted()
             "{listener}: first-byte closure after the handshake not counted"
         );
     }
+}
+
+/// Open a connection from `src` and send `GET /` on it, leaving it open (idle once
+/// answered); or, with `silent`, send nothing.
+fn hold_from(src: &str, to: SocketAddr, silent: bool) -> TcpStream {
+    let mut s = connect_from(src, to);
+    if !silent {
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: fleet\r\n\r\n");
+    }
+    s
+}
+
+/// Whether the server has closed `s` (EOF or reset), without blocking.
+fn is_closed(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// An attacker holding `per_addr` connections from each of `addrs`, reopening each one the
+/// server closes, until `stop`; returns how many it opened.
+fn spawn_holder(
+    addrs: Vec<String>,
+    per_addr: usize,
+    to: SocketAddr,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut held: Vec<(usize, TcpStream)> = Vec::new();
+        let mut opened = 0;
+        for (a, src) in addrs.iter().enumerate() {
+            for i in 0..per_addr {
+                held.push((a, hold_from(src, to, i % 2 == 0)));
+                opened += 1;
+            }
+        }
+        while !stop.load(Ordering::Relaxed) {
+            for (a, s) in held.iter_mut() {
+                if is_closed(s) {
+                    *s = hold_from(&addrs[*a], to, false);
+                    opened += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        opened
+    })
+}
+
+const FAIR_LIMITS: &str = "        max_connections: 64\n        max_connections_per_client: 8\n        first_byte_timeout: 60s\n        idle_timeout: 60s\n";
+
+fn fair_config() -> String {
+    let cfg = test_config("1s", &[])
+        .replace(
+            "      http:\n        endpoint: 127.0.0.1:0\n",
+            &format!("      http:\n        endpoint: 127.0.0.1:0\n{FAIR_LIMITS}"),
+        )
+        .replace(
+            "      grpc:\n        endpoint: 127.0.0.1:0\n",
+            "      grpc:\n        endpoint: 127.0.0.1:0\n        idle_timeout: 2s\n",
+        );
+    assert_eq!(cfg.matches("max_connections: 64").count(), 1);
+    cfg
+}
+
+/// One push from `src` on a new connection: answered 200 with a threshold (false when the
+/// connection was closed without an answer).
+fn pushed(src: &str, f: &Fleet, cluster: &str, node: usize) -> bool {
+    let body = AgentPush::new(cluster, &format!("{cluster}-node-{node}"), 0.95).to_json();
+    let mut s = connect_from(src, f.http());
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let req = format!(
+        "POST /v1/metrics?cluster_id={cluster} HTTP/1.1\r\nHost: fleet\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(req.as_bytes());
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    if !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        return false;
+    }
+    let r = parse_response(&buf);
+    r.status == 200 && r.header("X-Ingero-Threshold").is_some()
+}
+
+#[test]
+fn many_addresses_at_max_connections_leave_a_new_client_its_pushes() {
+    let f = Fleet::start_with(&fair_config(), &[]);
+    let healthy = "127.0.0.2";
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            push_cluster_from(healthy, &f, "healthy").then_some(())
+        })
+        .is_some(),
+        "no threshold before the attack"
+    );
+    // 8 addresses x 8 connections (each address's cap) fill max_connections (64); half
+    // stay silent, half send one request and stay idle; every closed one is reopened.
+    let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<String> = (10..18).map(|n| format!("127.0.0.{n}")).collect();
+    let holder = spawn_holder(addrs, 8, f.http(), stop.clone());
+    let open = "ingero_fleet_connections_open{listener=\"otlp/http\"}";
+    assert!(
+        wait_value(&f, open, 64.0),
+        "the attacker never filled the listener"
+    );
+    let mut ok = 0;
+    for i in 0..40 {
+        ok += usize::from(pushed(healthy, &f, "healthy", i % 7));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let opened = holder.join().unwrap();
+    assert_eq!(
+        ok, 40,
+        "healthy pushes answered with a threshold during the attack"
+    );
+    let evicted = telemetry_value(
+        &f,
+        "ingero_fleet_connections_closed_total{listener=\"otlp/http\",reason=\"evicted\"}",
+    );
+    // Healthy connections found the listener full (the attacker refills it within 20 ms)
+    // and evicted an idle attacker connection instead of being refused.
+    assert!(evicted >= 1.0, "no eviction: {evicted}");
+    assert_eq!(
+        telemetry_value(
+            &f,
+            "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections\"}"
+        ),
+        0.0
+    );
+    assert!(
+        opened > 64,
+        "the attacker reopened what was evicted ({opened})"
+    );
+    assert!(telemetry_value(&f, open) <= 64.0);
+}
+
+#[test]
+fn a_client_behind_the_attackers_address_keeps_its_pushes() {
+    let f = Fleet::start_with(&fair_config(), &[]);
+    let nat = "127.0.0.3";
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            push_cluster_from("127.0.0.2", &f, "healthy").then_some(())
+        })
+        .is_some(),
+        "no threshold before the attack"
+    );
+    // The attacker holds the shared address's 8 connections and reopens every closed one.
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = spawn_holder(vec![nat.to_string()], 8, f.http(), stop.clone());
+    let open = "ingero_fleet_connections_open{listener=\"otlp/http\"}";
+    assert!(
+        wait_value(&f, open, 8.0),
+        "the attacker never held the address's cap"
+    );
+    let mut ok = 0;
+    for i in 0..30 {
+        ok += usize::from(pushed(nat, &f, "healthy", i % 7));
+    }
+    stop.store(true, Ordering::Relaxed);
+    holder.join().unwrap();
+    assert_eq!(
+        ok, 30,
+        "pushes from the shared address answered with a threshold"
+    );
+    assert_eq!(
+        telemetry_value(
+            &f,
+            "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections_per_client\"}"
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn a_grpc_connection_answering_pings_is_closed_after_the_idle_timeout() {
+    let f = Fleet::start_with(&fair_config(), &[]);
+    let grpc = f.grpc();
+    // The client's connection task runs on the workers while the test thread waits.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let open = "ingero_fleet_connections_open{listener=\"otlp/grpc\"}";
+    let closed =
+        "ingero_fleet_connections_closed_total{listener=\"otlp/grpc\",reason=\"idle_timeout\"}";
+    rt.block_on(async {
+        use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+        // PINGs every 200 ms, far inside the 2 s idle timeout, and acks for the server's.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .http2_keep_alive_interval(Duration::from_millis(200))
+            .keep_alive_while_idle(true)
+            .connect()
+            .await
+            .unwrap();
+        let mut client = MetricsServiceClient::new(channel);
+        client
+            .export(AgentPush::new("alpha", "a0", 0.95).to_proto())
+            .await
+            .unwrap();
+        assert_eq!(telemetry_value(&f, open), 1.0);
+        // Pings and no call: closed at the idle timeout all the same.
+        assert!(wait_value(&f, closed, 1.0), "pings held the connection");
+        assert!(wait_value(&f, open, 0.0));
+        // The client reconnects for its next call.
+        client
+            .export(AgentPush::new("alpha", "a0", 0.95).to_proto())
+            .await
+            .unwrap();
+    });
 }

@@ -398,7 +398,7 @@ fn a_flood_of_large_pushes_is_shed_with_bounded_memory_and_the_threshold_api_kee
 /// An HTTP/2 connection that completed one `Export` call and stays open.
 struct OpenGrpcConn {
     _client: h2::client::SendRequest<bytes::Bytes>,
-    task: tokio::task::JoinHandle<Result<(), h2::Error>>,
+    _task: tokio::task::JoinHandle<Result<(), h2::Error>>,
 }
 
 async fn open_grpc_conn(addr: std::net::SocketAddr, msg: &[u8]) -> Option<OpenGrpcConn> {
@@ -413,18 +413,47 @@ async fn open_grpc_conn(addr: std::net::SocketAddr, msg: &[u8]) -> Option<OpenGr
     let resp = response.await.ok()?;
     (resp.status() == 200).then_some(OpenGrpcConn {
         _client: client,
+        _task: task,
+    })
+}
+
+/// An HTTP/2 connection with one `Export` call in service: its request body is left open.
+struct BusyGrpcConn {
+    _client: h2::client::SendRequest<bytes::Bytes>,
+    body: h2::SendStream<bytes::Bytes>,
+    response: h2::client::ResponseFuture,
+    task: tokio::task::JoinHandle<Result<(), h2::Error>>,
+}
+
+async fn busy_grpc_conn(addr: std::net::SocketAddr, msg: &[u8]) -> Option<BusyGrpcConn> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let (client, conn) = h2::client::handshake(tcp).await.ok()?;
+    let task = tokio::spawn(conn);
+    let mut ready = client.clone().ready().await.ok()?;
+    let (response, mut body) = ready.send_request(export_request(addr), false).ok()?;
+    // Half the message: the call is in service, waiting for the rest.
+    let frame = grpc_frame(msg);
+    body.send_data(
+        bytes::Bytes::copy_from_slice(&frame[..frame.len() / 2]),
+        false,
+    )
+    .ok()?;
+    Some(BusyGrpcConn {
+        _client: client,
+        body,
+        response,
         task,
     })
 }
 
 #[test]
-fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
+fn grpc_connections_beyond_max_connections_evict_an_idle_one_or_are_closed_at_accept() {
     use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
     use prost::Message;
 
     let cfg = test_config("1s", &[]).replace(
         "      grpc:\n        endpoint: 127.0.0.1:0\n",
-        "      grpc:\n        endpoint: 127.0.0.1:0\n        max_connections: 2\n",
+        "      grpc:\n        endpoint: 127.0.0.1:0\n        max_connections: 2\n        max_concurrent_requests: 2\n",
     );
     assert!(cfg.contains("max_connections: 2"), "{cfg}");
     let f = Fleet::start_with(&cfg, &[]);
@@ -439,12 +468,6 @@ fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        // Two connections, each proven accepted by a completed call, hold both slots.
-        let mut open = Vec::new();
-        for _ in 0..2 {
-            open.push(open_grpc_conn(addr, &msg).await.expect("within the cap"));
-        }
-        // A third connection is closed at accept: its call fails.
         let probe = || async {
             let mut c = MetricsServiceClient::connect(format!("http://{addr}"))
                 .await
@@ -453,10 +476,63 @@ fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
                 .await
                 .ok()
         };
-        assert!(probe().await.is_none(), "a third connection was served");
-        let tel = tokio::task::spawn_blocking(move || get(telemetry, "/metrics").text())
-            .await
-            .unwrap();
+        let page = move || async move {
+            tokio::task::spawn_blocking(move || get(telemetry, "/metrics").text())
+                .await
+                .unwrap()
+        };
+        // Two connections, each proven accepted by a completed call, hold both slots; a
+        // third evicts the one idle the longest and is served.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(open_grpc_conn(addr, &msg).await.expect("within the cap"));
+        }
+        assert!(
+            probe().await.is_some(),
+            "a new connection evicts an idle one"
+        );
+        let evicted =
+            "ingero_fleet_connections_closed_total{listener=\"otlp/grpc\",reason=\"evicted\"}";
+        assert_eq!(prom_value(&page().await, evicted), Some(1.0));
+        drop(idle);
+        // Two connections with a call in service hold both slots: a third is closed at
+        // accept, its call fails, and the refusal is counted.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let open = "ingero_fleet_connections_open{listener=\"otlp/grpc\"}";
+        while prom_value(&page().await, open) != Some(0.0) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "closed connections still open"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut busy = Vec::new();
+        for _ in 0..2 {
+            busy.push(busy_grpc_conn(addr, &msg).await.expect("within the cap"));
+        }
+        // Both calls are in service once a further call is shed (max_concurrent_requests
+        // is 2 and a call holds its permit while in service).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut ready = busy[0]._client.clone().ready().await.unwrap();
+            let (response, mut body) = ready.send_request(export_request(addr), false).unwrap();
+            body.send_data(bytes::Bytes::from(grpc_frame(&msg)), true)
+                .unwrap();
+            let resp = response.await.unwrap();
+            if resp.headers().get("grpc-status").is_some_and(|v| v == "14") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the calls never got in service"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            open_grpc_conn(addr, &msg).await.is_none(),
+            "a third connection was served"
+        );
+        let tel = page().await;
         assert!(
             tel.lines()
                 .any(|l| l.starts_with("ingero_fleet_rejected_requests_total")
@@ -464,10 +540,19 @@ fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
                     && l.contains("grpc")),
             "{tel}"
         );
-        // Closing one frees its slot.
-        let first = open.remove(0);
+        // The busy calls complete; closing one frees its slot.
+        let mut first = busy.remove(0);
+        let frame = grpc_frame(&msg);
+        first
+            .body
+            .send_data(
+                bytes::Bytes::copy_from_slice(&frame[frame.len() / 2..]),
+                true,
+            )
+            .unwrap();
+        let resp = first.response.await.unwrap();
+        assert_eq!(resp.status(), 200);
         first.task.abort();
-        drop(first);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             if probe().await.is_some() {
@@ -476,6 +561,7 @@ fn grpc_connections_beyond_max_connections_are_closed_at_accept() {
             assert!(std::time::Instant::now() < deadline, "slot never freed");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        drop(busy);
     });
 }
 
@@ -496,8 +582,31 @@ fn keep_alive_push(s: &mut TcpStream, body: &str) -> bool {
     }
 }
 
+/// Start a keep-alive push on `s` with only half its body: the request is in service.
+fn start_push(s: &mut TcpStream, body: &str) {
+    let req = format!(
+        "POST /v1/metrics?cluster_id=conns HTTP/1.1\r\nHost: fleet\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        body.len(),
+        &body[..body.len() / 2]
+    );
+    s.write_all(req.as_bytes()).unwrap();
+}
+
+/// Finish a push begun by [`start_push`]; true when it was answered 200.
+fn finish_push(s: &mut TcpStream, body: &str) -> bool {
+    if s.write_all(&body.as_bytes()[body.len() / 2..]).is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 4096];
+    match s.read(&mut buf) {
+        Ok(n) if n > 0 => buf[..n].starts_with(b"HTTP/1.1 200"),
+        _ => false,
+    }
+}
+
 #[test]
-fn http_connections_beyond_max_connections_are_closed_at_accept_and_counted() {
+fn http_connections_beyond_max_connections_evict_an_idle_one_or_are_closed_at_accept() {
     let cfg = test_config("1s", &[]).replace(
         "      http:\n        endpoint: 127.0.0.1:0\n",
         "      http:\n        endpoint: 127.0.0.1:0\n        max_connections: 2\n",
@@ -510,46 +619,61 @@ fn http_connections_beyond_max_connections_are_closed_at_accept_and_counted() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
     };
-    let series = |name: &str| {
+    let series = |name: &str, labels: &str| {
         let page = get(f.telemetry(), "/metrics").text();
-        prom_value(&page, &format!("{name}{{listener=\"otlp/http\"}}"))
+        prom_value(&page, &format!("{name}{{listener=\"otlp/http\"{labels}}}"))
             .unwrap_or_else(|| panic!("{name} missing:\n{page}"))
     };
 
-    // Two keep-alive connections, each proven served, hold both slots.
+    // Two connections with a push in service hold both slots: a third is closed at
+    // accept, and the refusal is counted.
     let mut held = vec![conn(), conn()];
     for s in &mut held {
-        assert!(keep_alive_push(s, &body), "a connection within the cap");
+        start_push(s, &body);
     }
-    assert_eq!(series("ingero_fleet_connections_open"), 2.0);
-    // A third is closed at accept, and the refusal is counted.
+    let open = wait_for(Duration::from_secs(10), || {
+        (series("ingero_fleet_connections_open", "") == 2.0).then_some(())
+    });
+    assert!(open.is_some(), "the two connections were not served");
     let mut third = conn();
     assert!(
         !keep_alive_push(&mut third, &body),
         "a third connection was served"
     );
-    let page = get(f.telemetry(), "/metrics").text();
     assert_eq!(
-        prom_value(
-            &page,
-            "ingero_fleet_connections_refused_total{listener=\"otlp/http\",reason=\"max_connections\"}"
+        series(
+            "ingero_fleet_connections_refused_total",
+            ",reason=\"max_connections\""
         ),
-        Some(1.0),
-        "{page}"
+        1.0
     );
-    assert_eq!(series("ingero_fleet_connections_accepted_total"), 2.0);
-    // The held connections keep working.
-    assert!(keep_alive_push(&mut held[0], &body));
-
-    // Closing one frees its slot.
-    drop(held.remove(0));
-    let served = wait_for(Duration::from_secs(10), || {
-        (series("ingero_fleet_connections_open") == 1.0).then_some(())
-    });
-    assert!(served.is_some(), "closed connection still counted open");
+    assert_eq!(series("ingero_fleet_connections_accepted_total", ""), 2.0);
+    // The held pushes complete.
+    for s in &mut held {
+        assert!(finish_push(s, &body), "a held push failed");
+    }
+    // Both are idle now: a new connection evicts the one idle the longest and is served.
     let mut fourth = conn();
-    assert!(keep_alive_push(&mut fourth, &body), "slot freed");
-    assert_eq!(series("ingero_fleet_connections_open"), 2.0);
+    assert!(
+        keep_alive_push(&mut fourth, &body),
+        "no idle connection evicted"
+    );
+    assert_eq!(
+        series(
+            "ingero_fleet_connections_closed_total",
+            ",reason=\"evicted\""
+        ),
+        1.0
+    );
+    assert!(
+        !keep_alive_push(&mut held[0], &body),
+        "the evicted connection still served"
+    );
+    assert!(keep_alive_push(&mut held[1], &body));
+    let served = wait_for(Duration::from_secs(10), || {
+        (series("ingero_fleet_connections_open", "") == 2.0).then_some(())
+    });
+    assert!(served.is_some(), "the cap of 2 was not kept");
 }
 
 #[test]

@@ -25,6 +25,8 @@ use testkit::AgentPush;
 const TOKEN_A: &str = "tokA-0c1d2e3f4a5b6c7d8e9f";
 const TOKEN_B: &str = "tokB-9f8e7d6c5b4a3f2e1d0c";
 const TOKEN_STAR: &str = "tokS-a1b2c3d4e5f6a7b8c9d0";
+/// A token covering four clusters.
+const TOKEN_C: &str = "tokC-5e6f7a8b9c0d1e2f3a4b";
 
 /// Healthy beta nodes' scores (enough for quorum, statistical_min 5).
 const BETA_SCORES: [f64; 7] = [0.95, 0.96, 0.94, 0.95, 0.97, 0.955, 0.945];
@@ -89,7 +91,8 @@ fn start_edited(
         format!(
             "- name: team-a\n  token: {TOKEN_A}\n  clusters: [alpha]\n\
              - name: team-b\n  token: {TOKEN_B}\n  clusters: [beta]\n\
-             - name: ops\n  token: {TOKEN_STAR}\n  clusters: ['*']\n"
+             - name: ops\n  token: {TOKEN_STAR}\n  clusters: ['*']\n\
+             - name: team-c\n  token: {TOKEN_C}\n  clusters: [c1, c2, c3, c4]\n"
         ),
     )
     .unwrap();
@@ -725,6 +728,54 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
 }
 
 #[test]
+fn a_tenant_filling_its_cluster_share_leaves_new_clusters_to_the_others() {
+    // max_clusters 8: one tenant may hold 6 (three quarters), two are left to the others.
+    let (_dir, f) = start("    limits:\n      max_clusters: 8\n");
+    // The operator token (one tenant, every cluster in scope) tries to create 8 clusters.
+    let mut refused = 0;
+    for c in 0..8 {
+        let cluster = format!("op-{c}");
+        let r = push_as(
+            &f,
+            TOKEN_STAR,
+            &cluster,
+            &AgentPush::new(&cluster, "n0", 0.9).to_json(),
+        );
+        assert_eq!(r.status, 200);
+        if rejected(&r) > 0 {
+            assert!(
+                error_message(&r).contains("limits.max_clusters_per_tenant = 6"),
+                "{}",
+                error_message(&r)
+            );
+            refused += rejected(&r);
+        }
+    }
+    assert_eq!(refused, 2, "the tenant holds its share of 6 and no more");
+    // Another tenant's new cluster is accepted: beta's seven agents all get in (beta_round
+    // asserts no point is refused) and get a threshold.
+    let t = beta_threshold(&f);
+    assert!(!t.is_empty());
+    // The operator's existing clusters keep working.
+    let r = push_as(
+        &f,
+        TOKEN_STAR,
+        "op-0",
+        &AgentPush::new("op-0", "n1", 0.9).to_json(),
+    );
+    assert_eq!((r.status, rejected(&r)), (200, 0));
+    let drops = telemetry_page(&f) + &scrape(&f);
+    assert!(
+        drops
+            .lines()
+            .any(|l| l.starts_with("ingero_fleet_dropped_total")
+                && l.contains("reason=\"cap_clusters_per_tenant\"")
+                && l.ends_with(" 2")),
+        "the refused points are counted"
+    );
+}
+
+#[test]
 fn look_alike_and_control_ids_are_refused_and_controls_never_reach_the_page() {
     let (_dir, f) = start("");
     let t0 = beta_threshold(&f);
@@ -1254,6 +1305,70 @@ fn forged_summary(name: &str) -> Value {
         "timeUnixNano": ATTACK_TIME.to_string(), "count": "1", "sum": 1.0,
         "quantileValues": [{"quantile": 0.5, "value": 0.01}]
     }]}})
+}
+
+#[test]
+fn a_token_over_four_clusters_is_held_to_its_share_of_the_exporters_memory() {
+    // 64 KiB per cluster, 128 KiB for every cluster together, a tenant's share 96 KiB.
+    let (_dir, f) =
+        start_with_exporter_keys("    max_bytes_per_cluster: 65536\n    max_bytes: 131072\n");
+    let t0 = beta_threshold(&f);
+    let beta_held = cluster_series(&scrape(&f), "beta");
+    // Nodes of 3 series carrying a 4,000-byte label (each charged a little over 4 KiB).
+    let node = |cluster: &str, i: usize| {
+        let mut v: Value =
+            serde_json::from_str(&metric_flood(&format!("{cluster}-{i}"), "c.m", 3)).unwrap();
+        v["resourceMetrics"][0]["resource"]["attributes"][0]["value"]["stringValue"] =
+            json!(cluster);
+        add_resource_attr(
+            &mut v["resourceMetrics"][0],
+            json!({"key": "note", "value": {"stringValue": format!("{i:04}{}", "x".repeat(3996))}}),
+        );
+        v.to_string()
+    };
+    let mut accepted_nodes = 0;
+    for c in ["c1", "c2", "c3", "c4"] {
+        for i in 0..20 {
+            let r = push_as(&f, TOKEN_C, c, &node(c, i));
+            assert_eq!(r.status, 200, "{}", r.text());
+            match rejected(&r) {
+                0 => accepted_nodes += 1,
+                n => {
+                    assert_eq!(n, 3, "a node is refused whole: {}", r.text());
+                    let msg = error_message(&r);
+                    assert!(
+                        msg.contains("tenant_bytes_limit") || msg.contains("cluster_bytes_limit"),
+                        "{msg}"
+                    );
+                }
+            }
+        }
+        // The other tenant keeps its threshold while this one fills its share.
+        assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
+    }
+    // Each cluster alone could hold about 15 such nodes (60 for the four); the tenant's
+    // share holds fewer than 24 in all.
+    assert!(
+        (15..24).contains(&accepted_nodes),
+        "{accepted_nodes} nodes held by one token"
+    );
+    assert!(exporter_dropped(&f, "tenant_bytes_limit") > 0.0);
+    let page = scrape(&f);
+    let held: usize = ["c1", "c2", "c3", "c4"]
+        .iter()
+        .map(|c| cluster_series(&page, c))
+        .sum();
+    assert_eq!(held, 3 * accepted_nodes);
+    // beta keeps its series and adds a node.
+    assert_eq!(cluster_series(&page, "beta"), beta_held);
+    let r = push_as(
+        &f,
+        TOKEN_B,
+        "beta",
+        &AgentPush::new("beta", "b7", 0.95).to_json(),
+    );
+    assert_eq!(rejected(&r), 0, "{}", r.text());
+    assert!(cluster_series(&scrape(&f), "beta") > beta_held);
 }
 
 #[test]

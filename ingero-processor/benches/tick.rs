@@ -148,6 +148,7 @@ fn processor_with(nodes: usize) -> IngeroProcessor {
     let ctx = BatchContext {
         cluster_id: None,
         received_at: NOW,
+        tenant: None,
     };
     for i in 0..nodes {
         let score = if i % 1000 == 7 {
@@ -190,6 +191,7 @@ fn bench_record_push<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
     let ctx = BatchContext {
         cluster_id: Some(Arc::from("bench")),
         received_at: NOW,
+        tenant: None,
     };
     let mut g = c.benchmark_group(format!("{prefix}record_push"));
     g.throughput(Throughput::Elements(otlp::count_points(&batch)));

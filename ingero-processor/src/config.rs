@@ -63,6 +63,8 @@ pub const DEFAULT_MAX_NODES_TOTAL: u32 = 262_144;
 /// `limits.reserved_nodes_per_cluster` when unset: a quarter of the fair share
 /// (`max_nodes_total / max_clusters / 4`, 1024 with the defaults).
 pub const DEFAULT_RESERVED_SHARE_DIVISOR: u32 = 4;
+/// `limits.max_clusters_per_tenant` when unset: `max_clusters` less a quarter of it.
+pub const DEFAULT_TENANT_LEFT_DIVISOR: u32 = 4;
 /// `diagnostics.max_nodes_per_cluster`: nodes listed per cluster in the published diagnostics.
 pub const DEFAULT_DIAGNOSTICS_MAX_NODES: u32 = 1_000;
 
@@ -147,9 +149,23 @@ pub struct LimitsConfig {
     /// `max_nodes_total`; unset: [`LimitsConfig::reserved_nodes`]'s default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserved_nodes_per_cluster: Option<u32>,
+    /// Clusters one tenant (a bearer token; every request without one is one tenant) may
+    /// create and hold, so that it cannot fill `max_clusters` and lock the others out;
+    /// unset: [`LimitsConfig::clusters_per_tenant`]'s default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_clusters_per_tenant: Option<u32>,
 }
 
 impl LimitsConfig {
+    /// The effective `max_clusters_per_tenant`: the configured value, else three quarters
+    /// of `max_clusters` (48 of 64), at least 1, so a quarter is always left to the other
+    /// tenants.
+    pub fn clusters_per_tenant(&self) -> u32 {
+        self.max_clusters_per_tenant
+            .unwrap_or(self.max_clusters - self.max_clusters / DEFAULT_TENANT_LEFT_DIVISOR)
+            .clamp(1, self.max_clusters.max(1))
+    }
+
     /// The effective `reserved_nodes_per_cluster`: the configured value, else
     /// `max_nodes_total / max_clusters / 4`, never above `max_nodes_per_cluster`.
     pub fn reserved_nodes(&self) -> u32 {
@@ -244,6 +260,7 @@ impl Default for LimitsConfig {
             max_nodes_per_cluster: DEFAULT_MAX_NODES_PER_CLUSTER,
             max_nodes_total: DEFAULT_MAX_NODES_TOTAL,
             reserved_nodes_per_cluster: None,
+            max_clusters_per_tenant: None,
         }
     }
 }
@@ -480,6 +497,17 @@ impl ComponentConfig for IngeroConfig {
                     ),
                 );
             }
+        }
+        if let Some(t) = self.limits.max_clusters_per_tenant
+            && (t == 0 || t > self.limits.max_clusters)
+        {
+            e.push(
+                "limits.max_clusters_per_tenant",
+                format!(
+                    "must be between 1 and limits.max_clusters ({}), got {t}",
+                    self.limits.max_clusters
+                ),
+            );
         }
         if u64::from(self.limits.max_nodes_per_cluster) < self.quorum.statistical_min {
             e.push(

@@ -36,6 +36,9 @@ pub struct IngestLimits {
     pub table: TableLimits,
     /// `limits.max_clusters`.
     pub max_clusters: u32,
+    /// The effective `limits.max_clusters_per_tenant`: clusters one tenant (bearer token;
+    /// every request without one is one tenant) may create and hold.
+    pub max_clusters_per_tenant: u32,
     /// `limits.max_nodes_per_cluster` (quoted in the cap message; enforced by `table`).
     pub max_nodes_per_cluster: u32,
     /// `limits.max_nodes_total`.
@@ -50,10 +53,43 @@ pub struct IngestLimits {
 pub struct Ingest {
     limits: IngestLimits,
     clusters: RwLock<HashMap<Arc<str>, SharedTable>>,
+    /// Which tenant created each cluster, and how many each holds; changed only under the
+    /// write lock of `clusters`.
+    owners: Mutex<Owners>,
     budget: NodeBudget,
     counters: Counters,
     last_reject_log: AtomicU64,
     suppressed_reject_logs: AtomicU64,
+}
+
+/// The tenant that created each tracked cluster, and the clusters each tenant holds.
+#[derive(Debug, Default)]
+struct Owners {
+    of: HashMap<Arc<str>, Arc<str>>,
+    held: HashMap<Arc<str>, u32>,
+}
+
+impl Owners {
+    fn held(&self, tenant: &str) -> u32 {
+        self.held.get(tenant).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, cluster: Arc<str>, tenant: Arc<str>) {
+        *self.held.entry(tenant.clone()).or_insert(0) += 1;
+        self.of.insert(cluster, tenant);
+    }
+
+    fn remove(&mut self, cluster: &str) {
+        let Some(tenant) = self.of.remove(cluster) else {
+            return;
+        };
+        if let Some(n) = self.held.get_mut(&tenant) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&tenant);
+            }
+        }
+    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -134,6 +170,7 @@ impl Ingest {
             ),
             limits,
             clusters: RwLock::new(HashMap::new()),
+            owners: Mutex::new(Owners::default()),
             counters: Counters::default(),
             last_reject_log: AtomicU64::new(0),
             suppressed_reject_logs: AtomicU64::new(0),
@@ -172,10 +209,12 @@ impl Ingest {
         }
         let mut forgotten = Vec::new();
         let mut map = self.clusters.write();
+        let mut owners = self.owners.lock();
         for id in ids {
             let still_empty = map.get(id).is_some_and(|t| t.lock().is_empty());
             if still_empty {
                 map.remove(id);
+                owners.remove(id);
                 tracing::debug!(cluster_id = %id, "cluster forgotten: no node seen within quorum.expected_window");
                 forgotten.push(id.clone());
             }
@@ -183,20 +222,38 @@ impl Ingest {
         forgotten
     }
 
-    fn cluster_table(&self, cluster_id: &str) -> Option<SharedTable> {
+    /// The table of `cluster_id`, created for `tenant` if it is new and both the total
+    /// and the tenant's share allow it.
+    fn cluster_table(
+        &self,
+        cluster_id: &str,
+        tenant: Option<&Arc<str>>,
+    ) -> Result<SharedTable, DropReason> {
         if let Some(e) = self.clusters.read().get(cluster_id) {
-            return Some(e.clone());
+            return Ok(e.clone());
         }
         let mut map = self.clusters.write();
         if let Some(e) = map.get(cluster_id) {
-            return Some(e.clone());
+            return Ok(e.clone());
         }
         if map.len() >= to_usize(self.limits.max_clusters) {
-            return None;
+            return Err(DropReason::CapClusters);
         }
+        let mut owners = self.owners.lock();
+        let tenant = tenant.map_or("", |t| t);
+        if owners.held(tenant) >= self.limits.max_clusters_per_tenant {
+            return Err(DropReason::CapClustersPerTenant);
+        }
+        let id: Arc<str> = Arc::from(cluster_id);
         let e: SharedTable = Arc::new(Mutex::new(NodeTable::default()));
-        map.insert(Arc::from(cluster_id), e.clone());
-        Some(e)
+        map.insert(id.clone(), e.clone());
+        owners.add(id, Arc::from(tenant));
+        Ok(e)
+    }
+
+    /// Clusters `tenant` created and still holds (`None`: requests without a token).
+    pub fn tenant_clusters(&self, tenant: Option<&str>) -> u32 {
+        self.owners.lock().held(tenant.unwrap_or(""))
     }
 
     fn log_reject(&self, now: Timestamp, reason: RejectReason, message: &str, n: u64) {
@@ -341,17 +398,27 @@ impl Ingest {
             return;
         }
 
-        let Some(entry) = self.cluster_table(cluster_id) else {
-            let n = valid.len() as u64;
-            self.counters.drop(DropReason::CapClusters, n);
-            self.counters.dropped_points.fetch_add(n, Ordering::Relaxed);
-            out.reject(n, || {
-                format!(
-                    "cluster cap reached (limits.max_clusters = {}): cluster {:?} not tracked",
-                    self.limits.max_clusters, cluster_id
-                )
-            });
-            return;
+        let entry = match self.cluster_table(cluster_id, ctx.tenant.as_ref()) {
+            Ok(e) => e,
+            Err(why) => {
+                let n = valid.len() as u64;
+                self.counters.drop(why, n);
+                self.counters.dropped_points.fetch_add(n, Ordering::Relaxed);
+                out.reject(n, || {
+                    if why == DropReason::CapClustersPerTenant {
+                        format!(
+                            "this tenant's cluster share is used up (limits.max_clusters_per_tenant = {}): cluster {:?} not tracked",
+                            self.limits.max_clusters_per_tenant, cluster_id
+                        )
+                    } else {
+                        format!(
+                            "cluster cap reached (limits.max_clusters = {}): cluster {:?} not tracked",
+                            self.limits.max_clusters, cluster_id
+                        )
+                    }
+                });
+                return;
+            }
         };
 
         let mut table = entry.lock();

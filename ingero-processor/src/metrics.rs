@@ -89,6 +89,8 @@ impl RejectReason {
 pub enum DropReason {
     /// A point for a new cluster beyond `limits.max_clusters`.
     CapClusters,
+    /// A point for a new cluster of a tenant holding `limits.max_clusters_per_tenant`.
+    CapClustersPerTenant,
     /// A point for a new node beyond `limits.max_nodes_per_cluster`.
     CapNodes,
     /// A point for a new node beyond `limits.max_nodes_total`.
@@ -99,8 +101,9 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 4] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::CapClusters,
+        DropReason::CapClustersPerTenant,
         DropReason::CapNodes,
         DropReason::CapNodesTotal,
         DropReason::CapCohorts,
@@ -109,6 +112,7 @@ impl DropReason {
     pub fn label(self) -> &'static str {
         match self {
             DropReason::CapClusters => "cap_clusters",
+            DropReason::CapClustersPerTenant => "cap_clusters_per_tenant",
             DropReason::CapNodes => "cap_nodes",
             DropReason::CapNodesTotal => "cap_nodes_total",
             DropReason::CapCohorts => "cap_cohorts",
@@ -122,7 +126,7 @@ pub struct Counters {
     pub accepted: AtomicU64,
     pub superseded: AtomicU64,
     rejected: [AtomicU64; 8],
-    dropped: [AtomicU64; 4],
+    dropped: [AtomicU64; 5],
     /// Points refused by a node or cluster cap (subset of `dropped`, in points).
     pub dropped_points: AtomicU64,
 }

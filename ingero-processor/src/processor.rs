@@ -60,6 +60,7 @@ impl IngeroProcessor {
                 ttl_nanos: settings.ttl_nanos,
             },
             max_clusters: cfg.limits.max_clusters,
+            max_clusters_per_tenant: cfg.limits.clusters_per_tenant(),
             max_nodes_per_cluster: cfg.limits.max_nodes_per_cluster,
             max_nodes_total: cfg.limits.max_nodes_total,
             reserved_nodes_per_cluster: cfg.limits.reserved_nodes(),

@@ -131,6 +131,7 @@ fn drive(
         let ctx = BatchContext {
             cluster_id: ctx_cluster.clone(),
             received_at: Timestamp(*arrival),
+            tenant: None,
         };
         black_box(p.process(batch, &ctx));
     }

@@ -74,6 +74,7 @@ fn ctx(cluster: Option<&str>, at: u64) -> BatchContext {
     BatchContext {
         cluster_id: cluster.map(Arc::from),
         received_at: Timestamp(at),
+        tenant: None,
     }
 }
 

@@ -64,6 +64,7 @@ fn run_with_snapshot(
             &BatchContext {
                 cluster_id: None,
                 received_at: Timestamp(d.arrival),
+                tenant: None,
             },
         );
     }
@@ -461,6 +462,7 @@ fn request_cluster_is_used_when_the_trace_names_none() {
             &BatchContext {
                 cluster_id: Some(Arc::from("from-query")),
                 received_at: Timestamp(d.arrival),
+                tenant: None,
             },
         );
     }

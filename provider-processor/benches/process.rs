@@ -119,6 +119,7 @@ fn ctx(t: u64) -> BatchContext {
     BatchContext {
         cluster_id: None,
         received_at: Timestamp::from_secs(t),
+        tenant: None,
     }
 }
 

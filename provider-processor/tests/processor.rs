@@ -440,6 +440,7 @@ fn request_cluster_id_places_points_without_a_resource_cluster() {
     let ctx = component::BatchContext {
         cluster_id: Some("from-query".into()),
         received_at: t(1),
+        tenant: None,
     };
     p.process(&mut vec![push], &ctx);
     p.tick(t(2));

@@ -68,6 +68,7 @@ impl InProcessFleet {
         let ctx = BatchContext {
             cluster_id: Some(Arc::from(cluster)),
             received_at: now,
+            tenant: None,
         };
         let o = self.ingero.process(&mut batch, &ctx);
         let n = self.nccl.process(&mut batch, &ctx);

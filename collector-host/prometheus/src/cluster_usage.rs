@@ -47,14 +47,60 @@ pub struct ClusterCaps {
     pub max_bytes: usize,
 }
 
-/// Series and estimated bytes one cluster holds.
+/// Which budget a [`ClusterUsage`] is: a cluster's, a tenant's share, or the exporter's
+/// global one. A refusal names the level that refused.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    #[default]
+    Cluster,
+    Tenant,
+    Global,
+}
+
+impl Level {
+    fn series_refused(self) -> DropReason {
+        match self {
+            Level::Cluster => DropReason::ClusterSeriesLimit,
+            Level::Tenant => DropReason::TenantSeriesLimit,
+            Level::Global => DropReason::SeriesLimit,
+        }
+    }
+
+    fn bytes_refused(self) -> DropReason {
+        match self {
+            Level::Cluster => DropReason::ClusterBytesLimit,
+            Level::Tenant => DropReason::TenantBytesLimit,
+            Level::Global => DropReason::BytesLimit,
+        }
+    }
+}
+
+/// Series and estimated bytes one cluster (or tenant, or the whole exporter) holds. A
+/// usage with a parent charges the parent too, all or nothing: a cluster's series count
+/// against its tenant's share and the global budget.
 #[derive(Debug, Default)]
 pub struct ClusterUsage {
     series: AtomicUsize,
     bytes: AtomicUsize,
+    level: Level,
+    parent: Option<(Arc<ClusterUsage>, ClusterCaps)>,
 }
 
 impl ClusterUsage {
+    /// An empty usage at `level`, charging `parent` (under its caps) as well.
+    pub fn new(level: Level, parent: Option<(Arc<ClusterUsage>, ClusterCaps)>) -> Self {
+        ClusterUsage {
+            level,
+            parent,
+            ..ClusterUsage::default()
+        }
+    }
+
+    /// The budget above this one (its tenant's share, or the global budget).
+    pub fn parent(&self) -> Option<&Arc<ClusterUsage>> {
+        self.parent.as_ref().map(|(p, _)| p)
+    }
+
     pub fn series(&self) -> usize {
         self.series.load(Relaxed)
     }
@@ -72,49 +118,98 @@ impl ClusterUsage {
         caps: ClusterCaps,
         resource_bytes: impl FnOnce() -> usize,
     ) -> Option<DropReason> {
-        let room = caps.max_bytes.saturating_sub(self.bytes());
-        if self.series() >= caps.max_series {
-            Some(DropReason::ClusterSeriesLimit)
-        } else if room < NEAR_BYTE_CAP && resource_bytes() > room {
-            Some(DropReason::ClusterBytesLimit)
-        } else {
-            None
+        let mut resource_bytes = Some(resource_bytes);
+        let mut estimate = None;
+        let mut level = Some((self, caps));
+        while let Some((u, caps)) = level {
+            let room = caps.max_bytes.saturating_sub(u.bytes());
+            if u.series() >= caps.max_series {
+                return Some(u.level.series_refused());
+            }
+            if room < NEAR_BYTE_CAP {
+                let need = match estimate {
+                    Some(n) => n,
+                    None => {
+                        let n = resource_bytes.take().map_or(0, |f| f());
+                        estimate = Some(n);
+                        n
+                    }
+                };
+                if need > room {
+                    return Some(u.level.bytes_refused());
+                }
+            }
+            level = u.parent.as_ref().map(|(p, c)| (&**p, *c));
         }
+        None
     }
 
-    /// Take `series` series and `bytes` bytes if both stay within `caps`; otherwise take
-    /// nothing and say which cap refused.
+    /// Take `series` series and `bytes` bytes if both stay within `caps` here and within
+    /// every parent's caps; otherwise take nothing anywhere and say which cap refused.
     pub fn charge(&self, series: usize, bytes: usize, caps: ClusterCaps) -> Result<(), DropReason> {
+        self.charge_here(series, bytes, caps)?;
+        if let Some((p, pcaps)) = &self.parent
+            && let Err(r) = p.charge(series, bytes, *pcaps)
+        {
+            self.release_here(series, bytes);
+            return Err(r);
+        }
+        Ok(())
+    }
+
+    fn charge_here(
+        &self,
+        series: usize,
+        bytes: usize,
+        caps: ClusterCaps,
+    ) -> Result<(), DropReason> {
         if series > 0 {
             self.series
                 .fetch_update(Relaxed, Relaxed, |n| {
                     n.checked_add(series).filter(|m| *m <= caps.max_series)
                 })
-                .map_err(|_| DropReason::ClusterSeriesLimit)?;
+                .map_err(|_| self.level.series_refused())?;
         }
         let took = self.bytes.fetch_update(Relaxed, Relaxed, |n| {
             n.checked_add(bytes).filter(|m| *m <= caps.max_bytes)
         });
         if took.is_err() {
             self.sub_series(series);
-            return Err(DropReason::ClusterBytesLimit);
+            return Err(self.level.bytes_refused());
         }
         Ok(())
     }
 
-    /// Add `bytes` whatever the cap (a resource's `target_info` that changed size).
+    /// Add `bytes` whatever the cap (a resource's `target_info` that changed size), here
+    /// and in every parent.
     pub fn force_bytes(&self, bytes: usize) {
         self.bytes.fetch_add(bytes, Relaxed);
+        if let Some((p, _)) = &self.parent {
+            p.force_bytes(bytes);
+        }
     }
 
-    /// Give back what [`Self::charge`] took.
+    /// Give back what [`Self::charge`] took, here and in every parent.
     pub fn release(&self, series: usize, bytes: usize) {
+        self.release_here(series, bytes);
+        if let Some((p, _)) = &self.parent {
+            p.release(series, bytes);
+        }
+    }
+
+    fn release_here(&self, series: usize, bytes: usize) {
         self.sub_series(series);
         if bytes > 0 {
             let _ = self
                 .bytes
                 .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(bytes)));
         }
+    }
+
+    /// Forget everything held (the store was cleared).
+    pub fn reset(&self) {
+        self.series.store(0, Relaxed);
+        self.bytes.store(0, Relaxed);
     }
 
     fn sub_series(&self, series: usize) {
@@ -126,27 +221,110 @@ impl ClusterUsage {
     }
 }
 
+/// The exporter's global budget and each tenant's share of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// `max_bytes`: estimated bytes of every cluster together.
+    pub max_bytes: usize,
+    /// `max_series_per_tenant`, `max_bytes_per_tenant`: what the clusters one tenant
+    /// created may hold together.
+    pub tenant: ClusterCaps,
+}
+
+impl Budget {
+    /// No bound beyond the per-cluster caps.
+    pub const UNLIMITED: Budget = Budget {
+        max_bytes: usize::MAX,
+        tenant: ClusterCaps {
+            max_series: usize::MAX,
+            max_bytes: usize::MAX,
+        },
+    };
+}
+
 /// The usage of every cluster that holds something (or is being pushed right now), by its
 /// escaped `ingero_cluster_id` label value. An entry lives while a resource entry (or a
 /// push in progress) holds its `Arc`: [`ClusterTable::done`] (after a push) and
 /// [`ClusterTable::prune`] (after expiry) remove it when nothing does, so the table never
 /// holds more clusters than the store holds resources, plus the pushes in flight.
-#[derive(Debug, Default)]
+///
+/// A cluster is charged to the tenant whose push created its entry (every cluster of a
+/// tenant charges that tenant's usage, which charges the global one); the tenant's entry
+/// lives while one of its clusters does.
+#[derive(Debug)]
 pub struct ClusterTable {
     by_id: RwLock<HashMap<Box<str>, Arc<ClusterUsage>>>,
+    tenants: RwLock<HashMap<Box<str>, Arc<ClusterUsage>>>,
+    global: Arc<ClusterUsage>,
+    budget: Budget,
+}
+
+impl Default for ClusterTable {
+    fn default() -> Self {
+        ClusterTable::new(Budget::UNLIMITED)
+    }
 }
 
 impl ClusterTable {
-    /// The usage of `cluster`, created empty if absent.
-    pub fn usage(&self, cluster: &str) -> Arc<ClusterUsage> {
+    pub fn new(budget: Budget) -> Self {
+        ClusterTable {
+            by_id: RwLock::default(),
+            tenants: RwLock::default(),
+            global: Arc::new(ClusterUsage::new(Level::Global, None)),
+            budget,
+        }
+    }
+
+    /// The usage of `cluster`, created empty if absent (charged to `tenant`, `""` for
+    /// pushes without a token).
+    pub fn usage(&self, cluster: &str, tenant: &str) -> Arc<ClusterUsage> {
         if let Some(u) = self.by_id.read().get(cluster) {
             return u.clone();
         }
-        self.by_id
-            .write()
-            .entry(Box::from(cluster))
-            .or_default()
-            .clone()
+        let mut map = self.by_id.write();
+        if let Some(u) = map.get(cluster) {
+            return u.clone();
+        }
+        let tenant_usage = {
+            let mut tenants = self.tenants.write();
+            tenants
+                .entry(Box::from(tenant))
+                .or_insert_with(|| {
+                    let global = ClusterCaps {
+                        max_series: usize::MAX,
+                        max_bytes: self.budget.max_bytes,
+                    };
+                    Arc::new(ClusterUsage::new(
+                        Level::Tenant,
+                        Some((self.global.clone(), global)),
+                    ))
+                })
+                .clone()
+        };
+        let u = Arc::new(ClusterUsage::new(
+            Level::Cluster,
+            Some((tenant_usage, self.budget.tenant)),
+        ));
+        map.insert(Box::from(cluster), u.clone());
+        u
+    }
+
+    /// Series and estimated bytes of every cluster together.
+    pub fn global(&self) -> (usize, usize) {
+        (self.global.series(), self.global.bytes())
+    }
+
+    /// Series and estimated bytes of the clusters `tenant` created, if it holds any.
+    pub fn tenant(&self, tenant: &str) -> Option<(usize, usize)> {
+        self.tenants
+            .read()
+            .get(tenant)
+            .map(|u| (u.series(), u.bytes()))
+    }
+
+    /// Drop tenant entries no cluster holds any more.
+    fn prune_tenants(&self) {
+        self.tenants.write().retain(|_, u| Arc::strong_count(u) > 1);
     }
 
     /// A push is done with `usage`: drop the entry when no resource and no other push
@@ -161,6 +339,9 @@ impl ClusterTable {
             && map.get(cluster).is_some_and(|u| Arc::ptr_eq(u, &usage))
         {
             map.remove(cluster);
+            drop(map);
+            drop(usage);
+            self.prune_tenants();
         }
     }
 
@@ -168,6 +349,7 @@ impl ClusterTable {
     pub fn prune(&self) {
         // Clones are taken under the lock, so no count can rise while it is held.
         self.by_id.write().retain(|_, u| Arc::strong_count(u) > 1);
+        self.prune_tenants();
     }
 
     /// Usage of `cluster` (escaped label value) now, without creating an entry.
@@ -189,6 +371,8 @@ impl ClusterTable {
 
     pub fn clear(&self) {
         self.by_id.write().clear();
+        self.tenants.write().clear();
+        self.global.reset();
     }
 }
 
@@ -288,8 +472,8 @@ mod tests {
     #[test]
     fn the_table_forgets_a_cluster_nothing_holds() {
         let t = ClusterTable::default();
-        let u = t.usage("a");
-        let held = t.usage("a");
+        let u = t.usage("a", "");
+        let held = t.usage("a", "");
         assert!(Arc::ptr_eq(&u, &held));
         // Another holder (a resource entry): kept.
         t.done("a", u);
@@ -297,8 +481,8 @@ mod tests {
         t.done("a", held);
         assert!(t.is_empty());
         // A cluster whose last resource expired: pruned.
-        let kept = t.usage("b");
-        drop(t.usage("c"));
+        let kept = t.usage("b", "");
+        drop(t.usage("c", ""));
         t.prune();
         assert_eq!(t.len(), 1);
         drop(kept);

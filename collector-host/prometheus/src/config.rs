@@ -30,6 +30,14 @@ pub const DEFAULT_MAX_SERIES_PER_CLUSTER: usize = 1_000_000;
 /// first; what the byte cap stops is a cluster whose series carry long label values or
 /// metric names.
 pub const DEFAULT_MAX_BYTES_PER_CLUSTER: usize = 256 << 20;
+/// `max_bytes`: estimated bytes of every cluster together, 512 MiB. By the estimate's
+/// ratio to real memory measured for one cluster at its byte cap, that is well under
+/// 1 GiB of resident memory, so the default fits a modest pod; one cluster alone still
+/// has its whole `max_bytes_per_cluster`.
+pub const DEFAULT_MAX_BYTES: usize = 512 << 20;
+/// `max_series_per_tenant` and `max_bytes_per_tenant` when unset: the global bound less
+/// a quarter, so one tenant always leaves a quarter to the others.
+pub const DEFAULT_TENANT_LEFT_DIVISOR: usize = 4;
 /// Smallest `max_bytes_per_cluster`: below it not even one resource with one series fits.
 pub const MIN_BYTES_PER_CLUSTER: usize = 1024;
 /// Attributes left out of label sets by default: values the Ingero agents put on points
@@ -107,6 +115,17 @@ pub struct PrometheusExporterConfig {
     /// counted as if nothing were shared) held for resources of one `ingero.cluster.id`;
     /// points that would take more are dropped and counted (`cluster_bytes_limit`).
     pub max_bytes_per_cluster: usize,
+    /// Most estimated bytes held for every cluster together (`bytes_limit`).
+    pub max_bytes: usize,
+    /// Most series the clusters of one tenant (the bearer token whose push created each
+    /// cluster; pushes without a token are one tenant) hold together
+    /// (`tenant_series_limit`); unset: three quarters of `max_series`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_series_per_tenant: Option<usize>,
+    /// Most estimated bytes the clusters of one tenant hold together
+    /// (`tenant_bytes_limit`); unset: three quarters of `max_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_tenant: Option<usize>,
     /// Bearer-token check on the scrape endpoint (`auth: {authenticator: ingero_auth}`),
     /// enforced by the host; a scrape needs a token scoped to every cluster (`"*"`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -129,6 +148,9 @@ impl Default for PrometheusExporterConfig {
             max_series: DEFAULT_MAX_SERIES,
             max_series_per_cluster: DEFAULT_MAX_SERIES_PER_CLUSTER,
             max_bytes_per_cluster: DEFAULT_MAX_BYTES_PER_CLUSTER,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_series_per_tenant: None,
+            max_bytes_per_tenant: None,
             auth: None,
             max_connections: 1024,
         }
@@ -227,7 +249,49 @@ impl ComponentConfig for PrometheusExporterConfig {
                 format!("must be >= {MIN_BYTES_PER_CLUSTER} (one small series)"),
             );
         }
+        if self.max_bytes < MIN_BYTES_PER_CLUSTER {
+            errs.push(
+                "max_bytes",
+                format!("must be >= {MIN_BYTES_PER_CLUSTER} (one small series)"),
+            );
+        }
+        if let Some(n) = self.max_series_per_tenant
+            && (n == 0 || n > self.max_series)
+        {
+            errs.push(
+                "max_series_per_tenant",
+                format!("must be between 1 and max_series ({})", self.max_series),
+            );
+        }
+        if let Some(n) = self.max_bytes_per_tenant
+            && (n < MIN_BYTES_PER_CLUSTER || n > self.max_bytes)
+        {
+            errs.push(
+                "max_bytes_per_tenant",
+                format!(
+                    "must be between {MIN_BYTES_PER_CLUSTER} and max_bytes ({})",
+                    self.max_bytes
+                ),
+            );
+        }
         errs.into_result()
+    }
+}
+
+impl PrometheusExporterConfig {
+    /// The effective per-tenant shares (a share of the whole is no bound of its own: the
+    /// global one refuses first, under its own name).
+    pub fn tenant_caps(&self) -> crate::cluster_usage::ClusterCaps {
+        let share = |set: Option<usize>, whole: usize| match set
+            .unwrap_or(whole - whole / DEFAULT_TENANT_LEFT_DIVISOR)
+        {
+            n if n >= whole => usize::MAX,
+            n => n.max(1),
+        };
+        crate::cluster_usage::ClusterCaps {
+            max_series: share(self.max_series_per_tenant, self.max_series),
+            max_bytes: share(self.max_bytes_per_tenant, self.max_bytes),
+        }
     }
 }
 

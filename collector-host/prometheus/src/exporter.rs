@@ -125,6 +125,10 @@ impl PrometheusExporter {
             layout_memo: true,
             reserved: Default::default(),
         };
+        let budget = cluster_usage::Budget {
+            max_bytes: cfg.max_bytes,
+            tenant: cfg.tenant_caps(),
+        };
         Ok(PrometheusExporter {
             exp_s: cfg.expiration_secs(),
             cfg,
@@ -135,7 +139,7 @@ impl PrometheusExporter {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             series: AtomicUsize::new(0),
             resources: AtomicUsize::new(0),
-            clusters: ClusterTable::default(),
+            clusters: ClusterTable::new(budget),
             counters: Counters::default(),
         })
     }
@@ -193,10 +197,23 @@ impl PrometheusExporter {
     }
 
     pub fn consume(&self, data: &[ResourceMetrics], now: Timestamp) -> ConsumeStats {
+        self.consume_as(data, now, None)
+    }
+
+    /// [`Self::consume`] for `tenant` (the identity of the push's bearer token; `None`:
+    /// no token): the clusters it creates are charged to its share
+    /// (`max_series_per_tenant`, `max_bytes_per_tenant`) and to `max_bytes`.
+    pub fn consume_as(
+        &self,
+        data: &[ResourceMetrics],
+        now: Timestamp,
+        tenant: Option<&str>,
+    ) -> ConsumeStats {
+        let tenant = tenant.unwrap_or("");
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut buffers) => {
                 let (sc, plan) = &mut *buffers;
-                let stats = self.consume_with(data, now, sc, plan);
+                let stats = self.consume_with(data, now, tenant, sc, plan);
                 if plan.updates.capacity() > MAX_KEPT_UPDATES {
                     *plan = ResourcePlan::default();
                 }
@@ -205,6 +222,7 @@ impl PrometheusExporter {
             Err(_) => self.consume_with(
                 data,
                 now,
+                tenant,
                 &mut Scratch::default(),
                 &mut ResourcePlan::default(),
             ),
@@ -215,6 +233,7 @@ impl PrometheusExporter {
         &self,
         data: &[ResourceMetrics],
         now: Timestamp,
+        tenant: &str,
         sc: &mut Scratch,
         plan: &mut ResourcePlan,
     ) -> ConsumeStats {
@@ -234,7 +253,7 @@ impl PrometheusExporter {
             let interner = self.interner.read();
             // Looked up under the interner guard: `shutdown` (which clears the table)
             // waits for it, so the usage stays the table's while the plan is applied.
-            let mut usage = cluster.as_deref().map(|c| self.clusters.usage(c));
+            let mut usage = cluster.as_deref().map(|c| self.clusters.usage(c, tenant));
             let capped = if self.series.load(Relaxed) >= self.cfg.max_series {
                 Some(DropReason::SeriesLimit)
             } else {
@@ -255,7 +274,7 @@ impl PrometheusExporter {
                 drop(interner);
                 drops = DropCounts::default();
                 let mut w = self.interner.write();
-                usage = cluster.as_deref().map(|c| self.clusters.usage(c));
+                usage = cluster.as_deref().map(|c| self.clusters.usage(c, tenant));
                 let ok = translate(
                     &mut Lookup::Write(&mut w),
                     &self.settings,
@@ -346,6 +365,17 @@ impl PrometheusExporter {
         let mut esc = String::new();
         escape_label_value(cluster, &mut esc);
         self.clusters.get(&esc).unwrap_or((0, 0))
+    }
+
+    /// Estimated bytes of every cluster together ([`crate::cluster_usage`]).
+    pub fn total_bytes(&self) -> usize {
+        self.clusters.global().1
+    }
+
+    /// Series and estimated bytes the clusters of `tenant` hold (`None`: pushes without
+    /// a token).
+    pub fn tenant_usage(&self, tenant: Option<&str>) -> (usize, usize) {
+        self.clusters.tenant(tenant.unwrap_or("")).unwrap_or((0, 0))
     }
 
     /// Clusters with something held (or a push in progress).

@@ -52,10 +52,17 @@ pub enum DropReason {
     /// The metric would translate to the name of a family Fleet's own components write
     /// ([`crate::naming::is_reserved_family`], or a self-metric the page already carries).
     ReservedName,
+    /// It would have taken the clusters of its tenant (the bearer token whose push
+    /// created the cluster) beyond `max_series_per_tenant`.
+    TenantSeriesLimit,
+    /// ... beyond `max_bytes_per_tenant` estimated bytes.
+    TenantBytesLimit,
+    /// It would have taken every cluster's estimated bytes together beyond `max_bytes`.
+    BytesLimit,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::SeriesLimit,
         DropReason::UnsupportedType,
         DropReason::InvalidTemporality,
@@ -71,6 +78,9 @@ impl DropReason {
         DropReason::ClusterSeriesLimit,
         DropReason::ClusterBytesLimit,
         DropReason::ReservedName,
+        DropReason::TenantSeriesLimit,
+        DropReason::TenantBytesLimit,
+        DropReason::BytesLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +100,9 @@ impl DropReason {
             DropReason::ClusterSeriesLimit => "cluster_series_limit",
             DropReason::ClusterBytesLimit => "cluster_bytes_limit",
             DropReason::ReservedName => "reserved_name",
+            DropReason::TenantSeriesLimit => "tenant_series_limit",
+            DropReason::TenantBytesLimit => "tenant_bytes_limit",
+            DropReason::BytesLimit => "bytes_limit",
         }
     }
 

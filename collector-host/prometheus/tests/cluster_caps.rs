@@ -257,9 +257,11 @@ fn an_agent_node_is_charged_about_two_kib() {
 fn resources_without_a_cluster_share_one_allowance() {
     // max_series 300, 100 per cluster: alpha's 100 plus 200 series of resources that name
     // no cluster used to take all 300, and beta then got nothing.
+    // Every push here is the one token-less tenant, allowed the whole of max_series.
     let e = exporter(PrometheusExporterConfig {
         max_series: 300,
         max_series_per_cluster: 100,
+        max_series_per_tenant: Some(300),
         ..Default::default()
     });
     e.consume(&[node("alpha", "a0", 100, T0)], ts(T0));
@@ -282,4 +284,72 @@ fn resources_without_a_cluster_share_one_allowance() {
     let beta = e.consume(&[node("beta", "b0", 100, T0)], ts(T0));
     assert_eq!(beta.lost, 0, "{beta:?}");
     assert_eq!(e.cluster_series("beta"), 100);
+}
+
+/// Push nodes of 10 series into `cluster` as `tenant` until one is refused; the reason.
+fn fill(e: &PrometheusExporter, tenant: &str, cluster: &str) -> DropReason {
+    for i in 0.. {
+        let s = e.consume_as(
+            &[node(cluster, &format!("n{i}"), 10, T0)],
+            ts(T0),
+            Some(tenant),
+        );
+        if s.stored < 10 {
+            return s.loss_reason.expect("a refusal names its reason");
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn one_tenant_over_several_clusters_is_held_to_its_share_of_the_global_budget() {
+    const BUDGET: usize = 64 << 10;
+    let e = exporter(PrometheusExporterConfig {
+        max_bytes: BUDGET,
+        max_bytes_per_cluster: BUDGET,
+        ..Default::default()
+    });
+    let share = BUDGET - BUDGET / 4;
+    // Tenant A fills one cluster after another: the first reaches the tenant's share, the
+    // others get nothing new (before, each cluster had its own full allowance).
+    for c in ["a1", "a2", "a3", "a4"] {
+        assert_eq!(fill(&e, "A", c), DropReason::TenantBytesLimit, "{c}");
+    }
+    let (_, a_bytes) = e.tenant_usage(Some("A"));
+    assert!(a_bytes <= share, "{a_bytes} > {share}");
+    assert!(a_bytes > share / 2, "the share was used: {a_bytes}");
+    assert_eq!(e.total_bytes(), a_bytes);
+    // Tenant B still gets its series, up to what is left of the global budget.
+    let s = e.consume_as(&[node("b1", "n0", 10, T0)], ts(T0), Some("B"));
+    assert_eq!(s.stored, 10, "B's first node");
+    assert_eq!(fill(&e, "B", "b1"), DropReason::BytesLimit);
+    assert!(e.total_bytes() <= BUDGET);
+    assert!(e.dropped(DropReason::TenantBytesLimit) > 0);
+    assert!(e.dropped(DropReason::BytesLimit) > 0);
+    // Expiry gives every byte back, to the tenants and the global budget.
+    e.expire(ts(T0 + 3600));
+    assert_eq!(e.total_bytes(), 0);
+    assert_eq!(e.tenant_usage(Some("A")), (0, 0));
+    assert_eq!(
+        e.consume_as(&[node("a1", "n0", 10, T0 + 3600)], ts(T0 + 3600), Some("A"))
+            .stored,
+        10
+    );
+}
+
+#[test]
+fn a_tenants_series_share_holds_across_its_clusters() {
+    let e = exporter(PrometheusExporterConfig {
+        max_series: 400,
+        max_series_per_cluster: 400,
+        ..Default::default()
+    });
+    for c in ["a1", "a2", "a3"] {
+        assert_eq!(fill(&e, "A", c), DropReason::TenantSeriesLimit, "{c}");
+    }
+    assert_eq!(e.tenant_usage(Some("A")).0, 300);
+    // Pushes without a token are a tenant of their own.
+    let s = e.consume_as(&[node("n1", "n0", 10, T0)], ts(T0), None);
+    assert_eq!(s.stored, 10);
+    assert_eq!(e.tenant_usage(None).0, 10);
 }

@@ -118,6 +118,8 @@ fn expiry_compacts_the_intern_tables_without_changing_what_survives() {
 fn the_series_cap_drops_and_counts_new_series_only() {
     let cfg = PrometheusExporterConfig {
         max_series: 25,
+        // One tenant (no token) may use the whole: this is about max_series itself.
+        max_series_per_tenant: Some(25),
         ..Default::default()
     };
     let e = exporter(cfg);
@@ -169,6 +171,8 @@ fn the_series_cap_drops_and_counts_new_series_only() {
 fn at_the_cap_new_label_values_are_not_interned() {
     let e = exporter(PrometheusExporterConfig {
         max_series: 10,
+        // One tenant (no token) may use the whole: this is about max_series itself.
+        max_series_per_tenant: Some(10),
         ..Default::default()
     });
     push_nodes(&e, 0..1, T0);

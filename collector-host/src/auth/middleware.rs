@@ -39,6 +39,10 @@ struct AuthAdmission {
 }
 
 impl Admission for AuthAdmission {
+    fn tenant(&self) -> Option<std::sync::Arc<str>> {
+        Some(std::sync::Arc::from(self.entry.fingerprint.as_str()))
+    }
+
     fn check_payload(
         &self,
         request_cluster: Option<&str>,

@@ -46,20 +46,25 @@ pub struct HttpServerConfig {
     /// Time allowed to receive a whole request body.
     #[serde(with = "duration")]
     pub read_timeout: Duration,
-    /// How long a keep-alive connection may sit idle between requests before it is closed
-    /// (each idle HTTP/1.1 connection holds about 16 KiB of buffers). hyper has one timer
-    /// for "idle, then reading the next request's headers", so the effective limit for
-    /// both is the smaller of this and `read_header_timeout`.
+    /// How long a keep-alive connection may go without a request in service before it is
+    /// closed (each idle HTTP/1.1 connection holds about 16 KiB of buffers); bytes that
+    /// carry no request (HTTP/2 PINGs) do not count. hyper has one timer for "idle, then
+    /// reading the next request's headers", so the effective limit for both is the
+    /// smaller of this and `read_header_timeout`.
     #[serde(with = "duration")]
     pub idle_timeout: Duration,
-    /// Cap on simultaneously open connections (0 = unlimited).
+    /// Cap on simultaneously open connections (0 = unlimited). At the cap a new
+    /// connection evicts an idle one (the least recently used of the address holding the
+    /// most), and is closed at accept only when every open one has a request in service.
     pub max_connections: usize,
     /// A connection that sends no byte this long after accept (or after its TLS
     /// handshake) is closed.
     #[serde(with = "duration")]
     pub first_byte_timeout: Duration,
     /// Cap on connections open at once from one client address, TLS handshakes in
-    /// progress included (0 = unlimited); beyond it a new connection is closed at accept.
+    /// progress included (0 = unlimited); beyond it a new connection evicts that
+    /// address's least recently used idle connection, or is closed at accept when none is
+    /// idle.
     pub max_connections_per_client: usize,
     /// Cap on OTLP requests being read and processed at once (0 = unlimited). Beyond it a
     /// request is answered 503 with `Retry-After` at once, before its body is read, so a
@@ -108,19 +113,21 @@ pub struct GrpcServerConfig {
     pub max_recv_msg_size_mib: u64,
     pub max_concurrent_streams: u32,
     pub middlewares: Option<Vec<MiddlewareRef>>,
-    /// Cap on open connections (0 = unlimited); beyond it a new connection is closed at
-    /// accept.
+    /// Cap on open connections (0 = unlimited); beyond it a new connection evicts an idle
+    /// one (no call in service; the least recently used of the address holding the most),
+    /// or is closed at accept when none is idle.
     pub max_connections: usize,
     /// A connection that sends no byte this long after accept (or after its TLS
     /// handshake) is closed.
     #[serde(with = "duration")]
     pub first_byte_timeout: Duration,
-    /// A connection that sends no byte for this long is closed. A client that answers
-    /// the server's HTTP/2 keepalive pings (every 30s) counts as active.
+    /// A connection with no call in service for this long is closed. HTTP/2 PINGs (the
+    /// server's keepalive every 30s, or the client's) do not count as activity.
     #[serde(with = "duration")]
     pub idle_timeout: Duration,
     /// Cap on connections open at once from one client address, TLS handshakes in
-    /// progress included (0 = unlimited).
+    /// progress included (0 = unlimited); beyond it, as for `max_connections`, within
+    /// that address.
     pub max_connections_per_client: usize,
     /// Cap on OTLP calls being read and processed at once, over all connections (0 =
     /// unlimited). Beyond it a call is answered `UNAVAILABLE` with a `RetryInfo` delay of

@@ -31,7 +31,24 @@ impl Exporter for PromExporter {
     }
 
     fn consume_metrics_outcome(&self, data: &[ResourceMetrics]) -> ProcessOutcome {
-        let stats = self.inner.consume(data, Timestamp::now());
+        self.consume_as(data, None)
+    }
+
+    fn deliver_metrics_as(
+        &self,
+        data: &[ResourceMetrics],
+        tenant: Option<&str>,
+    ) -> (ProcessOutcome, crate::pipeline::Delivery) {
+        (
+            self.consume_as(data, tenant),
+            crate::pipeline::Delivery::Done,
+        )
+    }
+}
+
+impl PromExporter {
+    fn consume_as(&self, data: &[ResourceMetrics], tenant: Option<&str>) -> ProcessOutcome {
+        let stats = self.inner.consume_as(data, Timestamp::now(), tenant);
         self.counters.sent[ExporterCounters::idx(Signal::Metrics)]
             .fetch_add(count_points(data), Relaxed);
         let mut outcome = ProcessOutcome::default();

@@ -61,6 +61,18 @@ fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, String> {
 }
 
 /// The status of a middleware's refusal (`RESOURCE_EXHAUSTED` carries `retry-after`).
+/// The client's address: from the guarded connection's info (every listener of the host),
+/// else tonic's own.
+fn peer_addr<T>(request: &Request<T>) -> Option<std::net::SocketAddr> {
+    use crate::conn_guard::GuardedInfo;
+    use tonic::transport::server::TcpConnectInfo;
+    request
+        .extensions()
+        .get::<GuardedInfo<TcpConnectInfo>>()
+        .and_then(|i| i.inner.remote_addr())
+        .or_else(|| request.remote_addr())
+}
+
 fn refusal_status(r: &Refusal) -> Status {
     let msg = r.message.to_string();
     let mut s = match r.code {
@@ -152,7 +164,7 @@ impl GrpcReceiver {
             Ok(first)
         };
         self.ingest
-            .admit(signal, request.remote_addr(), authorization, || {
+            .admit(signal, peer_addr(request), authorization, || {
                 metadata_cluster(md)
             })
             .map_err(refused)
@@ -259,17 +271,22 @@ pub async fn serve(
         .add_service(traces)
         .add_service(logs);
     use super::grpc_conn_cap::cap;
-    let max_conns = cfg.max_connections;
     let lifecycle = cfg.lifecycle();
+    let table = crate::conn_guard::ConnTable::new(
+        cfg.max_connections,
+        lifecycle.max_connections_per_client,
+        Some(counters),
+    );
     match tls {
         None => {
             let incoming = crate::conn_guard::grpc_plain_incoming(
                 listener,
                 lifecycle,
+                table,
                 stats.clone(),
                 shutdown.clone(),
             );
-            let incoming = cap(incoming, max_conns, counters, stats);
+            let incoming = cap(incoming, stats);
             serve_until(router, incoming, shutdown, drain).await
         }
         Some(tls) => {
@@ -277,10 +294,11 @@ pub async fn serve(
                 listener,
                 tls,
                 lifecycle,
+                table,
                 stats.clone(),
                 shutdown.clone(),
             );
-            let incoming = cap(incoming, max_conns, counters, stats);
+            let incoming = cap(incoming, stats);
             serve_until(router, incoming, shutdown, drain).await
         }
     }

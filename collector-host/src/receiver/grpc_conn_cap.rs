@@ -1,7 +1,7 @@
-//! A cap on open OTLP/gRPC connections: accepted connections beyond `max_connections` are
-//! closed at once (as the HTTP listeners do), so a client opening connections without end
-//! cannot exhaust file descriptors or per-connection buffers. Each admitted connection
-//! carries a permit that is returned when tonic drops the connection.
+//! Counting of open OTLP/gRPC connections: each connection tonic serves carries an
+//! [`OpenConnection`] (`ingero_fleet_connections_open`) until tonic drops it. The caps
+//! themselves (`max_connections`, `max_connections_per_client`, with eviction of idle
+//! connections) are applied at accept by [`crate::conn_guard::ConnTable`].
 
 use std::io;
 use std::pin::Pin;
@@ -9,57 +9,30 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::{Stream, StreamExt};
 
 use crate::server::{ListenerStats, OpenConnection};
-use crate::telemetry::ReceiverCounters;
 
-/// A connection holding one of the listener's connection permits.
+/// A connection counted as open.
 #[derive(Debug)]
 pub struct Capped<IO> {
     io: IO,
-    _permit: Option<OwnedSemaphorePermit>,
     _open: OpenConnection,
 }
 
-/// Admit connections from `incoming` while fewer than `max` (0 = unlimited) are open; close
-/// the others and count them (`ingero_fleet_rejected_requests_total{reason="max_connections"}`
-/// and `ingero_fleet_connections_refused_total{reason="max_connections"}`).
+/// Count every connection from `incoming` as open until it is dropped.
 pub fn cap<S, IO>(
     incoming: S,
-    max: usize,
-    counters: Arc<ReceiverCounters>,
     stats: Arc<ListenerStats>,
 ) -> impl Stream<Item = io::Result<Capped<IO>>>
 where
     S: Stream<Item = io::Result<IO>>,
 {
-    let permits = (max > 0).then(|| Arc::new(Semaphore::new(max)));
-    incoming.filter_map(move |r| match r {
-        Err(e) => Some(Err(e)),
-        Ok(io) => match &permits {
-            None => Some(Ok(Capped {
-                io,
-                _permit: None,
-                _open: OpenConnection::new(&stats),
-            })),
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(Ok(Capped {
-                    io,
-                    _permit: Some(p),
-                    _open: OpenConnection::new(&stats),
-                })),
-                Err(_) => {
-                    counters.reject("max_connections");
-                    stats
-                        .refused_over_cap
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    drop(io);
-                    None
-                }
-            },
-        },
+    incoming.map(move |r| {
+        r.map(|io| Capped {
+            io,
+            _open: OpenConnection::new(&stats),
+        })
     })
 }
 

@@ -132,12 +132,19 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        // The call is in service on its connection (the idle limit and eviction leave the
+        // connection alone) until its handler is done; shed calls count too.
+        let in_service = req
+            .extensions()
+            .get::<crate::conn_guard::GuardedInfo<tonic::transport::server::TcpConnectInfo>>()
+            .map(|i| i.busy.enter());
         let permit = match &self.cfg.permits {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
                 Err(_) => {
                     self.cfg.counters.reject("overloaded");
                     let resp = overloaded_status(self.cfg.retry_after).into_http();
+                    drop(in_service);
                     return Box::pin(async move { Ok(resp) });
                 }
             },
@@ -149,7 +156,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let r = inner.call(req).await;
-            drop(permit);
+            drop((permit, in_service));
             r
         })
     }

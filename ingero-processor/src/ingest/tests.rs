@@ -15,6 +15,7 @@ fn limits(max_clusters: u32, max_nodes: u32, max_total: u32) -> IngestLimits {
             ttl_nanos: 50_000_000_000,
         },
         max_clusters,
+        max_clusters_per_tenant: max_clusters,
         max_nodes_per_cluster: max_nodes,
         max_nodes_total: max_total,
         reserved_nodes_per_cluster: 0,
@@ -29,6 +30,7 @@ fn ctx(cluster: Option<&str>, at: Timestamp) -> BatchContext {
     BatchContext {
         cluster_id: cluster.map(Arc::from),
         received_at: at,
+        tenant: None,
     }
 }
 
@@ -453,4 +455,72 @@ fn forget_empty_removes_only_tables_that_are_still_empty() {
     assert_eq!(ing.cluster_count(), 1);
     assert_eq!(ing.budget().used(), 1);
     assert!(ing.forget_empty(&[]).is_empty());
+}
+
+fn tenant_ctx(cluster: &str, tenant: Option<&str>) -> BatchContext {
+    BatchContext {
+        cluster_id: Some(Arc::from(cluster)),
+        received_at: T0,
+        tenant: tenant.map(Arc::from),
+    }
+}
+
+#[test]
+fn a_tenant_at_its_cluster_share_leaves_new_clusters_to_other_tenants() {
+    let mut l = limits(4, 100, 1000);
+    l.max_clusters_per_tenant = 3;
+    let ing = Ingest::new(l);
+    let push = |cluster: &str, tenant: Option<&str>| {
+        let mut out = ProcessOutcome::default();
+        let rm = active(cluster, "n0", 0.9);
+        ing.resource(&rm, &tenant_ctx(cluster, tenant), &mut out);
+        out
+    };
+    for c in ["a1", "a2", "a3"] {
+        assert_eq!(push(c, Some("A")).rejected_points, 0, "{c}");
+    }
+    // A's fourth cluster is refused although the total has room.
+    let out = push("a4", Some("A"));
+    assert_eq!(out.rejected_points, 1);
+    assert_eq!(
+        out.message.as_deref(),
+        Some(
+            "this tenant's cluster share is used up (limits.max_clusters_per_tenant = 3): cluster \"a4\" not tracked"
+        )
+    );
+    assert_eq!(ing.counters().dropped(DropReason::CapClustersPerTenant), 1);
+    // A's existing clusters still take points; B creates the last cluster.
+    assert_eq!(push("a1", Some("A")).rejected_points, 0);
+    assert_eq!(push("b1", Some("B")).rejected_points, 0);
+    assert_eq!(
+        (
+            ing.tenant_clusters(Some("A")),
+            ing.tenant_clusters(Some("B"))
+        ),
+        (3, 1)
+    );
+    // The total cap still holds for everyone (requests without a token are one tenant).
+    assert_eq!(push("n1", None).rejected_points, 1);
+    assert_eq!(ing.counters().dropped(DropReason::CapClusters), 1);
+    // A forgotten cluster gives its tenant the slot back.
+    let (id, t) = ing
+        .clusters()
+        .into_iter()
+        .find(|(id, _)| &**id == "a3")
+        .unwrap();
+    // Expire it the way a tick does (the tests' TTL is 50 s).
+    let (mut s, mut sc, mut names) = (Vec::new(), Vec::new(), Vec::new());
+    t.lock().snapshot(
+        T0.as_nanos() + 60_000_000_000,
+        0,
+        0,
+        ing.budget(),
+        &mut s,
+        &mut sc,
+        &mut names,
+    );
+    assert!(t.lock().is_empty());
+    assert_eq!(ing.forget_empty(&[id]).len(), 1);
+    assert_eq!(ing.tenant_clusters(Some("A")), 2);
+    assert_eq!(push("a4", Some("A")).rejected_points, 0);
 }

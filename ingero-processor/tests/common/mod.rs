@@ -86,6 +86,7 @@ pub fn ctx(cluster: Option<&str>, at: Timestamp) -> BatchContext {
     BatchContext {
         cluster_id: cluster.map(Arc::from),
         received_at: at,
+        tenant: None,
     }
 }
 

@@ -158,6 +158,7 @@ pub fn ctx(at: Timestamp) -> component::BatchContext {
     component::BatchContext {
         cluster_id: None,
         received_at: at,
+        tenant: None,
     }
 }
 
