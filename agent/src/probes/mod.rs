@@ -105,6 +105,7 @@ impl Recorder {
             ret_code: i64::from(e.ret),
             cgroup_id: e.cgroup_id,
             comm: comm_str(&e.comm),
+            ..Default::default()
         });
     }
 
@@ -121,6 +122,7 @@ impl Recorder {
             ret_code: i64::from(e.return_code),
             cgroup_id: e.cgroup_id,
             comm: comm_str(&e.comm),
+            ..Default::default()
         });
     }
 
