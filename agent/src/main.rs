@@ -435,10 +435,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
                 .join(",");
             let st = ingero_agent::store::Store::start(o).map_err(|e| e.to_string())?;
             tracing::info!(path = %cfg.store.path.display(), node = %node, "event store open");
-            recorder = Some(probes::Recorder {
-                sink: st.sink(),
-                gpu_pids: Default::default(),
-            });
+            recorder = Some(probes::Recorder::new(st.sink()));
             store = Some(st);
         }
         let started = probes::start_recording(&cfg, rx.clone(), recorder.clone())

@@ -201,6 +201,9 @@ struct NodeData {
     calls: BTreeMap<(u32, i64, i64), Calls>,
     /// (pid or 0, window) -> host layers
     host: HashMap<(u32, i64), Host>,
+    /// Calls counted but not stored one by one (beyond the recorder's per-second budget):
+    /// (pid or 0, source, op) -> window -> calls.
+    unstored: HashMap<(u32, i64, i64), BTreeMap<i64, i64>>,
     /// OOM kills on the node: (window, victim pid, victim comm, RSS bytes).
     ooms: Vec<(i64, u32, String, i64)>,
     /// (GPU, window) -> NVML samples
@@ -298,6 +301,7 @@ fn load(
     let mut d = NodeData {
         calls: BTreeMap::new(),
         host: HashMap::new(),
+        unstored: HashMap::new(),
         ooms: Vec::new(),
         gpus: BTreeMap::new(),
         xids: Vec::new(),
@@ -435,6 +439,22 @@ fn load(
             _ => {}
         }
     }
+    // Timed calls beyond the per-second budget: counted in their second's aggregate only.
+    let mut st = conn.prepare(&format!(
+        "SELECT bucket, pid, source, op, count - stored FROM event_aggregates
+         WHERE {f_agg} AND bucket >= ?2 AND bucket <= ?3 AND source IN (1, 4, 9)
+           AND stored > 0 AND count > stored"
+    ))?;
+    let mut rows = st.query(params![node, start.saturating_sub(WINDOW_NS), end])?;
+    while let Some(r) = rows.next()? {
+        let (b, pid, s, o, n): (i64, u32, i64, i64, i64) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+        *d.unstored
+            .entry((key_pid(pid), s, o))
+            .or_default()
+            .entry(b.div_euclid(WINDOW_NS))
+            .or_default() += n;
+    }
     d.ecc.sort_unstable();
     Ok(Some(d))
 }
@@ -449,7 +469,7 @@ struct Symptom {
     symptom_rate: f64,
 }
 
-fn symptom(calls: &Calls) -> Option<Symptom> {
+fn symptom(calls: &Calls, unstored: Option<&BTreeMap<i64, i64>>) -> Option<Symptom> {
     if calls.len() < MIN_CALLS {
         return None;
     }
@@ -470,6 +490,12 @@ fn symptom(calls: &Calls) -> Option<Symptom> {
         if let Some(e) = per.get_mut(w) {
             e.0 += 1;
             e.1 = e.1.max(*dur);
+        }
+    }
+    // The rate counts every call, stored or not; durations come from the stored ones.
+    for (w, n) in unstored.into_iter().flatten() {
+        if let Some(e) = per.get_mut(w) {
+            e.0 += n;
         }
     }
     if per.len() < 3 {
@@ -582,7 +608,9 @@ pub fn explain(conn: &Connection, opts: &ExplainOptions) -> Result<Report, Inves
         // The strongest symptom per process (or per node): the largest rate drop, then tail.
         let mut best: BTreeMap<u32, ((i64, i64), Symptom)> = BTreeMap::new();
         for (&(pid, s, o), calls) in &d.calls {
-            let Some(sym) = symptom(calls) else { continue };
+            let Some(sym) = symptom(calls, d.unstored.get(&(pid, s, o))) else {
+                continue;
+            };
             let score = |x: &Symptom| {
                 (1.0 - x.symptom_rate / x.usual_rate.max(1.0)).max(0.0) + x.tail / 100.0
             };
@@ -1229,6 +1257,7 @@ mod tests {
             sum_dur,
             max_dur: sum_dur / count.max(1),
             sum_arg0: arg0,
+            stored: 0,
         }
     }
 
@@ -1272,6 +1301,46 @@ mod tests {
                 f.events.push(nvml(ts, gpu, op::NVML_POWER, 300_000, 0));
             }
         }
+    }
+
+    #[test]
+    fn a_rate_drop_above_the_stored_budget_is_seen_through_the_aggregates() {
+        // 20 s of 50 synchronizes stored per second, of 200 made (first 10 s) then 100 (the
+        // rest): only the aggregates' counts show the halved rate. Run-queue delay rises
+        // with it.
+        let mut f = fixtures::clean_events(0);
+        let t0 = f.events[0].timestamp.div_euclid(WINDOW_NS) * WINDOW_NS;
+        f.events
+            .retain(|e| (e.timestamp - t0) % WINDOW_NS < WINDOW_NS / 2);
+        f.aggregates.retain(|a| a.op != op::HOST_SCHED_WAKEUP);
+        for s in 0..20 {
+            let b = t0 + s * WINDOW_NS;
+            let made = if s < 10 { 200 } else { 100 };
+            let stored = f
+                .events
+                .iter()
+                .filter(|e| e.timestamp.div_euclid(WINDOW_NS) * WINDOW_NS == b)
+                .count() as i64;
+            f.aggregates.push(AggregateRow {
+                stored,
+                ..agg(b, source::CUDA, op::CUDA_STREAM_SYNC, made, 0, 0)
+            });
+            let runq = if s < 10 { 10_000_000 } else { 600_000_000 };
+            f.aggregates
+                .push(agg(b, source::HOST, op::HOST_SCHED_WAKEUP, made, runq, 0));
+        }
+        let r = explain_fixture("explain-unstored", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::CpuContention]);
+        assert!(r.chains[0].rate_drop > 0.4, "{}", render(&r));
+        // Without the aggregates' counts the stored rate is flat: no symptom.
+        f.aggregates.retain(|a| a.source != source::CUDA);
+        let r = explain_fixture("explain-unstored-flat", &f);
+        assert!(
+            r.chains.is_empty() && r.unexplained.is_empty(),
+            "{}",
+            render(&r)
+        );
     }
 
     #[test]

@@ -444,6 +444,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.offcpu_ns, p.offcpu_ns)),
                     max_dur: 0,
                     sum_arg0: as_i64(delta(c.involuntary, p.involuntary)),
+                    stored: 0,
                 });
                 self.sink.aggregate(AggregateRow {
                     bucket,
@@ -454,6 +455,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.runq_ns, p.runq_ns)),
                     max_dur: as_i64(c.runq_max_ns),
                     sum_arg0: 0,
+                    stored: 0,
                 });
             }
             seen.insert(pid, c);
@@ -474,6 +476,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.lat_ns, p.lat_ns)),
                     max_dur: as_i64(c.lat_max_ns),
                     sum_arg0: as_i64(delta(c.bytes, p.bytes)),
+                    stored: 0,
                 });
             }
             seen.insert(k, c);
@@ -511,6 +514,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.stall_ns, p.stall_ns)),
                     max_dur: as_i64(c.max_ns),
                     sum_arg0: as_i64(delta(c.reclaimed, p.reclaimed)),
+                    stored: 0,
                 });
             }
             seen.insert(pid, c);

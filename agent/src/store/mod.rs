@@ -48,6 +48,9 @@ pub struct AggregateRow {
     pub sum_dur: i64,
     pub max_dur: i64,
     pub sum_arg0: i64,
+    /// Of `count`, the calls that also have an `events` row (timed calls beyond the
+    /// per-second budget are only counted); 0 for counts without rows (launches, host).
+    pub stored: i64,
 }
 
 /// Store settings.
@@ -458,9 +461,10 @@ impl Writer {
             )?;
             let mut up = tx.prepare_cached(
                 "INSERT INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0, node)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, ?7, ?8, ?9)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?10, ?6, 0, ?7, ?8, ?9)
                  ON CONFLICT (bucket, source, op, pid, node) DO UPDATE SET
-                   count = count + excluded.count, sum_dur = sum_dur + excluded.sum_dur,
+                   count = count + excluded.count, stored = stored + excluded.stored,
+                   sum_dur = sum_dur + excluded.sum_dur,
                    max_dur = max(max_dur, excluded.max_dur), sum_arg0 = sum_arg0 + excluded.sum_arg0",
             )?;
             let mut name = tx.prepare_cached(
@@ -517,7 +521,8 @@ impl Writer {
                             a.sum_dur,
                             a.max_dur,
                             a.sum_arg0,
-                            self.opts.node
+                            self.opts.node,
+                            a.stored
                         ])?;
                         agg += 1;
                     }
@@ -790,6 +795,7 @@ mod tests {
                 sum_dur: d,
                 max_dur: d,
                 sum_arg0: 1,
+                stored: 0,
             });
         }
         sink.flush();

@@ -321,7 +321,7 @@ const INFO: &[(&str, &str)] = &[
     ),
     (
         "event_aggregates_note",
-        "ingero-agent (Rust) rows: 1-second buckets; sched_switch: count = switches, sum_dur = off-CPU ns, sum_arg0 = involuntary switches; sched_wakeup: sum_dur = run-queue delay ns; block_*: sum_dur = latency ns, sum_arg0 = bytes; tcp_retransmit: count; reclaim_stall: sum_dur = stalled ns, sum_arg0 = pages; kernel launches: count only; NVML samples are events rows with gpu_id",
+        "ingero-agent (Rust) rows: 1-second buckets; sched_switch: count = switches, sum_dur = off-CPU ns, sum_arg0 = involuntary switches; sched_wakeup: sum_dur = run-queue delay ns; block_*: sum_dur = latency ns, sum_arg0 = bytes; tcp_retransmit: count; reclaim_stall: sum_dur = stalled ns, sum_arg0 = pages; timed CUDA/driver/NCCL calls: count, sum_dur, max_dur, stored = those with an events row (at most 2,000 per pid, op and second); kernel launches: count only; NVML samples are events rows with gpu_id",
     ),
     ("writer", "ingero-agent (Rust)"),
 ];
