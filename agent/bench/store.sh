@@ -111,7 +111,7 @@ load() { # DB LOG [agent flags...]: sets MADE, SWITCHES, LOAD_RSS, LOAD_HWM, MAX
     [ "$b" -gt "$MAX_BYTES" ] && MAX_BYTES=$b
     sleep 0.2
   done
-  wait "${pids[@]}" "$sw"
+  wait "${pids[@]}" "$sw" || echo "store.sh: a load process failed (its figures below are short)" >&2
   LOAD_RSS=$(rss_kb "$APID")
   LOAD_HWM=$(hwm_kb "$APID")
   sleep 2 # the last drain
