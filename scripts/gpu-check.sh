@@ -17,10 +17,17 @@
 #             agent's RSS by mapping and probe state (scripts/gpu-e2e.sh --overhead-only) ~4.5 min
 #   e2e       the end-to-end harness (scripts/gpu-e2e.sh --skip-overhead): six PyTorch
 #             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
+#   why       "why is this node slow" (scripts/gpu/why.sh): a PyTorch training loop recorded
+#             with --store, alone, then with a CPU hog pinned beside it, then with
+#             synchronous disk writes in the loop; `explain --json` must name nothing, CPU
+#             contention, block I/O; OUT/why/summary.txt and three explain JSONs  ~1.5 min
 #
 # A 15-minute GPU session fits `facts rss overhead steps` in one call and `e2e` in the
 # next (with `layers` too when time is left). Issue 17's acceptance run, five healthy
 # minutes, is `E2E_HEALTHY=300 E2E_INJECTIONS=stall,stop` (~8 min): then `steps` next.
+#
+# `facts why` (~2 min) fits beside any of them. `scripts/gpu/why.sh --fake` runs the `why`
+# stage's plumbing without a GPU (root, cc; the fake CUDA libraries of agent/tests/c).
 #
 # Binaries (default target/release/...): INGERO_AGENT_BIN, INGERO_FLEET_BIN, and for
 # `overhead` ATTACH_EMPTY_BIN, BPF_STATS_BIN (`cargo build --release -p ingero-agent
@@ -46,12 +53,12 @@ export PYTHONUNBUFFERED=1
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(facts rss layers overhead steps e2e)
+[ ${#stages[@]} -gt 0 ] || stages=(facts rss layers overhead steps e2e why)
 for s in "${stages[@]}"; do
   case "$s" in
-    facts | rss | layers | overhead | steps | e2e) ;;
+    facts | rss | layers | overhead | steps | e2e | why) ;;
     -h | --help) usage; exit 0 ;;
-    *) echo "gpu-check: unknown stage '$s' (facts rss layers overhead steps e2e)" >&2; exit 2 ;;
+    *) echo "gpu-check: unknown stage '$s' (facts rss layers overhead steps e2e why)" >&2; exit 2 ;;
   esac
 done
 if [ "$(id -u)" != 0 ]; then
@@ -111,6 +118,10 @@ stage_e2e() {
   "$here/gpu-e2e.sh" --python "$PYTHON" --out "$OUT/e2e" --skip-overhead --push-interval 2 \
     --healthy "${E2E_HEALTHY:-150}" --inject "${E2E_INJECT:-20}" --recover "${E2E_RECOVER:-24}" \
     --injections "${E2E_INJECTIONS:-stall,stop,contention}"
+}
+
+stage_why() {
+  OUT="$OUT/why" PYTHON="$PYTHON" "$here/gpu/why.sh"
 }
 
 failed=()

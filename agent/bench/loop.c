@@ -3,10 +3,19 @@
  * PyTorch's own kernels do) or straight through the driver (cuLaunchKernel, as cuBLAS's
  * static runtime and Triton do).
  *
- *   loop max <calls> [runtime|driver]            tight loop; prints "ns_per_call <x>"
- *   loop rate <per_second> <s> [runtime|driver]  paced calls for <s> seconds;
- *                                                prints "calls <n> seconds <t>"
+ *   loop max <calls> [runtime|driver|memcpy]            tight loop; prints "ns_per_call <x>"
+ *   loop rate <per_second> <s> [runtime|driver|memcpy]  paced calls for <s> seconds;
+ *                                                       prints "calls <n> seconds <t>"
+ *   loop switch <s>                                     two threads handing a byte back and
+ *       forth through pipes for <s> seconds (a context switch per hand-over, as on a busy
+ *       host); one cudaMemcpyAsync first so the agent watches the process; prints
+ *       "handovers <n> seconds <t>"
+ *
+ * memcpy: cudaMemcpyAsync, a call the agent times (one stored event each), where launches
+ * are only counted.
  */
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +24,10 @@
 typedef struct { unsigned x, y, z; } dim3;
 int cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **, void **);
+int cudaMemcpyAsync(void *, const void *, size_t, int, void *);
 
-static int driver;
+static int driver, memcpy_mode;
+static char src[64], dst[64];
 
 static double now(void)
 {
@@ -28,7 +39,9 @@ static double now(void)
 static void launch(void)
 {
 	dim3 g = { 1, 1, 1 }, b = { 32, 1, 1 };
-	if (driver)
+	if (memcpy_mode)
+		cudaMemcpyAsync(dst, src, sizeof src, 1, NULL);
+	else if (driver)
 		cuLaunchKernel((void *)1, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 	else
 		cudaLaunchKernel((void *)1, g, b, NULL, 0, NULL);
@@ -42,7 +55,47 @@ static int api(int argc, char **argv, int at)
 		driver = 1;
 		return 0;
 	}
+	if (strcmp(argv[at], "memcpy") == 0) {
+		memcpy_mode = 1;
+		return 0;
+	}
 	return -1;
+}
+
+static int ping[2], pong[2];
+static volatile int stop;
+
+static void *ponger(void *arg)
+{
+	(void)arg;
+	char c;
+	while (!stop && read(ping[0], &c, 1) == 1)
+		if (write(pong[1], &c, 1) != 1)
+			break;
+	return NULL;
+}
+
+static int switches(double secs)
+{
+	cudaMemcpyAsync(dst, src, sizeof src, 1, NULL);
+	if (pipe(ping) || pipe(pong))
+		return 2;
+	pthread_t t;
+	if (pthread_create(&t, NULL, ponger, NULL))
+		return 2;
+	long n = 0;
+	char c = 1;
+	double t0 = now();
+	while (now() - t0 < secs) {
+		if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
+			return 2;
+		n++;
+	}
+	stop = 1;
+	close(ping[1]);
+	pthread_join(t, NULL);
+	printf("handovers %ld seconds %.2f\n", n, now() - t0);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -78,6 +131,9 @@ int main(int argc, char **argv)
 		printf("calls %ld seconds %.2f\n", calls, now() - t0);
 		return 0;
 	}
-	fprintf(stderr, "usage: loop max <calls> [runtime|driver] | loop rate <per_second> <seconds> [runtime|driver]\n");
+	if (argc == 3 && strcmp(argv[1], "switch") == 0)
+		return switches(atof(argv[2]));
+	fprintf(stderr, "usage: loop max <calls> [runtime|driver|memcpy] | loop rate <per_second> <seconds> "
+			"[runtime|driver|memcpy] | loop switch <seconds>\n");
 	return 2;
 }

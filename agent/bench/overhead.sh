@@ -53,7 +53,7 @@ echo "building (release)..." >&2
 cc -shared -fPIC -O2 -Wl,-soname,libcuda.so.1 -o "$WORK/libcuda.so.1" "$AGENT_DIR/tests/c/fake_cuda.c"
 cc -shared -fPIC -O2 -Wl,-soname,libcudart.so.12 -o "$WORK/libcudart.so.12" "$AGENT_DIR/tests/c/fake_cudart.c" \
   "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
-cc -O2 -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
+cc -O2 -pthread -o "$WORK/loop" "$AGENT_DIR/bench/loop.c" "$WORK/libcudart.so.12" "$WORK/libcuda.so.1" -Wl,-rpath,"$WORK"
 if [ -n "${INGERO_AGENT_BIN:-}" ] && [ -n "${ATTACH_EMPTY_BIN:-}" ] && [ -n "${BPF_STATS_BIN:-}" ]; then
   AGENT=$INGERO_AGENT_BIN EMPTY=$ATTACH_EMPTY_BIN STATS=$BPF_STATS_BIN
 else

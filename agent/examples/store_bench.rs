@@ -65,6 +65,7 @@ fn main() {
                 sum_dur: if slow { 400_000_000 } else { 5_000_000 },
                 max_dur: 1_000_000,
                 sum_arg0: 0,
+                stored: 0,
             });
         }
     }

@@ -401,6 +401,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     let mut store: Option<ingero_agent::store::Store> = None;
     let mut recorder: Option<probes::Recorder> = None;
     let mut host: Option<probes::host::HostHandle> = None;
+    let mut gpu_sampler: Option<ingero_agent::signals::nvml::SamplerHandle> = None;
     let (source, nccl, gpu): (Box<dyn SignalSource>, _, _) = if cfg.synthetic.enabled {
         let script = SyntheticScript::load(&cfg.synthetic.script)
             .map_err(|e| format!("synthetic.script: {e}"))?;
@@ -434,10 +435,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
                 .join(",");
             let st = ingero_agent::store::Store::start(o).map_err(|e| e.to_string())?;
             tracing::info!(path = %cfg.store.path.display(), node = %node, "event store open");
-            recorder = Some(probes::Recorder {
-                sink: st.sink(),
-                gpu_pids: Default::default(),
-            });
+            recorder = Some(probes::Recorder::new(st.sink()));
             store = Some(st);
         }
         let started = probes::start_recording(&cfg, rx.clone(), recorder.clone())
@@ -458,6 +456,16 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
         }
         probe_handle = Some(started.handle);
         nvml = started.nvml;
+        if let (Some(r), Some(n)) = (&recorder, &nvml) {
+            gpu_sampler = Some(
+                ingero_agent::signals::nvml::start_sampler(
+                    n.clone(),
+                    r.sink.clone(),
+                    Duration::from_secs(1),
+                )
+                .map_err(|e| format!("GPU health sampler: {e}"))?,
+            );
+        }
         (Box::new(started.source), started.nccl, started.gpu)
     };
     let built = setup::build(&cfg, clock.clone(), source, nccl, gpu).map_err(|e| e.to_string())?;
@@ -508,7 +516,7 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
                     dropped_queue_full: c.dropped_queue_full.load(Relaxed),
                     dropped_write_error: c.dropped_write_error.load(Relaxed),
                     rollovers: c.rollovers.load(Relaxed),
-                    host_drops: [0; 4],
+                    host_drops: Default::default(),
                 };
                 if let Some(h) = &host_c {
                     for (d, v) in counts.host_drops.iter_mut().zip(&h.kernel_drops) {
@@ -590,13 +598,25 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
         );
         h.stop();
     }
+    if let Some(g) = gpu_sampler {
+        g.stop();
+    }
     if let Some(h) = host {
         let d = &h.counters.kernel_drops;
+        let v = |i: usize| d[i].load(std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
-            threads_full = d[0].load(std::sync::atomic::Ordering::Relaxed),
-            procs_full = d[1].load(std::sync::atomic::Ordering::Relaxed),
-            io_inflight_full = d[2].load(std::sync::atomic::Ordering::Relaxed),
-            io_procs_full = d[3].load(std::sync::atomic::Ordering::Relaxed),
+            threads_full = v(0),
+            procs_full = v(1),
+            io_inflight_full = v(2),
+            io_procs_full = v(3),
+            net_procs_full = v(4),
+            mem_procs_full = v(5),
+            reclaim_threads_full = v(6),
+            oom_ringbuf_full = v(7),
+            oom_kills = h
+                .counters
+                .oom_kills
+                .load(std::sync::atomic::Ordering::Relaxed),
             "host layer drops"
         );
         h.stop();

@@ -218,17 +218,9 @@ fn render_store(o: &mut String, s: &StatusSnapshot) {
         o,
         HOST_DROPPED_TOTAL,
         "counter",
-        "Host-layer (scheduler, block I/O) updates lost in the kernel, by the map that was full.",
+        "Host-layer (scheduler, block I/O, TCP, reclaim, OOM) updates lost in the kernel, by the map that was full.",
     );
-    for (i, reason) in [
-        "threads_full",
-        "procs_full",
-        "io_inflight_full",
-        "io_procs_full",
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, reason) in crate::probes::host::HOST_DROP_REASONS.iter().enumerate() {
         let _ = writeln!(
             o,
             "{HOST_DROPPED_TOTAL}{{reason=\"{reason}\"}} {}",
@@ -396,7 +388,7 @@ mod tests {
                 dropped_queue_full: 7,
                 dropped_write_error: 0,
                 rollovers: 1,
-                host_drops: [0, 2, 0, 0],
+                host_drops: [0, 2, 0, 0, 0, 0, 0, 0],
             },
             ..Default::default()
         }

@@ -78,7 +78,7 @@ pub struct StoreCounts {
     pub rollovers: u64,
     /// The host layer's kernel-side losses: `[threads_full, procs_full, io_inflight_full,
     /// io_procs_full]`.
-    pub host_drops: [u64; 4],
+    pub host_drops: [u64; crate::probes::host::HOST_DROP_REASONS.len()],
 }
 
 /// Shared between the tick (writer) and the view (reader).

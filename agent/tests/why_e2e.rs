@@ -35,7 +35,7 @@ fn build_workload(dir: &Path, fakes: &native::Fakes) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/why_workload.c");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(&out)
         .arg(&src)
         .arg(&fakes.cudart)

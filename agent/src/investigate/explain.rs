@@ -19,6 +19,19 @@
 //!   synchronous write also costs the wake-up after it, their I/O moving at least 1 MiB/s
 //!   in the symptom windows and twice as much as in the others.
 //!
+//! The other layers:
+//! - TCP retransmits of the processes' sockets: at least 5 in the symptom windows, at least
+//!   1/s there, and three times the rate of the other windows (a lossy link or a congested
+//!   switch beside NCCL's socket transport);
+//! - memory reclaim: the processes stalled in direct or cgroup reclaim for at least 5 % of
+//!   the time in the symptom windows and twice the share of the other windows;
+//! - an OOM kill (of a watched process, or caused by one) in the symptom windows or the two
+//!   seconds before them;
+//! - NVML, per GPU: a thermal, power or hardware-slowdown clock reason in at least half of
+//!   the GPU's samples in the symptom windows and at most half that share in the others
+//!   (a GPU throttled from start to end is not a change); an XID event, or a new
+//!   uncorrected ECC error, in the symptom windows or the two seconds before them.
+//!
 //! A symptom lasts at least three windows, and needs a baseline: at least three windows
 //! outside it, and at most two thirds of
 //! the windows in it. A condition present through the whole range (a node contended from
@@ -66,6 +79,40 @@ pub enum Cause {
     CpuContention,
     #[serde(rename = "block_io")]
     BlockIo,
+    #[serde(rename = "tcp_retransmits")]
+    TcpRetransmits,
+    #[serde(rename = "memory_reclaim")]
+    MemoryReclaim,
+    #[serde(rename = "oom_kill")]
+    OomKill,
+    #[serde(rename = "gpu_thermal_throttle")]
+    GpuThermal,
+    #[serde(rename = "gpu_power_throttle")]
+    GpuPower,
+    #[serde(rename = "gpu_hw_slowdown")]
+    GpuHwSlowdown,
+    #[serde(rename = "gpu_xid")]
+    GpuXid,
+    #[serde(rename = "gpu_ecc")]
+    GpuEcc,
+}
+
+impl Cause {
+    /// The short name used in chain ids.
+    fn short(self) -> &'static str {
+        match self {
+            Cause::CpuContention => "cpu",
+            Cause::BlockIo => "io",
+            Cause::TcpRetransmits => "net",
+            Cause::MemoryReclaim => "reclaim",
+            Cause::OomKill => "oom",
+            Cause::GpuThermal => "thermal",
+            Cause::GpuPower => "power",
+            Cause::GpuHwSlowdown => "hwslow",
+            Cause::GpuXid => "xid",
+            Cause::GpuEcc => "ecc",
+        }
+    }
 }
 
 /// A causal chain as `explain` prints it and writes it to `causal_chains`.
@@ -121,6 +168,10 @@ struct Host {
     io_lat_ns: i64,
     io_max_ns: i64,
     has_runq: bool,
+    retransmits: i64,
+    reclaim_stalls: i64,
+    reclaim_ns: i64,
+    reclaim_pages: i64,
 }
 
 impl Host {
@@ -135,6 +186,10 @@ impl Host {
         self.io_lat_ns += o.io_lat_ns;
         self.io_max_ns = self.io_max_ns.max(o.io_max_ns);
         self.has_runq |= o.has_runq;
+        self.retransmits += o.retransmits;
+        self.reclaim_stalls += o.reclaim_stalls;
+        self.reclaim_ns += o.reclaim_ns;
+        self.reclaim_pages += o.reclaim_pages;
     }
 }
 
@@ -146,6 +201,31 @@ struct NodeData {
     calls: BTreeMap<(u32, i64, i64), Calls>,
     /// (pid or 0, window) -> host layers
     host: HashMap<(u32, i64), Host>,
+    /// Calls counted but not stored one by one (beyond the recorder's per-second budget):
+    /// (pid or 0, source, op) -> window -> calls.
+    unstored: HashMap<(u32, i64, i64), BTreeMap<i64, i64>>,
+    /// OOM kills on the node: (window, victim pid, victim comm, RSS bytes).
+    ooms: Vec<(i64, u32, String, i64)>,
+    /// (GPU, window) -> NVML samples
+    gpus: BTreeMap<(i64, i64), GpuWindow>,
+    /// XID events: (window, GPU, XID).
+    xids: Vec<(i64, i64, i64)>,
+    /// ECC counts as recorded: (timestamp, GPU, uncorrected).
+    ecc: Vec<(i64, i64, i64)>,
+}
+
+/// One GPU's NVML samples in one window.
+#[derive(Debug, Default, Clone, Copy)]
+struct GpuWindow {
+    samples: i64,
+    thermal: i64,
+    power: i64,
+    hw_slowdown: i64,
+    clock_sum: i64,
+    clock_n: i64,
+    temp_max: i64,
+    power_mw_sum: i64,
+    power_n: i64,
 }
 
 fn percentile(sorted: &[i64], q: f64) -> i64 {
@@ -221,9 +301,16 @@ fn load(
     let mut d = NodeData {
         calls: BTreeMap::new(),
         host: HashMap::new(),
+        unstored: HashMap::new(),
+        ooms: Vec::new(),
+        gpus: BTreeMap::new(),
+        xids: Vec::new(),
+        ecc: Vec::new(),
     };
+    let has_comm = has_column(conn, "events", "comm")?;
+    let comm_col = if has_comm { "comm" } else { "''" };
     let mut st = conn.prepare(&format!(
-        "SELECT timestamp, pid, source, op, duration, arg0 FROM events
+        "SELECT timestamp, pid, source, op, duration, arg0, gpu_id, {comm_col} FROM events
          WHERE {f_ev} AND timestamp >= ?2 AND timestamp <= ?3"
     ))?;
     let mut rows = st.query(params![node, start, end])?;
@@ -238,6 +325,39 @@ fn load(
         );
         let w = ts.div_euclid(WINDOW_NS);
         match s {
+            source::NVML => {
+                let gpu: i64 = r.get(6)?;
+                let g = d.gpus.entry((gpu, w)).or_default();
+                match o {
+                    op::NVML_CLOCK_REASONS => {
+                        use crate::signals::nvml::reasons as rs;
+                        let bits = arg0 as u64;
+                        g.samples += 1;
+                        g.thermal += i64::from(bits & rs::THERMAL != 0);
+                        g.power += i64::from(bits & rs::POWER != 0);
+                        g.hw_slowdown += i64::from(bits & rs::HW_SLOWDOWN != 0);
+                    }
+                    op::NVML_SM_CLOCK => {
+                        g.clock_sum += arg0;
+                        g.clock_n += 1;
+                    }
+                    op::NVML_TEMPERATURE => g.temp_max = g.temp_max.max(arg0),
+                    op::NVML_POWER => {
+                        g.power_mw_sum += arg0;
+                        g.power_n += 1;
+                    }
+                    op::NVML_XID => d.xids.push((w, gpu, arg0)),
+                    op::NVML_ECC => d.ecc.push((ts, gpu, arg0)),
+                    _ => {}
+                }
+            }
+            source::HOST if o == op::HOST_OOM_KILL => {
+                let comm: String = r.get(7)?;
+                d.ooms.push((w, pid, comm, arg0));
+            }
+            source::TCP if o == op::TCP_RETRANSMIT => {
+                d.host.entry((key_pid(pid), w)).or_default().retransmits += 1;
+            }
             source::CUDA | source::DRIVER | source::NCCL => {
                 let launch = (s == source::CUDA && o == op::CUDA_LAUNCH_KERNEL)
                     || (s == source::DRIVER && o == op::DRIVER_LAUNCH_KERNEL);
@@ -266,7 +386,7 @@ fn load(
     }
     let mut st = conn.prepare(&format!(
         "SELECT bucket, pid, source, op, count, sum_dur, max_dur, sum_arg0 FROM event_aggregates
-         WHERE {f_agg} AND bucket >= ?2 AND bucket <= ?3 AND source IN (3, 5)"
+         WHERE {f_agg} AND bucket >= ?2 AND bucket <= ?3 AND source IN (3, 5, 6)"
     ))?;
     let mut rows = st.query(params![node, start.saturating_sub(WINDOW_NS), end])?;
     while let Some(r) = rows.next()? {
@@ -304,6 +424,12 @@ fn load(
                 h.runq_ns += sum_dur;
                 h.has_runq = true;
             }
+            (source::HOST, op::HOST_RECLAIM_STALL) => {
+                h.reclaim_stalls += count;
+                h.reclaim_ns += sum_dur;
+                h.reclaim_pages += sum_arg0;
+            }
+            (source::TCP, op::TCP_RETRANSMIT) => h.retransmits += count,
             (source::IO, _) => {
                 h.io_ops += count;
                 h.io_lat_ns += sum_dur;
@@ -313,6 +439,23 @@ fn load(
             _ => {}
         }
     }
+    // Timed calls beyond the per-second budget: counted in their second's aggregate only.
+    let mut st = conn.prepare(&format!(
+        "SELECT bucket, pid, source, op, count - stored FROM event_aggregates
+         WHERE {f_agg} AND bucket >= ?2 AND bucket <= ?3 AND source IN (1, 4, 9)
+           AND stored > 0 AND count > stored"
+    ))?;
+    let mut rows = st.query(params![node, start.saturating_sub(WINDOW_NS), end])?;
+    while let Some(r) = rows.next()? {
+        let (b, pid, s, o, n): (i64, u32, i64, i64, i64) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+        *d.unstored
+            .entry((key_pid(pid), s, o))
+            .or_default()
+            .entry(b.div_euclid(WINDOW_NS))
+            .or_default() += n;
+    }
+    d.ecc.sort_unstable();
     Ok(Some(d))
 }
 
@@ -326,7 +469,7 @@ struct Symptom {
     symptom_rate: f64,
 }
 
-fn symptom(calls: &Calls) -> Option<Symptom> {
+fn symptom(calls: &Calls, unstored: Option<&BTreeMap<i64, i64>>) -> Option<Symptom> {
     if calls.len() < MIN_CALLS {
         return None;
     }
@@ -347,6 +490,12 @@ fn symptom(calls: &Calls) -> Option<Symptom> {
         if let Some(e) = per.get_mut(w) {
             e.0 += 1;
             e.1 = e.1.max(*dur);
+        }
+    }
+    // The rate counts every call, stored or not; durations come from the stored ones.
+    for (w, n) in unstored.into_iter().flatten() {
+        if let Some(e) = per.get_mut(w) {
+            e.0 += n;
         }
     }
     if per.len() < 3 {
@@ -459,7 +608,9 @@ pub fn explain(conn: &Connection, opts: &ExplainOptions) -> Result<Report, Inves
         // The strongest symptom per process (or per node): the largest rate drop, then tail.
         let mut best: BTreeMap<u32, ((i64, i64), Symptom)> = BTreeMap::new();
         for (&(pid, s, o), calls) in &d.calls {
-            let Some(sym) = symptom(calls) else { continue };
+            let Some(sym) = symptom(calls, d.unstored.get(&(pid, s, o))) else {
+                continue;
+            };
             let score = |x: &Symptom| {
                 (1.0 - x.symptom_rate / x.usual_rate.max(1.0)).max(0.0) + x.tail / 100.0
             };
@@ -550,6 +701,20 @@ pub fn explain(conn: &Connection, opts: &ExplainOptions) -> Result<Report, Inves
                 recs.push("Move synchronous writes (checkpoints, logs) off the training loop: write asynchronously or from another thread, to local NVMe".into());
                 recs.push("Prefetch input data (DataLoader num_workers, pin_memory) so the step never waits on the disk".into());
             }
+            other_layers(
+                &d,
+                pid,
+                &sym,
+                (&a, na),
+                (&n, nn),
+                &mut Found {
+                    causes: &mut causes,
+                    root: &mut root,
+                    timeline: &mut timeline,
+                    recs: &mut recs,
+                    nccl: s == source::NCCL,
+                },
+            );
             let symptom_detail = format!(
                 "{:.0} calls/s in {} window(s) against {:.0}/s usually ({:.0}% lower); p99={} ({:.1}x p50={})",
                 sym.symptom_rate,
@@ -590,13 +755,7 @@ pub fn explain(conn: &Connection, opts: &ExplainOptions) -> Result<Report, Inves
                 "LOW"
             };
             let root_cause = root.join(" + ");
-            let kinds: Vec<&str> = causes
-                .iter()
-                .map(|c| match c {
-                    Cause::CpuContention => "cpu",
-                    Cause::BlockIo => "io",
-                })
-                .collect();
+            let kinds: Vec<&str> = causes.iter().map(|c| c.short()).collect();
             let pid_part = if pid != 0 {
                 format!("-pid{pid}")
             } else {
@@ -632,6 +791,258 @@ pub fn explain(conn: &Connection, opts: &ExplainOptions) -> Result<Report, Inves
         }
     }
     Ok(report)
+}
+
+/// Where a layer's findings go.
+struct Found<'a> {
+    causes: &'a mut Vec<Cause>,
+    root: &'a mut Vec<String>,
+    timeline: &'a mut Vec<TimelineEntry>,
+    recs: &'a mut Vec<String>,
+    /// The symptom is an NCCL collective's.
+    nccl: bool,
+}
+
+impl Found<'_> {
+    fn add(
+        &mut self,
+        cause: Cause,
+        root: String,
+        layer: &str,
+        op: &str,
+        detail: String,
+        recs: &[&str],
+    ) {
+        self.causes.push(cause);
+        self.root.push(root);
+        self.timeline.push(TimelineEntry {
+            layer: layer.into(),
+            op: op.into(),
+            detail,
+            dur_us: 0,
+        });
+        self.recs.extend(recs.iter().map(|r| r.to_string()));
+    }
+}
+
+/// Whether window `w` is in the symptom or up to two windows before it (an event that
+/// starts a slowdown comes before its first slow window).
+fn near(sym: &Symptom, w: i64) -> bool {
+    let (Some(first), Some(last)) = (sym.windows.first(), sym.windows.last()) else {
+        return false;
+    };
+    w >= first - 2 && w <= *last
+}
+
+/// The network, memory and GPU layers (see the module's rules).
+fn other_layers(
+    d: &NodeData,
+    pid: u32,
+    sym: &Symptom,
+    (a, na): (&Host, usize),
+    (n, nn): (&Host, usize),
+    f: &mut Found<'_>,
+) {
+    // TCP retransmits.
+    let (ra, rn) = (per_s(a.retransmits, na), per_s(n.retransmits, nn));
+    if a.retransmits >= 5 && ra >= 1.0 && ra >= 3.0 * rn {
+        let detail = format!(
+            "{} TCP retransmits ({ra:.1}/s, vs {rn:.1}/s otherwise)",
+            a.retransmits
+        );
+        let mut recs = vec![
+            "Check the network path: NIC error and drop counters (ethtool -S, ip -s link), switch port drops, MTU mismatches",
+        ];
+        if f.nccl {
+            recs.push("NCCL is on its socket transport over a lossy path: use RDMA (InfiniBand/RoCE, NCCL_IB_HCA) where the fabric has it, or pin NCCL_SOCKET_IFNAME to the fast interface");
+        }
+        f.add(
+            Cause::TcpRetransmits,
+            format!("network packet loss ({detail})"),
+            "NET",
+            "tcp_retransmit",
+            detail,
+            &recs,
+        );
+    }
+    // Memory reclaim stalls.
+    let (ma, mn) = (share(a.reclaim_ns, na), share(n.reclaim_ns, nn));
+    if ma >= 0.05 && ma >= 2.0 * mn {
+        let detail = format!(
+            "{} reclaim stalls, {:.0}% of the time (vs {:.0}% otherwise), {} pages reclaimed",
+            a.reclaim_stalls,
+            ma * 100.0,
+            mn * 100.0,
+            a.reclaim_pages
+        );
+        f.add(
+            Cause::MemoryReclaim,
+            format!("memory pressure ({detail})"),
+            "HOST",
+            "reclaim_stall",
+            detail,
+            &[
+                "Give the job more memory headroom (the pod's or cgroup's memory limit, or less else on the node) so its allocations do not reclaim",
+                "Cut host memory use: fewer DataLoader workers or a smaller prefetch_factor, less pinned memory, and drop page cache from checkpoint writes (O_DIRECT, or posix_fadvise DONTNEED)",
+            ],
+        );
+    }
+    // OOM kills near the symptom (node-wide: the victim may be another process of the job).
+    let ooms: Vec<&(i64, u32, String, i64)> = d.ooms.iter().filter(|o| near(sym, o.0)).collect();
+    if !ooms.is_empty() {
+        let victims: Vec<String> = ooms
+            .iter()
+            .map(|(_, p, c, rss)| format!("pid {p} ({c}, {:.0} MB)", *rss as f64 / 1e6))
+            .collect();
+        let detail = format!("{} OOM kill(s): {}", ooms.len(), victims.join(", "));
+        let _ = pid;
+        f.add(
+            Cause::OomKill,
+            format!("out of memory ({detail})"),
+            "HOST",
+            "oom_kill",
+            detail,
+            &[
+                "Raise the memory limit of the job's pod or cgroup, or lower its host memory use (DataLoader workers, pinned buffers, caches)",
+                "Check the kernel log (dmesg) for the OOM report: which cgroup hit its limit and what held the memory",
+            ],
+        );
+    }
+    // NVML: per GPU, the clock reasons in the symptom windows against the others.
+    let gpus: BTreeSet<i64> = d.gpus.keys().map(|(g, _)| *g).collect();
+    let sum = |gpu: i64, ws: &mut dyn Iterator<Item = &i64>| {
+        let mut t = GpuWindow::default();
+        for w in ws {
+            if let Some(g) = d.gpus.get(&(gpu, *w)) {
+                t.samples += g.samples;
+                t.thermal += g.thermal;
+                t.power += g.power;
+                t.hw_slowdown += g.hw_slowdown;
+                t.clock_sum += g.clock_sum;
+                t.clock_n += g.clock_n;
+                t.temp_max = t.temp_max.max(g.temp_max);
+                t.power_mw_sum += g.power_mw_sum;
+                t.power_n += g.power_n;
+            }
+        }
+        t
+    };
+    let frac = |v: i64, n: i64| if n > 0 { v as f64 / n as f64 } else { 0.0 };
+    for gpu in gpus {
+        let ga = sum(gpu, &mut sym.windows.iter());
+        let gn = sum(gpu, &mut sym.all_windows.difference(&sym.windows));
+        if ga.samples < 2 {
+            continue;
+        }
+        let clocks = |g: &GpuWindow| {
+            if g.clock_n > 0 {
+                format!("{} MHz", g.clock_sum / g.clock_n)
+            } else {
+                "unknown".into()
+            }
+        };
+        let context = format!(
+            "SM clock {} (vs {} otherwise), up to {} C, {:.0} W",
+            clocks(&ga),
+            clocks(&gn),
+            ga.temp_max,
+            frac(ga.power_mw_sum, ga.power_n) / 1000.0
+        );
+        let throttled = |va: i64, vn: i64| {
+            let (sa, sn) = (frac(va, ga.samples), frac(vn, gn.samples));
+            (sa >= 0.5 && sn <= 0.5 * sa).then_some(sa)
+        };
+        if let Some(sa) = throttled(ga.thermal, gn.thermal) {
+            let detail = format!(
+                "GPU {gpu} thermally throttled in {:.0}% of its samples; {context}",
+                sa * 100.0
+            );
+            f.add(
+                Cause::GpuThermal,
+                format!("GPU thermal throttling ({detail})"),
+                "GPU",
+                "gpu_clock_reasons",
+                detail,
+                &[
+                    "Check the GPU's cooling: fan and airflow, inlet temperature, blocked or failed fans (nvidia-smi -q -d TEMPERATURE,PERFORMANCE); move the job off the node until it is fixed",
+                ],
+            );
+        }
+        if let Some(sa) = throttled(ga.power, gn.power) {
+            let detail = format!(
+                "GPU {gpu} held at its power limit in {:.0}% of its samples; {context}",
+                sa * 100.0
+            );
+            f.add(
+                Cause::GpuPower,
+                format!("GPU power capping ({detail})"),
+                "GPU",
+                "gpu_clock_reasons",
+                detail,
+                &[
+                    "Check the GPU's power limit against its default (nvidia-smi -q -d POWER) and the node's power supply; a lowered cap or a power brake slows one GPU and with it every rank",
+                ],
+            );
+        }
+        if let Some(sa) = throttled(ga.hw_slowdown, gn.hw_slowdown) {
+            let detail = format!(
+                "GPU {gpu} in hardware slowdown in {:.0}% of its samples; {context}",
+                sa * 100.0
+            );
+            f.add(
+                Cause::GpuHwSlowdown,
+                format!("GPU hardware slowdown ({detail})"),
+                "GPU",
+                "gpu_clock_reasons",
+                detail,
+                &[
+                    "Hardware slowdown comes from the board (temperature, power brake or a failing power supply): check nvidia-smi -q -d PERFORMANCE and the BMC's event log, and drain the node if it persists",
+                ],
+            );
+        }
+    }
+    let xids: Vec<&(i64, i64, i64)> = d.xids.iter().filter(|x| near(sym, x.0)).collect();
+    if !xids.is_empty() {
+        let list: Vec<String> = xids
+            .iter()
+            .map(|(_, g, x)| format!("XID {x} on GPU {g}"))
+            .collect();
+        let detail = list.join(", ");
+        f.add(
+            Cause::GpuXid,
+            format!("GPU error ({detail})"),
+            "GPU",
+            "gpu_xid",
+            detail,
+            &["Look the XID up in NVIDIA's XID catalogue and the kernel log (dmesg | grep -i xid); most need a GPU reset or a node drain"],
+        );
+    }
+    // New uncorrected ECC errors: a count above the GPU's previous one, near the symptom.
+    let mut last: HashMap<i64, i64> = HashMap::new();
+    let mut new_errors: BTreeMap<i64, i64> = BTreeMap::new();
+    for (ts, gpu, u) in &d.ecc {
+        if let Some(prev) = last.insert(*gpu, *u)
+            && *u > prev
+            && near(sym, ts.div_euclid(WINDOW_NS))
+        {
+            *new_errors.entry(*gpu).or_default() += u - prev;
+        }
+    }
+    if !new_errors.is_empty() {
+        let list: Vec<String> = new_errors
+            .iter()
+            .map(|(g, k)| format!("{k} on GPU {g}"))
+            .collect();
+        let detail = format!("new uncorrected ECC errors: {}", list.join(", "));
+        f.add(
+            Cause::GpuEcc,
+            format!("GPU memory errors ({detail})"),
+            "GPU",
+            "gpu_ecc_errors",
+            detail,
+            &["Uncorrected ECC errors mean a page retirement or row remap and often a GPU reset: drain the node and check nvidia-smi -q -d ECC,ROW_REMAPPER"],
+        );
+    }
 }
 
 /// Write the chains to `causal_chains` (replacing chains with the same id).
@@ -702,7 +1113,7 @@ pub fn render(r: &Report) -> String {
         };
         let pid = u.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
         s.push_str(&format!(
-            "{node}{pid}: {} {} - no cause found in the host, CPU or I/O layers\n",
+            "{node}{pid}: {} {} - no cause found in the CPU, I/O, network, memory or GPU layers\n",
             u.cuda_op, u.detail
         ));
     }
@@ -720,6 +1131,7 @@ pub fn render(r: &Report) -> String {
 mod tests {
     use super::*;
     use crate::investigate::fixtures::{self, Layout};
+    use crate::store::{AggregateRow, EventRow};
 
     fn opts() -> ExplainOptions {
         ExplainOptions {
@@ -816,6 +1228,307 @@ mod tests {
         assert_eq!(r.nodes, vec![String::new()]);
         assert_eq!(r.chains.len(), 1, "{}", render(&r));
         assert_eq!(r.chains[0].causes, vec![Cause::CpuContention]);
+    }
+
+    /// The contended fixture without its host evidence: a slowdown in seconds 10..19 of 20
+    /// that nothing explains yet, and the start of its first second.
+    fn bare_slowdown() -> (fixtures::Fixture, i64) {
+        let mut evs = fixtures::contended_events(0);
+        evs.aggregates.clear();
+        let t0 = evs.events[0].timestamp.div_euclid(WINDOW_NS) * WINDOW_NS;
+        (evs, t0)
+    }
+
+    fn explain_fixture(tag: &str, f: &fixtures::Fixture) -> Report {
+        let dir = fixtures::tmp_dir(tag);
+        let p = dir.join("n.db");
+        fixtures::write_node_db(&p, "n5", Layout::Current, f);
+        let c = crate::store::open_read_only(&p).unwrap();
+        explain(&c, &opts()).unwrap()
+    }
+
+    fn agg(b: i64, src: i64, o: i64, count: i64, sum_dur: i64, arg0: i64) -> AggregateRow {
+        AggregateRow {
+            bucket: b,
+            source: src,
+            op: o,
+            pid: fixtures::PID,
+            count,
+            sum_dur,
+            max_dur: sum_dur / count.max(1),
+            sum_arg0: arg0,
+            stored: 0,
+        }
+    }
+
+    fn nvml(ts: i64, gpu: i64, o: i64, arg0: i64, arg1: i64) -> EventRow {
+        EventRow {
+            timestamp: ts,
+            source: source::NVML,
+            op: o,
+            arg0,
+            arg1,
+            gpu_id: gpu,
+            ..Default::default()
+        }
+    }
+
+    /// One NVML sample per second for GPUs 0 and 1; GPU 1 reports `reasons(s)` and
+    /// `clock(s)`.
+    fn gpu_samples(
+        f: &mut fixtures::Fixture,
+        t0: i64,
+        reasons: impl Fn(i64) -> i64,
+        clock: impl Fn(i64) -> i64,
+    ) {
+        for s in 0..20 {
+            let ts = t0 + s * WINDOW_NS + 500_000_000;
+            for gpu in 0..2 {
+                let (r, c) = if gpu == 1 {
+                    (reasons(s), clock(s))
+                } else {
+                    (0, 1980)
+                };
+                f.events.push(nvml(ts, gpu, op::NVML_CLOCK_REASONS, r, 0));
+                f.events.push(nvml(ts, gpu, op::NVML_SM_CLOCK, c, 0));
+                f.events.push(nvml(
+                    ts,
+                    gpu,
+                    op::NVML_TEMPERATURE,
+                    if r != 0 { 93 } else { 60 },
+                    0,
+                ));
+                f.events.push(nvml(ts, gpu, op::NVML_POWER, 300_000, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn a_rate_drop_above_the_stored_budget_is_seen_through_the_aggregates() {
+        // 20 s of 50 synchronizes stored per second, of 200 made (first 10 s) then 100 (the
+        // rest): only the aggregates' counts show the halved rate. Run-queue delay rises
+        // with it.
+        let mut f = fixtures::clean_events(0);
+        let t0 = f.events[0].timestamp.div_euclid(WINDOW_NS) * WINDOW_NS;
+        f.events
+            .retain(|e| (e.timestamp - t0) % WINDOW_NS < WINDOW_NS / 2);
+        f.aggregates.retain(|a| a.op != op::HOST_SCHED_WAKEUP);
+        for s in 0..20 {
+            let b = t0 + s * WINDOW_NS;
+            let made = if s < 10 { 200 } else { 100 };
+            let stored = f
+                .events
+                .iter()
+                .filter(|e| e.timestamp.div_euclid(WINDOW_NS) * WINDOW_NS == b)
+                .count() as i64;
+            f.aggregates.push(AggregateRow {
+                stored,
+                ..agg(b, source::CUDA, op::CUDA_STREAM_SYNC, made, 0, 0)
+            });
+            let runq = if s < 10 { 10_000_000 } else { 600_000_000 };
+            f.aggregates
+                .push(agg(b, source::HOST, op::HOST_SCHED_WAKEUP, made, runq, 0));
+        }
+        let r = explain_fixture("explain-unstored", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::CpuContention]);
+        assert!(r.chains[0].rate_drop > 0.4, "{}", render(&r));
+        // Without the aggregates' counts the stored rate is flat: no symptom.
+        f.aggregates.retain(|a| a.source != source::CUDA);
+        let r = explain_fixture("explain-unstored-flat", &f);
+        assert!(
+            r.chains.is_empty() && r.unexplained.is_empty(),
+            "{}",
+            render(&r)
+        );
+    }
+
+    #[test]
+    fn tcp_retransmits_beside_the_slowdown_are_named() {
+        let (mut f, t0) = bare_slowdown();
+        // One retransmit every few seconds throughout (a healthy link), 40/s in the slowdown.
+        for s in 0..20 {
+            let n = if s >= 10 { 40 } else { i64::from(s % 4 == 0) };
+            if n > 0 {
+                f.aggregates.push(agg(
+                    t0 + s * WINDOW_NS,
+                    source::TCP,
+                    op::TCP_RETRANSMIT,
+                    n,
+                    0,
+                    0,
+                ));
+            }
+        }
+        let r = explain_fixture("explain-tcp", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::TcpRetransmits]);
+        assert!(
+            r.chains[0].root_cause.contains("TCP retransmits"),
+            "{}",
+            render(&r)
+        );
+        assert_eq!(r.chains[0].timeline[0].layer, "NET");
+        // The same retransmit rate all along is not a change.
+        let (mut f, t0) = bare_slowdown();
+        for s in 0..20 {
+            f.aggregates.push(agg(
+                t0 + s * WINDOW_NS,
+                source::TCP,
+                op::TCP_RETRANSMIT,
+                40,
+                0,
+                0,
+            ));
+        }
+        let r = explain_fixture("explain-tcp-flat", &f);
+        assert!(r.chains.is_empty(), "{}", render(&r));
+        assert_eq!(r.unexplained.len(), 1);
+    }
+
+    #[test]
+    fn reclaim_stalls_and_an_oom_kill_are_named() {
+        let (mut f, t0) = bare_slowdown();
+        for s in 10..20 {
+            f.aggregates.push(agg(
+                t0 + s * WINDOW_NS,
+                source::HOST,
+                op::HOST_RECLAIM_STALL,
+                120,
+                300_000_000,
+                5_000,
+            ));
+        }
+        let r = explain_fixture("explain-reclaim", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::MemoryReclaim]);
+        assert!(r.chains[0].root_cause.contains("memory pressure"));
+
+        let (mut f, t0) = bare_slowdown();
+        f.events.push(EventRow {
+            timestamp: t0 + 9 * WINDOW_NS + 300_000_000,
+            pid: 777,
+            tid: 777,
+            source: source::HOST,
+            op: op::HOST_OOM_KILL,
+            arg0: 3 << 30,
+            arg1: i64::from(fixtures::PID),
+            comm: "pt_data_worker".into(),
+            ..Default::default()
+        });
+        let r = explain_fixture("explain-oom", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::OomKill]);
+        assert!(
+            r.chains[0].root_cause.contains("pid 777 (pt_data_worker"),
+            "{}",
+            render(&r)
+        );
+
+        // An OOM kill long before the slowdown is not its cause.
+        let (mut f, t0) = bare_slowdown();
+        f.events.push(EventRow {
+            timestamp: t0 + WINDOW_NS,
+            pid: 777,
+            source: source::HOST,
+            op: op::HOST_OOM_KILL,
+            ..Default::default()
+        });
+        let r = explain_fixture("explain-oom-early", &f);
+        assert!(r.chains.is_empty(), "{}", render(&r));
+    }
+
+    #[test]
+    fn a_thermally_throttled_gpu_is_named_and_a_gpu_throttled_throughout_is_not() {
+        use crate::signals::nvml::reasons;
+        let (mut f, t0) = bare_slowdown();
+        gpu_samples(
+            &mut f,
+            t0,
+            |s| {
+                if s >= 10 {
+                    reasons::HW_THERMAL as i64
+                } else {
+                    0
+                }
+            },
+            |s| if s >= 10 { 1100 } else { 1980 },
+        );
+        let r = explain_fixture("explain-thermal", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        let ch = &r.chains[0];
+        assert_eq!(ch.causes, vec![Cause::GpuThermal]);
+        assert!(
+            ch.root_cause.contains("GPU 1 thermally throttled"),
+            "{}",
+            render(&r)
+        );
+        assert!(
+            ch.root_cause.contains("1100 MHz (vs 1980 MHz otherwise)"),
+            "{}",
+            render(&r)
+        );
+        assert!(ch.id.contains(":thermal-"), "{}", ch.id);
+
+        // Power capping is told apart from heat.
+        let (mut f, t0) = bare_slowdown();
+        gpu_samples(
+            &mut f,
+            t0,
+            |s| {
+                if s >= 10 {
+                    reasons::SW_POWER_CAP as i64
+                } else {
+                    0
+                }
+            },
+            |_| 1500,
+        );
+        let r = explain_fixture("explain-power", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::GpuPower]);
+
+        // Throttled from start to end: not what changed.
+        let (mut f, t0) = bare_slowdown();
+        gpu_samples(&mut f, t0, |_| reasons::HW_THERMAL as i64, |_| 1100);
+        let r = explain_fixture("explain-thermal-flat", &f);
+        assert!(r.chains.is_empty(), "{}", render(&r));
+        assert_eq!(r.unexplained.len(), 1);
+    }
+
+    #[test]
+    fn an_xid_and_new_ecc_errors_are_named() {
+        let (mut f, t0) = bare_slowdown();
+        f.events
+            .push(nvml(t0 + 10 * WINDOW_NS, 1, op::NVML_XID, 79, 0));
+        let r = explain_fixture("explain-xid", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::GpuXid]);
+        assert!(r.chains[0].root_cause.contains("XID 79 on GPU 1"));
+
+        // ECC rows come when the counts change: the first is the baseline, the second a new
+        // uncorrected error in the slowdown.
+        let (mut f, t0) = bare_slowdown();
+        f.events.push(nvml(t0 + WINDOW_NS, 0, op::NVML_ECC, 2, 10));
+        f.events
+            .push(nvml(t0 + 11 * WINDOW_NS, 0, op::NVML_ECC, 3, 10));
+        let r = explain_fixture("explain-ecc", &f);
+        assert_eq!(r.chains.len(), 1, "{}", render(&r));
+        assert_eq!(r.chains[0].causes, vec![Cause::GpuEcc]);
+        assert!(
+            r.chains[0].root_cause.contains("1 on GPU 0"),
+            "{}",
+            render(&r)
+        );
+
+        // Only corrected errors moved: no cause.
+        let (mut f, t0) = bare_slowdown();
+        f.events.push(nvml(t0 + WINDOW_NS, 0, op::NVML_ECC, 2, 10));
+        f.events
+            .push(nvml(t0 + 11 * WINDOW_NS, 0, op::NVML_ECC, 2, 50));
+        let r = explain_fixture("explain-ecc-corrected", &f);
+        assert!(r.chains.is_empty(), "{}", render(&r));
+        assert!(render(&r).contains("no cause found"));
     }
 
     #[test]

@@ -60,6 +60,7 @@ fn host(b: i64, o: i64, count: i64, sum_dur: i64, arg0: i64) -> AggregateRow {
         sum_dur,
         max_dur: sum_dur / count.max(1),
         sum_arg0: arg0,
+        stored: 0,
     }
 }
 
@@ -102,6 +103,7 @@ fn build(
                 sum_dur: lat,
                 max_dur: lat / ops,
                 sum_arg0: bytes,
+                stored: 0,
             });
         }
     }

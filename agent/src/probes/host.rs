@@ -2,7 +2,10 @@
 //! kernel per watched process, read once a second and written to the store as
 //! `event_aggregates` rows (1-second buckets): `sched_switch` (switches, off-CPU ns,
 //! involuntary switches), `sched_wakeup` (run-queue waits and their ns), `block_read` /
-//! `block_write` / `block_discard` (requests, latency ns, bytes).
+//! `block_write` / `block_discard` (requests, latency ns, bytes); `tcp_retransmit` (TCP
+//! retransmits of the processes' sockets); `reclaim_stall` (direct and cgroup reclaim:
+//! stalls, stalled ns, pages reclaimed). OOM kills come one by one through a ring buffer
+//! and are stored as `oom_kill` events.
 //!
 //! Scope: with `--pid` / `--cgroup` the same kernel filter as the uprobes. Without a scope,
 //! the processes that made CUDA or NCCL calls (reported by the probe thread), so a node's
@@ -14,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
 use parking_lot::Mutex;
@@ -22,7 +25,7 @@ use parking_lot::Mutex;
 use super::loader::Filters;
 use super::scope::{self, FILTER_PIDS, Scope};
 use crate::store::schema::{op, source};
-use crate::store::{AggregateRow, StoreSink};
+use crate::store::{AggregateRow, EventRow, StoreSink};
 
 pub const HOST_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/host.bpf.o"));
 
@@ -63,24 +66,99 @@ pub struct IoCounts {
 // SAFETY: as above.
 unsafe impl aya::Pod for IoCounts {}
 
+/// `struct mem_counts`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemCounts {
+    pub stalls: u64,
+    pub stall_ns: u64,
+    pub reclaimed: u64,
+    pub max_ns: u64,
+}
+// SAFETY: as above.
+unsafe impl aya::Pod for MemCounts {}
+
+/// `struct oom_event`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OomEvent {
+    pub timestamp_ns: u64,
+    pub victim: u32,
+    pub killer: u32,
+    pub rss_kb: u64,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+    pub reserved: u64,
+}
+
 const _: () = {
+    assert!(std::mem::size_of::<MemCounts>() == 32);
+    assert!(std::mem::size_of::<OomEvent>() == 56);
     assert!(std::mem::size_of::<SchedCounts>() == 48);
     assert!(std::mem::size_of::<IoCounts>() == 40);
     assert!(std::mem::size_of::<IoKey>() == 8);
 };
 
-const PROGRAMS: &[(&str, &str, &str)] = &[
-    ("host_sched_switch", "sched", "sched_switch"),
-    ("host_sched_wakeup", "sched", "sched_wakeup"),
-    ("host_block_bio_queue", "block", "block_bio_queue"),
-    ("host_block_rq_complete", "block", "block_rq_complete"),
+/// (program, category, tracepoint, required). The optional ones are missing on some kernels
+/// (`sock_send_length` before Linux 6.3); their layer then sees less, and a warning says so.
+const PROGRAMS: &[(&str, &str, &str, bool)] = &[
+    ("host_sched_switch", "sched", "sched_switch", true),
+    ("host_sched_wakeup", "sched", "sched_wakeup", true),
+    ("host_block_bio_queue", "block", "block_bio_queue", true),
+    ("host_block_rq_complete", "block", "block_rq_complete", true),
+    ("host_sock_send", "sock", "sock_send_length", false),
+    ("host_sock_recv", "sock", "sock_recv_length", false),
+    ("host_sock_state", "sock", "inet_sock_set_state", false),
+    ("host_tcp_retransmit", "tcp", "tcp_retransmit_skb", false),
+    (
+        "host_direct_reclaim_begin",
+        "vmscan",
+        "mm_vmscan_direct_reclaim_begin",
+        false,
+    ),
+    (
+        "host_direct_reclaim_end",
+        "vmscan",
+        "mm_vmscan_direct_reclaim_end",
+        false,
+    ),
+    (
+        "host_memcg_reclaim_begin",
+        "vmscan",
+        "mm_vmscan_memcg_reclaim_begin",
+        false,
+    ),
+    (
+        "host_memcg_reclaim_end",
+        "vmscan",
+        "mm_vmscan_memcg_reclaim_end",
+        false,
+    ),
+    ("host_oom_mark_victim", "oom", "mark_victim", false),
+];
+
+/// The kernel's drop counters (`host_drops`), in index order: the `reason` label of
+/// `ingero_agent_host_dropped_total`.
+pub const HOST_DROP_REASONS: [&str; 8] = [
+    "threads_full",
+    "procs_full",
+    "io_inflight_full",
+    "io_procs_full",
+    "net_procs_full",
+    "mem_procs_full",
+    "reclaim_threads_full",
+    "oom_ringbuf_full",
 ];
 
 /// What the host thread has seen, for logs and the status view.
 #[derive(Debug, Default)]
 pub struct HostCounters {
-    /// `[threads_full, procs_full, io_inflight_full, io_procs_full]` (kernel, cumulative).
-    pub kernel_drops: [AtomicU64; 4],
+    /// The kernel's drops by [`HOST_DROP_REASONS`] (cumulative).
+    pub kernel_drops: [AtomicU64; HOST_DROP_REASONS.len()],
+    /// OOM kills recorded.
+    pub oom_kills: AtomicU64,
+    /// Tracepoints that could not be attached (missing on this kernel).
+    pub missing_tracepoints: AtomicU64,
     pub drains: AtomicU64,
 }
 
@@ -160,7 +238,16 @@ pub fn start(
     };
     let queue = tracefs_format("block/block_bio_queue").unwrap_or_default();
     let complete = tracefs_format("block/block_rq_complete").unwrap_or_default();
+    let retrans = tracefs_format("tcp/tcp_retransmit_skb").unwrap_or_default();
+    let reclaim = tracefs_format("vmscan/mm_vmscan_direct_reclaim_end").unwrap_or_default();
+    let oom = tracefs_format("oom/mark_victim");
     let g = |fmt: &str, f: &str, d: u32| field_offset(fmt, f).unwrap_or(d);
+    // mark_victim's fields grew over kernel versions: a field the format lacks is not read
+    // (offset 0). Without the format file, the Linux 6.x layout.
+    let o = |f: &str, d: u32| match &oom {
+        Some(fmt) => field_offset(fmt, f).unwrap_or(0),
+        None => d,
+    };
     let offs = [
         ("blk_dev_off", g(&queue, "dev", 8)),
         ("blk_sector_off", g(&queue, "sector", 16)),
@@ -168,6 +255,13 @@ pub fn start(
         ("blk_c_dev_off", g(&complete, "dev", 8)),
         ("blk_c_sector_off", g(&complete, "sector", 16)),
         ("blk_c_nr_sector_off", g(&complete, "nr_sector", 24)),
+        ("tcp_skaddr_off", g(&retrans, "skaddr", 16)),
+        ("reclaimed_off", g(&reclaim, "nr_reclaimed", 8)),
+        ("oom_pid_off", o("pid", 8)),
+        ("oom_comm_off", o("comm", 12)),
+        ("oom_anon_off", o("anon_rss", 24)),
+        ("oom_file_off", o("file_rss", 32)),
+        ("oom_shmem_off", o("shmem_rss", 40)),
     ];
     let mut loader = EbpfLoader::new();
     loader.override_global("filter_mode", &mode, false);
@@ -177,16 +271,26 @@ pub fn start(
     let mut ebpf = loader
         .load(HOST_OBJECT)
         .map_err(|e| HostError::Load(e.to_string()))?;
-    for (prog, cat, name) in PROGRAMS {
+    let mut missing = 0u64;
+    for (prog, cat, name, required) in PROGRAMS {
         let p: &mut TracePoint = ebpf
             .program_mut(prog)
             .ok_or_else(|| HostError::Load(format!("{prog} missing")))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| HostError::Load(e.to_string()))?;
-        p.load()
-            .map_err(|e| HostError::Load(format!("{prog}: {e}")))?;
-        p.attach(cat, name)
-            .map_err(|e| HostError::Load(format!("{cat}/{name}: {e}")))?;
+        let attached = p.load().map_err(|e| format!("{prog}: {e}")).and_then(|()| {
+            p.attach(cat, name)
+                .map(|_| ())
+                .map_err(|e| format!("{cat}/{name}: {e}"))
+        });
+        match attached {
+            Ok(()) => {}
+            Err(e) if *required => return Err(HostError::Load(e)),
+            Err(e) => {
+                missing += 1;
+                tracing::warn!(error = %e, "host tracepoint not attached: its layer is not recorded");
+            }
+        }
     }
     let take = |ebpf: &mut Ebpf, m: &str| {
         ebpf.take_map(m)
@@ -204,15 +308,33 @@ pub fn start(
     let io: BpfHashMap<MapData, IoKey, IoCounts> =
         BpfHashMap::try_from(take(&mut ebpf, "host_io")?)
             .map_err(|e| HostError::Load(e.to_string()))?;
+    let net: BpfHashMap<MapData, u32, u64> = BpfHashMap::try_from(take(&mut ebpf, "host_net")?)
+        .map_err(|e| HostError::Load(e.to_string()))?;
+    let mem: BpfHashMap<MapData, u32, MemCounts> =
+        BpfHashMap::try_from(take(&mut ebpf, "host_mem")?)
+            .map_err(|e| HostError::Load(e.to_string()))?;
+    let oom = RingBuf::try_from(take(&mut ebpf, "host_oom")?)
+        .map_err(|e| HostError::Load(e.to_string()))?;
     let drops: PerCpuArray<MapData, u64> = PerCpuArray::try_from(take(&mut ebpf, "host_drops")?)
         .map_err(|e| HostError::Load(e.to_string()))?;
+    tracing::info!(
+        attached = PROGRAMS.len() as u64 - missing,
+        missing,
+        "host tracepoints attached"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(HostCounters::default());
+    counters
+        .missing_tracepoints
+        .store(missing, Ordering::Relaxed);
     let mut w = HostWorker {
         _ebpf: ebpf,
         filters,
         sched,
         io,
+        net,
+        mem,
+        oom,
         drops,
         sink,
         scope: scope_cfg.clone(),
@@ -220,6 +342,9 @@ pub fn start(
         counters: counters.clone(),
         prev_sched: HashMap::new(),
         prev_io: HashMap::new(),
+        prev_net: HashMap::new(),
+        prev_mem: HashMap::new(),
+        mono_offset: super::clock::sample_offset(),
     };
     w.refresh_scope();
     let stop2 = stop.clone();
@@ -252,6 +377,9 @@ struct HostWorker {
     filters: Filters,
     sched: BpfHashMap<MapData, u32, SchedCounts>,
     io: BpfHashMap<MapData, IoKey, IoCounts>,
+    net: BpfHashMap<MapData, u32, u64>,
+    mem: BpfHashMap<MapData, u32, MemCounts>,
+    oom: RingBuf<MapData>,
     drops: PerCpuArray<MapData, u64>,
     sink: StoreSink,
     scope: Scope,
@@ -259,6 +387,10 @@ struct HostWorker {
     counters: Arc<HostCounters>,
     prev_sched: HashMap<u32, SchedCounts>,
     prev_io: HashMap<IoKey, IoCounts>,
+    prev_net: HashMap<u32, u64>,
+    prev_mem: HashMap<u32, MemCounts>,
+    /// Monotonic to wall clock (the OOM events' kernel timestamps).
+    mono_offset: i128,
 }
 
 fn delta(now: u64, prev: u64) -> u64 {
@@ -312,6 +444,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.offcpu_ns, p.offcpu_ns)),
                     max_dur: 0,
                     sum_arg0: as_i64(delta(c.involuntary, p.involuntary)),
+                    stored: 0,
                 });
                 self.sink.aggregate(AggregateRow {
                     bucket,
@@ -322,6 +455,7 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.runq_ns, p.runq_ns)),
                     max_dur: as_i64(c.runq_max_ns),
                     sum_arg0: 0,
+                    stored: 0,
                 });
             }
             seen.insert(pid, c);
@@ -342,11 +476,81 @@ impl HostWorker {
                     sum_dur: as_i64(delta(c.lat_ns, p.lat_ns)),
                     max_dur: as_i64(c.lat_max_ns),
                     sum_arg0: as_i64(delta(c.bytes, p.bytes)),
+                    stored: 0,
                 });
             }
             seen.insert(k, c);
         }
         self.prev_io = seen;
+        let mut seen = HashMap::with_capacity(self.prev_net.len());
+        for item in self.net.iter() {
+            let Ok((pid, n)) = item else { continue };
+            let d = delta(n, self.prev_net.get(&pid).copied().unwrap_or(0));
+            if d > 0 {
+                self.sink.aggregate(AggregateRow {
+                    bucket,
+                    source: source::TCP,
+                    op: op::TCP_RETRANSMIT,
+                    pid,
+                    count: as_i64(d),
+                    ..Default::default()
+                });
+            }
+            seen.insert(pid, n);
+        }
+        self.prev_net = seen;
+        let mut seen = HashMap::with_capacity(self.prev_mem.len());
+        for item in self.mem.iter() {
+            let Ok((pid, c)) = item else { continue };
+            let p = self.prev_mem.get(&pid).copied().unwrap_or_default();
+            let d = delta(c.stalls, p.stalls);
+            if d > 0 {
+                self.sink.aggregate(AggregateRow {
+                    bucket,
+                    source: source::HOST,
+                    op: op::HOST_RECLAIM_STALL,
+                    pid,
+                    count: as_i64(d),
+                    sum_dur: as_i64(delta(c.stall_ns, p.stall_ns)),
+                    max_dur: as_i64(c.max_ns),
+                    sum_arg0: as_i64(delta(c.reclaimed, p.reclaimed)),
+                    stored: 0,
+                });
+            }
+            seen.insert(pid, c);
+        }
+        self.prev_mem = seen;
+        while let Some(item) = self.oom.next() {
+            let Some(ev) = decode_oom(&item) else {
+                continue;
+            };
+            let ts = super::clock::to_wall(ev.timestamp_ns, self.mono_offset).as_nanos();
+            let comm_len = ev
+                .comm
+                .iter()
+                .position(|b| *b == 0)
+                .unwrap_or(ev.comm.len());
+            tracing::warn!(
+                victim = ev.victim,
+                killer = ev.killer,
+                rss_kb = ev.rss_kb,
+                comm = %String::from_utf8_lossy(&ev.comm[..comm_len]),
+                "OOM kill"
+            );
+            self.sink.event(EventRow {
+                timestamp: i64::try_from(ts).unwrap_or(i64::MAX),
+                pid: ev.victim,
+                tid: ev.victim,
+                source: source::HOST,
+                op: op::HOST_OOM_KILL,
+                arg0: as_i64(ev.rss_kb.saturating_mul(1024)),
+                arg1: i64::from(ev.killer),
+                cgroup_id: ev.cgroup_id,
+                comm: String::from_utf8_lossy(&ev.comm[..comm_len]).into_owned(),
+                ..Default::default()
+            });
+            self.counters.oom_kills.fetch_add(1, Ordering::Relaxed);
+        }
         for (i, slot) in self.counters.kernel_drops.iter().enumerate() {
             let idx = i as u32;
             if let Ok(v) = self.drops.get(&idx, 0) {
@@ -355,6 +559,16 @@ impl HostWorker {
         }
         self.counters.drains.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// An OOM record from the ring buffer (`None` if it is short).
+fn decode_oom(b: &[u8]) -> Option<OomEvent> {
+    if b.len() < std::mem::size_of::<OomEvent>() {
+        return None;
+    }
+    // SAFETY: the slice holds at least size_of::<OomEvent>() bytes, OomEvent is repr(C) with
+    // integer fields only (every bit pattern valid), and read_unaligned has no alignment need.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<OomEvent>()) })
 }
 
 #[cfg(test)]

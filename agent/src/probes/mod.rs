@@ -70,13 +70,35 @@ pub struct ProbeOptions {
     pub recorder: Option<Recorder>,
 }
 
-/// The store side of the probe thread: every timed CUDA/NCCL call becomes an `events` row,
-/// launch counts become per-second `event_aggregates`, and the processes seen are handed to
-/// the host layer (its scope when no `--pid`/`--cgroup` is given).
+/// The store side of the probe thread: every timed CUDA/NCCL call is folded into a
+/// per-second `event_aggregates` row of its process and op (count, summed and largest
+/// duration, and how many of them were `stored`), and the first [`STORED_PER_SECOND`] of
+/// each such second become `events` rows, the rest only counted, as the Go agent's
+/// aggregates do (`count - stored` calls have no row of their own). Launch counts become
+/// per-second aggregates, and the processes seen are handed to the host layer (its scope
+/// when no `--pid`/`--cgroup` is given).
 #[derive(Debug, Clone)]
 pub struct Recorder {
     pub sink: crate::store::StoreSink,
     pub gpu_pids: Arc<Mutex<BTreeSet<u32>>>,
+    fold: Arc<Mutex<Fold>>,
+}
+
+/// Timed calls stored one by one per process, op and second; beyond that they are folded
+/// into the second's aggregate only. A training loop's synchronizes, copies and collectives
+/// stay far below it; a loop of tiny copies at 100,000/s does not fill the store.
+pub const STORED_PER_SECOND: i64 = 2_000;
+
+/// (pid, source, op) of a folded call.
+type FoldKey = (u32, i64, i64);
+/// (count, summed ns, largest ns, stored) of a key's calls in the second.
+type FoldSums = (i64, i64, i64, i64);
+
+/// The second being folded.
+#[derive(Debug, Default)]
+struct Fold {
+    second: Option<i64>,
+    keys: HashMap<FoldKey, FoldSums>,
 }
 
 fn comm_str(c: &[u8; 16]) -> String {
@@ -89,11 +111,76 @@ fn wall_ns(mono: u64, offset: i128) -> i64 {
 }
 
 impl Recorder {
+    pub fn new(sink: crate::store::StoreSink) -> Self {
+        Recorder {
+            sink,
+            gpu_pids: Default::default(),
+            fold: Default::default(),
+        }
+    }
+
+    /// Fold a timed call into its second, and store it as a row while the second's budget
+    /// for its process and op lasts.
+    fn record(&self, row: crate::store::EventRow) {
+        let second = row.timestamp.div_euclid(1_000_000_000);
+        let mut f = self.fold.lock();
+        if f.second.is_some_and(|s| second > s) {
+            self.flush_locked(&mut f);
+        }
+        if f.second.is_none_or(|s| second > s) {
+            f.second = Some(second);
+        }
+        let e = f.keys.entry((row.pid, row.source, row.op)).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(row.duration);
+        e.2 = e.2.max(row.duration);
+        if e.3 < STORED_PER_SECOND {
+            e.3 += 1;
+            drop(f);
+            self.sink.event(row);
+        }
+    }
+
+    fn flush_locked(&self, f: &mut Fold) {
+        let Some(second) = f.second else { return };
+        for ((pid, source, op), (count, sum, max, stored)) in f.keys.drain() {
+            self.sink.aggregate(crate::store::AggregateRow {
+                bucket: second * 1_000_000_000,
+                source,
+                op,
+                pid,
+                count,
+                sum_dur: sum,
+                max_dur: max,
+                sum_arg0: 0,
+                stored,
+            });
+        }
+        f.second = None;
+    }
+
+    /// Write the folded second once it is over (called at every drain): calls of a second
+    /// arrive within the drain interval after it.
+    pub fn tick(&self, now_ns: i64) {
+        let mut f = self.fold.lock();
+        if f.second
+            .is_some_and(|s| now_ns >= (s + 1) * 1_000_000_000 + 500_000_000)
+        {
+            self.flush_locked(&mut f);
+        }
+    }
+
+    /// Write what is folded (at stop).
+    pub fn flush(&self) {
+        let mut f = self.fold.lock();
+        self.flush_locked(&mut f);
+    }
+
     fn cuda(&self, e: &CudaEvent, offset: i128) {
         let Some((source, op)) = crate::store::schema::from_probe(e.source, e.op) else {
             return;
         };
-        self.sink.event(crate::store::EventRow {
+        self.record(crate::store::EventRow {
             timestamp: wall_ns(e.timestamp_ns, offset),
             pid: e.pid,
             tid: e.tid,
@@ -105,11 +192,12 @@ impl Recorder {
             ret_code: i64::from(e.ret),
             cgroup_id: e.cgroup_id,
             comm: comm_str(&e.comm),
+            ..Default::default()
         });
     }
 
     fn nccl(&self, e: &NcclEvent, offset: i128) {
-        self.sink.event(crate::store::EventRow {
+        self.record(crate::store::EventRow {
             timestamp: wall_ns(e.timestamp_ns, offset),
             pid: e.pid,
             tid: e.tid,
@@ -121,6 +209,7 @@ impl Recorder {
             ret_code: i64::from(e.return_code),
             cgroup_id: e.cgroup_id,
             comm: comm_str(&e.comm),
+            ..Default::default()
         });
     }
 
@@ -574,6 +663,9 @@ impl Worker {
         }
         // Final drain so nothing already in the rings is lost on a clean stop.
         self.drain(&mut cuda_buf, &mut released);
+        if let Some(r) = &self.opts.recorder {
+            r.flush();
+        }
         for (_, lib) in std::mem::take(&mut self.attached) {
             self.detach_links(lib.links, false);
             self.detach_links(lib.launch_links, false);
@@ -672,6 +764,9 @@ impl Worker {
             }
         }
         let launched = self.drain_launches();
+        if let Some(r) = &self.opts.recorder {
+            r.tick(i64::try_from(component::Timestamp::now().as_nanos()).unwrap_or(0));
+        }
         {
             // One bucket of the signal window per drain, stamped now.
             let mut log = self.shared.drains.lock();
@@ -951,6 +1046,64 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timed_calls_beyond_the_budget_are_counted_in_the_aggregate_only() {
+        use crate::store::schema::{op, source};
+        use crate::store::{EventRow, Store, StoreOptions};
+        let dir = std::env::temp_dir().join(format!("ingero-fold-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.db");
+        let store = Store::start(StoreOptions::new(&path, "n1")).unwrap();
+        let r = Recorder::new(store.sink());
+        let t0 = 1_700_000_000 * 1_000_000_000i64;
+        let call = |ts: i64, o: i64, dur: i64| EventRow {
+            timestamp: ts,
+            pid: 7,
+            tid: 7,
+            source: source::CUDA,
+            op: o,
+            duration: dur,
+            ..Default::default()
+        };
+        // Second 0: 5,000 copies and 10 synchronizes; second 1: 3 copies.
+        for i in 0..5_000 {
+            r.record(call(t0 + i * 100_000, op::CUDA_MEMCPY_ASYNC, 1_000 + i));
+        }
+        for i in 0..10 {
+            r.record(call(t0 + i, op::CUDA_STREAM_SYNC, 50));
+        }
+        // Not over yet: nothing folded is written before the second ends.
+        r.tick(t0 + 1_200_000_000);
+        for i in 0..3 {
+            r.record(call(t0 + 1_000_000_000 + i, op::CUDA_MEMCPY_ASYNC, 7));
+        }
+        r.tick(t0 + 2_600_000_000);
+        store.sink().flush();
+        let c = crate::store::open_read_only(&path).unwrap();
+        let rows: Vec<(i64, i64, i64, i64, i64)> = c
+            .prepare(
+                "SELECT bucket, op, count, stored, max_dur FROM event_aggregates ORDER BY bucket, op",
+            )
+            .unwrap()
+            .query_map([], |x| Ok((x.get(0)?, x.get(1)?, x.get(2)?, x.get(3)?, x.get(4)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (t0, op::CUDA_STREAM_SYNC, 10, 10, 50),
+                (t0, op::CUDA_MEMCPY_ASYNC, 5_000, STORED_PER_SECOND, 5_999),
+                (t0 + 1_000_000_000, op::CUDA_MEMCPY_ASYNC, 3, 3, 7),
+            ]
+        );
+        let stored: i64 = c
+            .query_row("SELECT count(*) FROM events", [], |x| x.get(0))
+            .unwrap();
+        assert_eq!(stored, STORED_PER_SECOND + 10 + 3);
+        store.close();
+    }
 
     #[test]
     fn launch_deltas_follow_cumulative_counters_and_survive_a_reset() {

@@ -6,6 +6,8 @@
 
 pub mod schema;
 
+use std::collections::HashMap;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +32,8 @@ pub struct EventRow {
     pub ret_code: i64,
     pub cgroup_id: u64,
     pub comm: String,
+    /// The GPU a row is about (NVML samples); 0 otherwise.
+    pub gpu_id: i64,
 }
 
 /// One row of `event_aggregates`: counts added to the row with the same key.
@@ -44,6 +48,9 @@ pub struct AggregateRow {
     pub sum_dur: i64,
     pub max_dur: i64,
     pub sum_arg0: i64,
+    /// Of `count`, the calls that also have an `events` row (timed calls beyond the
+    /// per-second budget are only counted); 0 for counts without rows (launches, host).
+    pub stored: i64,
 }
 
 /// Store settings.
@@ -277,8 +284,54 @@ struct Writer {
     seq: u64,
     session: i64,
     pending: Vec<Msg>,
-    names: std::collections::HashMap<u32, String>,
+    names: HashMap<u32, String>,
+    /// Rank identity per process, read once from its environment.
+    ranks: HashMap<u32, RankIdentity>,
+    /// Where `<pid>/environ` is read (`/proc`; a test may point elsewhere).
+    proc_root: PathBuf,
     last_housekeeping: Instant,
+}
+
+/// A process's place in a distributed job, as torchrun and the other launchers export it:
+/// `RANK`, `LOCAL_RANK`, `WORLD_SIZE`. Each is `None` when absent or not a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankIdentity {
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+impl RankIdentity {
+    /// From an environment block (`NUL`-separated `KEY=VALUE`, as `/proc/<pid>/environ`).
+    pub fn from_environ(environ: &[u8]) -> Self {
+        let mut id = RankIdentity::default();
+        for kv in environ.split(|b| *b == 0) {
+            let Some(eq) = kv.iter().position(|b| *b == b'=') else {
+                continue;
+            };
+            let (k, v) = (&kv[..eq], &kv[eq + 1..]);
+            let slot = match k {
+                b"RANK" => &mut id.rank,
+                b"LOCAL_RANK" => &mut id.local_rank,
+                b"WORLD_SIZE" => &mut id.world_size,
+                _ => continue,
+            };
+            *slot = std::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok());
+        }
+        id
+    }
+
+    /// The process's own values where its environment has them, else `fallback`'s (the
+    /// configured identity).
+    fn or(self, fallback: RankIdentity) -> Self {
+        RankIdentity {
+            rank: self.rank.or(fallback.rank),
+            local_rank: self.local_rank.or(fallback.local_rank),
+            world_size: self.world_size.or(fallback.world_size),
+        }
+    }
 }
 
 fn now_ns() -> i64 {
@@ -299,6 +352,8 @@ impl Writer {
             session: 0,
             pending: Vec::with_capacity(BATCH),
             names: Default::default(),
+            ranks: Default::default(),
+            proc_root: PathBuf::from("/proc"),
             last_housekeeping: Instant::now(),
         };
         w.begin_session().map_err(sql_err(&w.opts.path.clone()))?;
@@ -401,23 +456,34 @@ impl Writer {
         let (mut ev, mut agg) = (0u64, 0u64);
         {
             let mut ins = tx.prepare_cached(
-                "INSERT INTO events (id, timestamp, pid, tid, source, op, duration, arg0, arg1, ret_code, cgroup_id, node, rank, local_rank, world_size, comm)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                "INSERT INTO events (id, timestamp, pid, tid, source, op, duration, arg0, arg1, ret_code, cgroup_id, node, rank, local_rank, world_size, comm, gpu_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?;
             let mut up = tx.prepare_cached(
                 "INSERT INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0, node)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0, ?7, ?8, ?9)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?10, ?6, 0, ?7, ?8, ?9)
                  ON CONFLICT (bucket, source, op, pid, node) DO UPDATE SET
-                   count = count + excluded.count, sum_dur = sum_dur + excluded.sum_dur,
+                   count = count + excluded.count, stored = stored + excluded.stored,
+                   sum_dur = sum_dur + excluded.sum_dur,
                    max_dur = max(max_dur, excluded.max_dur), sum_arg0 = sum_arg0 + excluded.sum_arg0",
             )?;
             let mut name = tx.prepare_cached(
                 "INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?1, ?2, ?3)",
             )?;
-            let o = &self.opts;
             for m in batch {
                 match m {
                     Msg::Event(e) => {
+                        let configured = RankIdentity {
+                            rank: self.opts.rank,
+                            local_rank: self.opts.local_rank,
+                            world_size: self.opts.world_size,
+                        };
+                        let rk = if e.pid == 0 {
+                            configured
+                        } else {
+                            rank_of(&mut self.ranks, &self.proc_root, configured, e.pid)
+                        };
+                        let o = &self.opts;
                         self.seq += 1;
                         let id = format!("{}:{}", o.node, self.seq);
                         ins.execute(params![
@@ -433,10 +499,11 @@ impl Writer {
                             e.ret_code,
                             e.cgroup_id as i64,
                             o.node,
-                            o.rank,
-                            o.local_rank,
-                            o.world_size,
-                            e.comm
+                            rk.rank,
+                            rk.local_rank,
+                            rk.world_size,
+                            e.comm,
+                            e.gpu_id
                         ])?;
                         if !e.comm.is_empty() && self.names.get(&e.pid) != Some(&e.comm) {
                             name.execute(params![e.pid, e.comm, e.timestamp])?;
@@ -446,8 +513,16 @@ impl Writer {
                     }
                     Msg::Aggregate(a) => {
                         up.execute(params![
-                            a.bucket, a.source, a.op, a.pid, a.count, a.sum_dur, a.max_dur,
-                            a.sum_arg0, o.node
+                            a.bucket,
+                            a.source,
+                            a.op,
+                            a.pid,
+                            a.count,
+                            a.sum_dur,
+                            a.max_dur,
+                            a.sum_arg0,
+                            self.opts.node,
+                            a.stored
                         ])?;
                         agg += 1;
                     }
@@ -516,11 +591,35 @@ impl Writer {
         }
         self.conn = open_for_writing(&path)?;
         self.names.clear();
+        self.ranks.clear();
         self.begin_session().map_err(sql_err(&path))?;
         self.counters.rollovers.fetch_add(1, Ordering::Relaxed);
         tracing::info!(rolled = %old.display(), "store rolled over");
         Ok(())
     }
+}
+
+/// The rank identity of a process: `RANK`, `LOCAL_RANK` and `WORLD_SIZE` from its
+/// environment, read once per process (cached in `ranks`); what it lacks comes from the
+/// configured identity.
+fn rank_of(
+    ranks: &mut HashMap<u32, RankIdentity>,
+    proc_root: &Path,
+    configured: RankIdentity,
+    pid: u32,
+) -> RankIdentity {
+    if let Some(id) = ranks.get(&pid) {
+        return *id;
+    }
+    if ranks.len() >= 65_536 {
+        ranks.clear();
+    }
+    let own = std::fs::read(proc_root.join(pid.to_string()).join("environ"))
+        .map(|env| RankIdentity::from_environ(&env))
+        .unwrap_or_default();
+    let id = own.or(configured);
+    ranks.insert(pid, id);
+    id
 }
 
 /// Where a rolled-over file goes (one is kept; the previous one is replaced).
@@ -624,6 +723,64 @@ mod tests {
     }
 
     #[test]
+    fn rank_identity_comes_from_each_process_environment() {
+        let env = b"PATH=/usr/bin\0LOCAL_RANK=3\0RANK=11\0WORLD_SIZE=16\0RANKX=9\0";
+        assert_eq!(
+            RankIdentity::from_environ(env),
+            RankIdentity {
+                rank: Some(11),
+                local_rank: Some(3),
+                world_size: Some(16)
+            }
+        );
+        assert_eq!(
+            RankIdentity::from_environ(b"LOCAL_RANK=x\0WORLD_SIZE=\0"),
+            RankIdentity::default()
+        );
+
+        // Two real processes of one node, each with its own torchrun environment, and one
+        // without: its rows carry the configured identity.
+        let path = tmp("ranks");
+        let spawn = |env: &[(&str, &str)]| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("30").env_remove("RANK").env_remove("LOCAL_RANK");
+            c.env_remove("WORLD_SIZE");
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        };
+        let mut r0 = spawn(&[("RANK", "8"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "16")]);
+        let mut r1 = spawn(&[("RANK", "9"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "16")]);
+        let mut plain = spawn(&[]);
+        let mut o = StoreOptions::new(&path, "n1");
+        o.rank = Some(2);
+        o.world_size = Some(4);
+        let s = Store::start(o).unwrap();
+        let sink = s.sink();
+        for p in [&r0, &r1, &plain] {
+            sink.event(ev(now_ns(), p.id(), 10));
+        }
+        s.close();
+        for c in [&mut r0, &mut r1, &mut plain] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let c = open_read_only(&path).unwrap();
+        let row = |pid: u32| -> (Option<i64>, Option<i64>, Option<i64>) {
+            c.query_row(
+                "SELECT rank, local_rank, world_size FROM events WHERE pid = ?1",
+                [pid],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+        };
+        assert_eq!(row(r0.id()), (Some(8), Some(0), Some(16)));
+        assert_eq!(row(r1.id()), (Some(9), Some(1), Some(16)));
+        assert_eq!(row(plain.id()), (Some(2), None, Some(4)));
+    }
+
+    #[test]
     fn aggregates_with_the_same_key_add_up() {
         let path = tmp("agg");
         let s = Store::start(StoreOptions::new(&path, "n1")).unwrap();
@@ -638,6 +795,7 @@ mod tests {
                 sum_dur: d,
                 max_dur: d,
                 sum_arg0: 1,
+                stored: 0,
             });
         }
         sink.flush();

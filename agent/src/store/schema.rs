@@ -126,6 +126,8 @@ pub mod source {
     pub const TCP: i64 = 6;
     pub const NET: i64 = 7;
     pub const NCCL: i64 = 9;
+    /// GPU health samples and events through NVML (no Go id).
+    pub const NVML: i64 = 50;
 }
 
 /// Op ids within their source. Those at 50 and above have no Go id.
@@ -143,6 +145,16 @@ pub mod op {
     pub const HOST_SCHED_WAKEUP: i64 = 2;
     pub const HOST_PAGE_ALLOC: i64 = 3;
     pub const HOST_OOM_KILL: i64 = 4;
+    pub const HOST_RECLAIM_STALL: i64 = 50;
+
+    pub const TCP_RETRANSMIT: i64 = 1;
+
+    pub const NVML_CLOCK_REASONS: i64 = 1;
+    pub const NVML_SM_CLOCK: i64 = 2;
+    pub const NVML_TEMPERATURE: i64 = 3;
+    pub const NVML_POWER: i64 = 4;
+    pub const NVML_ECC: i64 = 5;
+    pub const NVML_XID: i64 = 6;
 
     pub const DRIVER_LAUNCH_KERNEL: i64 = 1;
     pub const DRIVER_MEMCPY: i64 = 2;
@@ -174,6 +186,11 @@ const SOURCES: &[(i64, &str, &str)] = &[
     (6, "TCP", "TCP events - tracepoints"),
     (7, "NET", "Network socket events"),
     (9, "NCCL", "NCCL collectives (libnccl) - uprobes"),
+    (
+        50,
+        "NVML",
+        "GPU clocks, throttle reasons, temperature, power, ECC and XID errors - NVML",
+    ),
 ];
 
 const OPS: &[(i64, i64, &str, &str)] = &[
@@ -213,7 +230,18 @@ const OPS: &[(i64, i64, &str, &str)] = &[
         "mm_page_alloc",
         "Kernel page allocation (arg0 = bytes)",
     ),
-    (3, 4, "oom_kill", "Out-of-memory killer invoked"),
+    (
+        3,
+        4,
+        "oom_kill",
+        "Out-of-memory killer invoked (pid = victim, arg0 = its RSS bytes, arg1 = pid whose allocation invoked it)",
+    ),
+    (
+        3,
+        50,
+        "reclaim_stall",
+        "Direct or cgroup memory reclaim in an allocation (aggregates: count = stalls, sum_dur = stalled ns, sum_arg0 = pages reclaimed)",
+    ),
     (
         4,
         1,
@@ -251,6 +279,27 @@ const OPS: &[(i64, i64, &str, &str)] = &[
     (5, 2, "block_write", "Block device write request"),
     (5, 3, "block_discard", "Block device discard request"),
     (6, 1, "tcp_retransmit", "TCP segment retransmission"),
+    (
+        50,
+        1,
+        "gpu_clock_reasons",
+        "Clock event (throttle) reasons, sampled (arg0 = nvmlClocksEventReasons bitmask)",
+    ),
+    (50, 2, "gpu_sm_clock", "SM clock, sampled (arg0 = MHz)"),
+    (
+        50,
+        3,
+        "gpu_temperature",
+        "GPU temperature, sampled (arg0 = C)",
+    ),
+    (50, 4, "gpu_power", "Power draw, sampled (arg0 = mW)"),
+    (
+        50,
+        5,
+        "gpu_ecc_errors",
+        "ECC error counts since the driver loaded, when they change (arg0 = uncorrected, arg1 = corrected)",
+    ),
+    (50, 6, "gpu_xid", "XID (critical error) event (arg0 = XID)"),
     (9, 1, "ncclCommInitRank", "NCCL communicator init"),
     (9, 2, "ncclCommDestroy", "NCCL communicator destroy"),
     (9, 3, "ncclAllReduce", "NCCL all-reduce"),
@@ -272,7 +321,7 @@ const INFO: &[(&str, &str)] = &[
     ),
     (
         "event_aggregates_note",
-        "ingero-agent (Rust) rows: 1-second buckets; sched_switch: count = switches, sum_dur = off-CPU ns, sum_arg0 = involuntary switches; sched_wakeup: sum_dur = run-queue delay ns; block_*: sum_dur = latency ns, sum_arg0 = bytes; kernel launches: count only",
+        "ingero-agent (Rust) rows: 1-second buckets; sched_switch: count = switches, sum_dur = off-CPU ns, sum_arg0 = involuntary switches; sched_wakeup: sum_dur = run-queue delay ns; block_*: sum_dur = latency ns, sum_arg0 = bytes; tcp_retransmit: count; reclaim_stall: sum_dur = stalled ns, sum_arg0 = pages; timed CUDA/driver/NCCL calls: count, sum_dur, max_dur, stored = those with an events row (at most 2,000 per pid, op and second); kernel launches: count only; NVML samples are events rows with gpu_id",
     ),
     ("writer", "ingero-agent (Rust)"),
 ];

@@ -7,10 +7,16 @@
  * runtime's return address). A launch of a null function fails before the driver
  * (cudaErrorInvalidDeviceFunction), as the real runtime's argument checks do.
  *
+ * FAKE_GPU_CTL=<dir>: `sync_us` in it (read at each cudaStreamSynchronize) replaces the
+ * stream synchronize's 2 ms of "GPU time": a test slows the fake GPU down with it (as a
+ * thermally throttled GPU runs slower).
+ *
  * Built with -DPRIVATE_DRIVER_ENTRY, cudaLaunchKernel reaches the "driver" through a private
  * function instead of the exported cuLaunchKernel: a runtime whose launches the driver
  * probes never see. */
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 typedef struct { unsigned x, y, z; } dim3;
@@ -167,6 +173,24 @@ API int cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
 	return 0;
 }
 
+/* The stream synchronize's time: `$FAKE_GPU_CTL/sync_us`, else 2 ms. */
+static long sync_time_us(void)
+{
+	const char *dir = getenv("FAKE_GPU_CTL");
+	long us = 2000;
+	if (!dir)
+		return us;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/sync_us", dir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return us;
+	if (fscanf(f, "%ld", &us) != 1 || us < 0)
+		us = 2000;
+	fclose(f);
+	return us;
+}
+
 API int cudaStreamSynchronize(cudaStream_t s)
 {
 	sink += (unsigned long)s;
@@ -176,7 +200,7 @@ API int cudaStreamSynchronize(cudaStream_t s)
 			if (deps[i].stream == s)
 				fake_nccl_stream_wait(deps[i].waits_for);
 	}
-	sleep_us(2000);
+	sleep_us(sync_time_us());
 	return 0;
 }
 
