@@ -17,6 +17,8 @@
 #             agent's RSS by mapping and probe state (scripts/gpu-e2e.sh --overhead-only) ~4.5 min
 #   e2e       the end-to-end harness (scripts/gpu-e2e.sh --skip-overhead): six PyTorch
 #             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
+#             Every node's score per push, as Fleet saw it, lands in OUT/e2e/scores.csv
+#             (`python3 scripts/fit-noise.py OUT/e2e/scores.csv` fits fleet-sim's noise to it)
 #
 # A 15-minute GPU session fits `facts rss overhead steps` in one call and `e2e` in the
 # next (with `layers` too when time is left). Issue 17's acceptance run, five healthy
