@@ -833,6 +833,11 @@ mod tests {
         assert!(!pod.update.quorum_met && pod.uses_fallback);
         assert_eq!(st.threshold_for(2), t.cluster_wide.threshold);
         assert_ne!(st.threshold_for(1), t.cluster_wide.threshold);
+        // The shallow-drop rule acts on a cohort's own median only: not on the fallback.
+        let (own, fallback) = (st.effective[1].unwrap(), st.effective[2].unwrap());
+        assert_eq!(own.median, fast.update.stats.unwrap().median);
+        assert_eq!(fallback.median, f64::NEG_INFINITY);
+        assert_eq!(fallback.threshold, t.cluster_wide.threshold.unwrap());
         assert!(st.samples()[6].straggler());
         assert_eq!(pod.straggler_count, 1);
         assert_eq!(fast.straggler_count, 0);
