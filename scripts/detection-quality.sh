@@ -17,7 +17,9 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 cargo build -q -p fleet-sim --bin fleet-sim
-sim=target/debug/fleet-sim
+# A copy, so a rebuild while this runs does not change the binary between the two parts.
+sim="$tmp/fleet-sim"
+cp target/debug/fleet-sim "$sim"
 started=$(date +%s)
 "$sim" quality $short > "$tmp/inproc.md"
 "$sim" demo --auto-ports --duration 90s > "$tmp/demo.txt" || true
@@ -33,8 +35,9 @@ How fast and how cleanly Fleet and the agents flag stragglers, measured with `fl
 baseline, score, states, detection mode, CUSUM classification, threshold cache and header
 parsing, the exact OTLP payloads) against the real Fleet components. Regenerate with
 `scripts/detection-quality.sh`; the test `sim/tests/detection.rs` runs a short version and
-asserts detection, no false positives under Gaussian noise and at most 10 per million
-under heavy tails (`cargo test -p fleet-sim`).
+asserts detection, no false positives under Gaussian noise, at most 10 per million under
+heavy tails, and 5 % drops caught by both sides with a median within 40 s under both
+(`cargo test -p fleet-sim`).
 
 **Modes.** Every table below except the last section is **in process on a simulated
 clock**: the real `ingero` and `nccl_peer_lag` processors and `ingero_threshold` extension,
@@ -48,9 +51,10 @@ OTLP/HTTP on wall-clock time.
 dips, per-node bias, warm-up ramps, stragglers of 5-30 %, recoveries, up to 49 % of a
 cluster straggling, a cluster-wide slowdown (panic mode), churn, a Fleet restart, 10,000
 nodes, chronic and periodic late NCCL ranks (the seeds' cases), noise fitted to the healthy
-scores of the H100 and H200 runs (spread and lower tail; those runs recorded no
-autocorrelation, so ticks are drawn independently; `sim/README.md`, "Noise fitted to GPU
-runs"), and the classifier's evidence settings against false positives and time to detect.
+scores of the H100 and H200 runs (spread and lower tail; those runs recorded no per-tick
+series, so ticks are drawn independently; `sim/README.md`, "Noise fitted to GPU runs"), the
+sensitivity to tick-to-tick autocorrelation (AR(1) noise, not yet fitted to a real GPU),
+and the classifier's settings against false positives and time to detect.
 Not covered here: a real GPU run (one NVIDIA H100 with PyTorch is in `docs/benchmarks.md`,
 "Results on NVIDIA GPUs"), multi-rank nodes and the agent's barrier-wait correction, network
 loss between agents and Fleet.
@@ -60,6 +64,19 @@ alone had to be (`ingero-processor/README.md`, "Evidence and heavy tails"). By d
 picks 1 or 2 per cluster from the lone deep samples of the cluster's own healthy noise: the
 Gaussian rows below run at 1 (first-sample detection), the heavy-tailed ones at 2 after
 the first lone deep sample. The agent, which sees only its own samples, always needs 2.
+
+**Shallow drops.** Beside that rule, Fleet keeps a second sum per node on its residual
+against the cohort's median in units of the cohort's own spread (not widened by
+`threshold.mad_floor`): a sample counts for at most 5 spreads beyond a reference 3 spreads
+below the median, and a flag needs 11 (`classifier.shallow_decision`), so no two samples
+flag on their own and a persistent 5 % drop is flagged on its third sample
+(`ingero-processor/README.md`, "Shallow drops"). The agent runs the same sum against where
+it usually sits above Fleet's threshold. The trade-off table shows both with it off.
+
+**Fitting the noise model.** The GPU check's `e2e` stage writes every node's score as Fleet
+saw it, one row per node and push, to `OUT/e2e/scores.csv`; `python3 scripts/fit-noise.py
+OUT/e2e/scores.csv` prints the `[noise]` block (spread, Student-t tail weight, per-node bias
+and lag-1 autocorrelation `ar`) for a scenario (`sim/README.md`, "Fitting the noise model").
 
 **Panic mode.** During a cluster-wide slowdown Fleet holds its threshold and, by design,
 flags the nodes below it (`ingero-processor/README.md`, panic mode); agents classifying

@@ -17,6 +17,8 @@
 #             agent's RSS by mapping and probe state (scripts/gpu-e2e.sh --overhead-only) ~4.5 min
 #   e2e       the end-to-end harness (scripts/gpu-e2e.sh --skip-overhead): six PyTorch
 #             nodes; a stall, a stop and contention, 24 s apart; stopping the agents  ~6 min
+#             Every node's score per push, as Fleet saw it, lands in OUT/e2e/scores.csv
+#             (`python3 scripts/fit-noise.py OUT/e2e/scores.csv` fits fleet-sim's noise to it)
 #   why       "why is this node slow" (scripts/gpu/why.sh): a PyTorch training loop recorded
 #             with --store, alone, then with a CPU hog pinned beside it, then with
 #             synchronous disk writes in the loop; `explain --json` must name nothing, CPU

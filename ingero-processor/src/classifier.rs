@@ -47,6 +47,35 @@
 //! or more, shallower ones. `evidence = 1` is the rule above, unchanged. Fleet picks the
 //! evidence per cluster from the noise it sees ([`TailEstimate`]); a deep sample that is
 //! back above that depth on the node's next sample (a "lone deep sample") is what it counts.
+//!
+//! **Shallow drops.** The sigma above is floored (`threshold.mad_floor`), and the threshold
+//! sits `k` of those sigmas below the median, so a node a few percent slower than its peers
+//! is barely below the threshold even where the cohort's real spread is much narrower: a
+//! 5 % drop among nodes with 1 % noise needed eight or more samples. Beside the sum above,
+//! each node keeps a second one on its residual against the cohort's median in units of
+//! the cohort's own spread (`s = max(1.4826 * MAD, SHALLOW_MIN_GAP * median /
+//! SHALLOW_REFERENCE)`, not floored by `mad_floor`):
+//!
+//! ```text
+//! r = (median - score) / s
+//! x = min(r, SHALLOW_CAP) - SHALLOW_REFERENCE
+//! R = clamp(R + (x if x >= 0, else SHALLOW_DRAIN * x), 0, shallow_decision)
+//! ```
+//!
+//! and a node is flagged when either sum reaches its level. A sample adds at most
+//! `SHALLOW_CAP - SHALLOW_REFERENCE` (5) to `R`, and `shallow_decision` (11 by default) is
+//! more than two of those, so no two samples flag on their own however deep: one-tick
+//! benign dips, even two in a row, never do, and under heavy tails it takes three
+//! consecutive deep samples (a few per hundred million node-ticks under Student-t with 3
+//! degrees of freedom). A sample within the reference takes away twice what it lacks
+//! (`SHALLOW_DRAIN`): a healthy sample at the median between dips (two dips, one good
+//! sample, a third dip) takes 6 of the 10 the dips added, so dips in quick succession do
+//! not add up either. A node about 7 spreads below the median (a 5 % drop among 1 %
+//! noise) is flagged on its third sample. The reference sits at least `SHALLOW_MIN_GAP`
+//! (2 %) below the median whatever the spread, so a node a percent or so slower than its
+//! peers (hardware bias) never accumulates. The rule acts only where the cohort has
+//! quorum of its own and is not in panic mode; `classifier.shallow_decision: 0` turns it
+//! off.
 
 use crate::config::IngeroConfig;
 
@@ -65,6 +94,8 @@ pub struct CusumParams {
     pub clear_holdoff: u8,
     /// Samples at the single-sample depth a flag needs (1: one sample flags).
     pub evidence: u8,
+    /// Level of the shallow-drop sum that flags, in spreads (0: the rule is off).
+    pub shallow_decision: f64,
 }
 
 impl CusumParams {
@@ -75,6 +106,7 @@ impl CusumParams {
         clear_margin: crate::config::DEFAULT_CLASSIFIER_CLEAR_MARGIN,
         clear_holdoff: crate::config::DEFAULT_CLASSIFIER_CLEAR_HOLDOFF as u8,
         evidence: 1,
+        shallow_decision: crate::config::DEFAULT_CLASSIFIER_SHALLOW_DECISION,
     };
 
     pub fn from_config(cfg: &IngeroConfig) -> Self {
@@ -87,7 +119,13 @@ impl CusumParams {
             // Validated to [0, 3]; 0 (automatic) starts at 1 until the cluster's noise says
             // otherwise.
             evidence: u8::try_from(cfg.classifier.evidence.clamp(1, 3)).unwrap_or(1),
+            shallow_decision: cfg.classifier.shallow_decision,
         }
+    }
+
+    /// The shallow-drop rule is on.
+    pub fn shallow(&self) -> bool {
+        self.shallow_decision > 0.0
     }
 
     /// The same parameters needing `evidence` samples (at least 1).
@@ -120,6 +158,25 @@ impl Default for CusumParams {
     }
 }
 
+/// Spreads below the cohort's median a sample must be to add to the shallow-drop sum.
+pub const SHALLOW_REFERENCE: f64 = 3.0;
+/// The most spreads below the median one sample counts for in the shallow-drop sum.
+pub const SHALLOW_CAP: f64 = 8.0;
+/// A sample within the shallow reference takes this many times its margin off the sum.
+pub const SHALLOW_DRAIN: f64 = 2.0;
+/// The shallow-drop reference sits at least this far below the median, as a fraction of
+/// it, however narrow the cohort's spread: the spread is floored at
+/// `SHALLOW_MIN_GAP * median / SHALLOW_REFERENCE`.
+pub const SHALLOW_MIN_GAP: f64 = 0.02;
+
+/// The spread the shallow-drop residual is measured in, for a cohort with `median` and raw
+/// (unscaled) `mad`.
+pub fn shallow_spread(median: f64, mad: f64) -> f64 {
+    (1.4826 * mad)
+        .max(SHALLOW_MIN_GAP * median.abs() / SHALLOW_REFERENCE)
+        .max(MIN_SIGMA)
+}
+
 /// A classification edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
@@ -127,11 +184,14 @@ pub enum Transition {
     Cleared,
 }
 
-/// One node's classifier state (8 bytes: the tick keeps one per node). The sum is stored
-/// as `f32`: it lives in [0, decision], where that precision is ample.
+/// One node's classifier state (12 bytes: the tick keeps one per node). The sums are
+/// stored as `f32`: they live in [0, 3 * decision] and [0, shallow_decision], where that
+/// precision is ample.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ShortfallCusum {
     sum: f32,
+    /// The shallow-drop sum (see the module docs).
+    shallow: f32,
     straggler: bool,
     /// The current episode began after a clean record: it may clear at once.
     clean_episode: bool,
@@ -142,7 +202,7 @@ pub struct ShortfallCusum {
     deep_run: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<ShortfallCusum>() == 8);
+const _: () = assert!(std::mem::size_of::<ShortfallCusum>() == 12);
 
 /// Lone deep samples per healthy node-sample above which a cluster's noise counts as
 /// heavy-tailed: the false-positive budget of the one-sample rule, 10 per million.
@@ -219,7 +279,11 @@ impl ShortfallCusum {
     /// unchanged.
     #[inline]
     pub fn at_rest(&self) -> bool {
-        self.sum == 0.0 && !self.straggler && self.holdoff == 0 && self.deep_run == 0
+        self.sum == 0.0
+            && self.shallow == 0.0
+            && !self.straggler
+            && self.holdoff == 0
+            && self.deep_run == 0
     }
 
     /// Consecutive samples, up to the last one, at least [`CusumParams::deep`] sigmas
@@ -230,6 +294,11 @@ impl ShortfallCusum {
 
     pub fn sum(&self) -> f64 {
         f64::from(self.sum)
+    }
+
+    /// The shallow-drop sum.
+    pub fn shallow_sum(&self) -> f64 {
+        f64::from(self.shallow)
     }
 
     /// Fold in one score against `threshold` with robust standard deviation `sigma`.
@@ -243,14 +312,23 @@ impl ShortfallCusum {
         self.observe_z(p, (threshold - score) / sigma.max(MIN_SIGMA))
     }
 
-    /// Fold in one standardised shortfall `z = (threshold - score) / sigma`.
+    /// Fold in one standardised shortfall `z = (threshold - score) / sigma`, without a
+    /// shallow-drop residual (that sum drains).
     #[inline]
     pub fn observe_z(&mut self, p: &CusumParams, z: f64) -> Option<Transition> {
-        // At rest (sum 0, not flagged, no hold-off) a shortfall within the drift leaves the
-        // state as it is: exactly what the general step below computes (0 + z - drift <= 0
-        // clamps to 0), without its floating-point chain. Nearly every healthy node takes
-        // this path.
-        if self.at_rest() && z <= p.drift {
+        self.observe_zr(p, z, f64::NEG_INFINITY)
+    }
+
+    /// Fold in one standardised shortfall `z = (threshold - score) / sigma` and the
+    /// shallow-drop residual `r = (median - score) / spread` (`-inf` or NaN: none).
+    #[inline]
+    pub fn observe_zr(&mut self, p: &CusumParams, z: f64, r: f64) -> Option<Transition> {
+        // At rest (sums 0, not flagged, no hold-off) a shortfall within the drift and a
+        // residual within the shallow reference leave the state as it is: exactly what the
+        // general step below computes (0 + z - drift <= 0 clamps to 0), without its
+        // floating-point chain. Nearly every healthy node takes this path.
+        let shallow_in = p.shallow() && r > SHALLOW_REFERENCE;
+        if self.at_rest() && z <= p.drift && !shallow_in {
             return None;
         }
         let deep = p.deep();
@@ -263,8 +341,18 @@ impl ShortfallCusum {
         let next = f64::from(self.sum) + z.min(deep) - p.drift;
         // NaN cannot arise from finite inputs; `max`/`min` would drop it anyway.
         let mut sum = next.max(0.0).min(p.cap());
+        let mut shallow = if p.shallow() && r > f64::NEG_INFINITY {
+            // (NaN fails the comparison above.)
+            let x = r.min(SHALLOW_CAP) - SHALLOW_REFERENCE;
+            let x = if x >= 0.0 { x } else { SHALLOW_DRAIN * x };
+            (f64::from(self.shallow) + x)
+                .max(0.0)
+                .min(p.shallow_decision)
+        } else {
+            0.0
+        };
         let transition = if !self.straggler {
-            if sum >= p.flag_level() {
+            if sum >= p.flag_level() || (p.shallow() && shallow >= p.shallow_decision) {
                 self.straggler = true;
                 self.clean_episode = self.holdoff == 0;
                 Some(Transition::Entered)
@@ -272,8 +360,9 @@ impl ShortfallCusum {
                 self.holdoff = self.holdoff.saturating_sub(1);
                 None
             }
-        } else if sum <= 0.0 || (self.clean_episode && z <= -p.clear_margin) {
+        } else if (sum <= 0.0 && shallow <= 0.0) || (self.clean_episode && z <= -p.clear_margin) {
             sum = 0.0;
+            shallow = 0.0;
             self.straggler = false;
             self.clean_episode = false;
             self.holdoff = p.clear_holdoff;
@@ -285,6 +374,10 @@ impl ShortfallCusum {
         // Healthy nodes stay at 0: skipping the unchanged store keeps their cache lines clean.
         if stored != self.sum {
             self.sum = stored;
+        }
+        let stored = shallow as f32;
+        if stored != self.shallow {
+            self.shallow = stored;
         }
         transition
     }
@@ -316,9 +409,10 @@ mod tests {
                 P.decision,
                 P.clear_margin,
                 P.clear_holdoff,
-                P.evidence
+                P.evidence,
+                P.shallow_decision
             ),
-            (0.5, 4.0, 1.0, 10, 1)
+            (0.5, 4.0, 1.0, 10, 1, 11.0)
         );
         assert_eq!(
             CusumParams::from_config(&IngeroConfig::default()),
@@ -573,6 +667,116 @@ mod tests {
         // One lone deep sample in a long quiet record of 64 nodes stays under the limit.
         t.observe(1, 64);
         assert!(!t.heavy(), "rate {}", t.rate());
+    }
+
+    /// A node 7 spreads below its cohort's median (a 5 % drop among 1 % noise) but only
+    /// one floored sigma below the threshold: the shallow-drop sum flags it on its third
+    /// sample; without that rule it takes eight.
+    #[test]
+    fn a_shallow_persistent_drop_is_flagged_on_its_third_sample() {
+        let first = |p: &CusumParams| {
+            let mut c = ShortfallCusum::default();
+            (1..=50).find(|_| c.observe_zr(p, 1.0, 7.0) == Some(Transition::Entered))
+        };
+        assert_eq!(first(&P), Some(3));
+        let off = CusumParams {
+            shallow_decision: 0.0,
+            ..P
+        };
+        assert!(!off.shallow());
+        assert_eq!(first(&off), Some(8), "the one-sample rule's sum alone");
+        // Evidence does not slow the shallow rule down.
+        assert_eq!(first(&P.with_evidence(2)), Some(3));
+    }
+
+    /// A sample adds at most 5 to the shallow sum and a flag needs 11: two samples however
+    /// deep (two benign dips in a row) never flag; pairs of them a few samples apart
+    /// drain in between.
+    #[test]
+    fn two_deep_samples_never_flag_on_the_shallow_sum() {
+        let mut c = ShortfallCusum::default();
+        for i in 0..6_000 {
+            // Two samples 100 spreads below the median, then four at the median.
+            let r = if i % 6 < 2 { 100.0 } else { 0.0 };
+            assert_eq!(c.observe_zr(&P, -2.0, r), None, "sample {i}");
+        }
+        // Two, a good one at the median (-6), a third: 9, still short.
+        let mut c = ShortfallCusum::default();
+        for r in [100.0, 100.0, 0.0, 100.0] {
+            assert_eq!(c.observe_zr(&P, -2.0, r), None);
+        }
+        assert_eq!(c.shallow_sum(), 9.0);
+        // A third in a row does.
+        let mut c = ShortfallCusum::default();
+        assert_eq!(c.observe_zr(&P, -2.0, 100.0), None);
+        assert_eq!(c.observe_zr(&P, -2.0, 100.0), None);
+        assert_eq!(c.shallow_sum(), 10.0);
+        assert_eq!(c.observe_zr(&P, -2.0, 100.0), Some(Transition::Entered));
+    }
+
+    #[test]
+    fn the_shallow_sum_rests_within_the_reference_and_drains_without_a_residual() {
+        let mut c = ShortfallCusum::default();
+        // Within the reference: the rest path, nothing changes.
+        assert_eq!(c.observe_zr(&P, -2.0, SHALLOW_REFERENCE), None);
+        assert!(c.at_rest());
+        assert_eq!(c.observe_zr(&P, -2.0, 6.0), None);
+        assert_eq!(c.shallow_sum(), 3.0);
+        assert!(!c.at_rest());
+        // No residual (no median, or the rule off for this cohort): the sum drains to 0.
+        assert_eq!(c.observe_z(&P, -2.0), None);
+        assert_eq!(c.shallow_sum(), 0.0);
+        assert!(c.at_rest());
+        assert_eq!(c.observe_zr(&P, -2.0, 6.0), None);
+        assert_eq!(c.observe_zr(&P, -2.0, f64::NAN), None);
+        assert!(c.at_rest(), "NaN counts as no residual");
+    }
+
+    /// Flagged by the shallow sum alone, a node back at the median clears at once (its
+    /// episode began after a clean record); short of the margin, both sums must drain.
+    #[test]
+    fn a_shallow_straggler_clears_at_once_or_when_both_sums_drain() {
+        let mut c = ShortfallCusum::default();
+        for _ in 0..3 {
+            c.observe_zr(&P, 0.5, 8.0);
+        }
+        assert!(c.is_straggler());
+        assert_eq!(c.sum(), 0.0, "the one-sample sum never moved");
+        assert_eq!(c.observe_zr(&P, -2.0, 0.0), Some(Transition::Cleared));
+        assert_eq!((c.sum(), c.shallow_sum()), (0.0, 0.0));
+        // Drain: 11 at the cap, 2 spreads below the median (-2 a sample), just short of
+        // the margin: flagged until the shallow sum is back at 0.
+        let drain = CusumParams {
+            clear_margin: f64::INFINITY,
+            ..P
+        };
+        let mut c = ShortfallCusum::default();
+        for _ in 0..10 {
+            c.observe_zr(&drain, 0.5, 8.0);
+        }
+        assert_eq!(c.shallow_sum(), drain.shallow_decision);
+        let ticks = (1..=20)
+            .find(|_| c.observe_zr(&drain, -0.9, 2.0) == Some(Transition::Cleared))
+            .unwrap_or(0);
+        assert_eq!(ticks, 6);
+    }
+
+    /// The spread is the cohort's robust one, floored so the reference sits at least
+    /// `SHALLOW_MIN_GAP` below the median: in a uniform fleet a node 1.5 % slower never
+    /// accumulates; 3 % slower does.
+    #[test]
+    fn the_shallow_spread_is_floored_at_a_gap_below_the_median() {
+        assert!((shallow_spread(0.9, 0.01) - 0.014826).abs() < 1e-12);
+        let floor = shallow_spread(0.9, 0.0);
+        assert!((floor - 0.006).abs() < 1e-12);
+        assert!(shallow_spread(0.0, 0.0) >= MIN_SIGMA);
+        let r = |below: f64| 0.9 * below / floor;
+        let mut c = ShortfallCusum::default();
+        for _ in 0..10_000 {
+            assert_eq!(c.observe_zr(&P, -1.0, r(0.015)), None);
+        }
+        assert!(c.at_rest());
+        assert!((1..=20).any(|_| c.observe_zr(&P, -1.0, r(0.03)) == Some(Transition::Entered)));
     }
 
     #[test]

@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 use component::Timestamp;
 
-use crate::classifier::{CusumParams, MIN_SIGMA, ShortfallCusum, TailEstimate, Transition};
+use crate::classifier::{
+    CusumParams, MIN_SIGMA, SHALLOW_REFERENCE, ShortfallCusum, TailEstimate, Transition,
+    shallow_spread,
+};
 use crate::config::IngeroConfig;
 use crate::table::{
     CLUSTER_WIDE_COHORT, CohortId, NodeBudget, NodeCounts, NodeSample, NodeState, NodeTable,
@@ -96,6 +99,52 @@ struct CohortSlot {
     seen_tick: u64,
 }
 
+/// What a cohort's nodes are classified against on one tick: the threshold and 1 / sigma
+/// (the CUSUM's unit), and the cohort's median and 1 / spread (the shallow-drop rule's;
+/// a median of `-inf` where that rule does not act: no quorum of its own, or panic).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Effective {
+    pub threshold: f64,
+    pub inv_sigma: f64,
+    pub median: f64,
+    pub inv_spread: f64,
+}
+
+impl Effective {
+    /// No threshold: no shortfall compares as within the drift (NaN).
+    const NONE: Effective = Effective {
+        threshold: f64::NAN,
+        inv_sigma: f64::NAN,
+        median: f64::NEG_INFINITY,
+        inv_spread: 1.0,
+    };
+
+    /// Against `threshold` / `sigma`, with the shallow-drop rule where `stats` allow it.
+    fn new(threshold: f64, sigma: f64, update: &CohortUpdate, shallow: bool) -> Effective {
+        let (median, inv_spread) = match update.stats {
+            Some(st) if shallow && update.quorum_met && !update.panic => {
+                (st.median, 1.0 / shallow_spread(st.median, st.mad))
+            }
+            _ => (f64::NEG_INFINITY, 1.0),
+        };
+        Effective {
+            threshold,
+            inv_sigma: inverse_sigma(sigma),
+            median,
+            inv_spread,
+        }
+    }
+
+    /// The same without the shallow-drop rule (a cohort classified against another's).
+    fn without_shallow(self) -> Effective {
+        Effective {
+            median: f64::NEG_INFINITY,
+            inv_spread: 1.0,
+            ..self
+        }
+    }
+}
+
 /// State of one cluster carried across ticks, plus reusable scratch buffers.
 #[derive(Debug, Default)]
 pub struct ClusterTickState {
@@ -109,9 +158,8 @@ pub struct ClusterTickState {
     /// classifier is at rest. The classification pass visits these through the general
     /// step and decides every other slot from its sample alone.
     restless: Vec<usize>,
-    /// Per cohort id: (threshold, 1 / sigma), NaN for none (so no shortfall compares as
-    /// within the drift).
-    dense_effective: Vec<(f64, f64)>,
+    /// Per cohort id: what its nodes are classified against, [`Effective::NONE`] for none.
+    dense_effective: Vec<Effective>,
     ticks: u64,
     samples: Vec<NodeSample>,
     cohort_names: Vec<Option<Arc<str>>>,
@@ -122,8 +170,8 @@ pub struct ClusterTickState {
     stale_tally: bool,
     grouped: Vec<f64>,
     counts: Vec<usize>,
-    /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
-    effective: Vec<Option<(f64, f64)>>,
+    /// Per cohort id: what its nodes are classified against.
+    effective: Vec<Option<Effective>>,
     cohort_stragglers: Vec<u64>,
     /// The statistic's selection buffer.
     select_scratch: Vec<f64>,
@@ -199,7 +247,7 @@ impl ClusterTickState {
             .get(cohort as usize)
             .copied()
             .flatten()
-            .map(|(t, _)| t)
+            .map(|e| e.threshold)
     }
 
     /// Compute the tick over `self.samples`, marking each sample's `straggler` and
@@ -246,7 +294,8 @@ impl ClusterTickState {
         );
         let cw_effective = cluster_wide
             .threshold
-            .zip(cluster_wide.sigma.map(inverse_sigma));
+            .zip(cluster_wide.sigma)
+            .map(|(t, sg)| Effective::new(t, sg, &cluster_wide, p.cusum.shallow()));
 
         self.effective.clear();
         self.effective.resize(self.cohort_names.len().max(1), None);
@@ -270,11 +319,8 @@ impl ClusterTickState {
         self.cohort_stragglers.clear();
         self.cohort_stragglers.resize(self.effective.len(), 0);
         self.dense_effective.clear();
-        self.dense_effective.extend(
-            self.effective
-                .iter()
-                .map(|e| e.unwrap_or((f64::NAN, f64::NAN))),
-        );
+        self.dense_effective
+            .extend(self.effective.iter().map(|e| e.unwrap_or(Effective::NONE)));
         let restless = std::mem::take(&mut self.restless);
         let evidence = self.tail.evidence(p.evidence);
         let cusum = p.cusum.with_evidence(evidence);
@@ -298,25 +344,31 @@ impl ClusterTickState {
         // takes part in the diagnostics ranking, and its classifier is not even read.
         // A sample flagged as a straggler on arrival (tests edit samples between ticks)
         // takes the general step, which clears the flag.
+        // Within the drift and within the shallow reference (a `-inf` median: always) is
+        // what leaves a classifier at rest unchanged.
         let drift = p.cusum.drift;
         let dense = self.dense_effective.as_slice();
-        // The cluster-wide cohort's pair in registers (no lookup per node without cohorts).
-        let (cw_threshold, cw_inv_sigma) = dense.first().copied().unwrap_or((f64::NAN, f64::NAN));
+        // The cluster-wide cohort's in registers (no lookup per node without cohorts).
+        let cw = dense.first().copied().unwrap_or(Effective::NONE);
         let mut pending = restless.iter().copied().peekable();
         let mut next = pending.peek().copied().unwrap_or(usize::MAX);
         for (i, s) in self.samples.iter_mut().enumerate() {
             if i != next {
                 if s.live_active_unflagged_in(CLUSTER_WIDE_COHORT) {
-                    if (cw_threshold - s.score) * cw_inv_sigma <= drift {
+                    if (cw.threshold - s.score) * cw.inv_sigma <= drift
+                        && (cw.median - s.score) * cw.inv_spread <= SHALLOW_REFERENCE
+                    {
                         step.diagnostic.offer(active_key(s.score), i);
                         continue;
                     }
                 } else if s.live_active_unflagged() {
-                    let (threshold, inv_sigma) = dense
+                    let e = dense
                         .get(s.cohort() as usize)
                         .copied()
-                        .unwrap_or((f64::NAN, f64::NAN));
-                    if (threshold - s.score) * inv_sigma <= drift {
+                        .unwrap_or(Effective::NONE);
+                    if (e.threshold - s.score) * e.inv_sigma <= drift
+                        && (e.median - s.score) * e.inv_spread <= SHALLOW_REFERENCE
+                    {
                         step.diagnostic.offer(active_key(s.score), i);
                         continue;
                     }
@@ -391,7 +443,7 @@ impl ClusterTickState {
         &mut self,
         p: &ClusterParams,
         quorum_allowed: bool,
-        cw_effective: Option<(f64, f64)>,
+        cw_effective: Option<Effective>,
         now: Timestamp,
     ) -> Vec<CohortResult> {
         let n_ids = self.cohort_names.len();
@@ -450,13 +502,16 @@ impl ClusterTickState {
                 &mut self.select_scratch,
             );
             let own = if update.quorum_met {
-                update.threshold.zip(update.sigma.map(inverse_sigma))
+                update
+                    .threshold
+                    .zip(update.sigma)
+                    .map(|(t, sg)| Effective::new(t, sg, &update, p.cusum.shallow()))
             } else {
                 None
             };
             let uses_fallback = own.is_none();
             if let Some(e) = self.effective.get_mut(id) {
-                *e = own.or(cw_effective);
+                *e = own.or(cw_effective.map(Effective::without_shallow));
             }
             results.push(CohortResult {
                 name: name.clone(),
@@ -475,8 +530,8 @@ struct ClassifyStep<'a> {
     cusum: &'a CusumParams,
     /// Lone deep samples seen on this tick (see [`TailEstimate`]).
     lone_deep: u64,
-    /// Per cohort id: (threshold, 1 / sigma) its nodes are classified against.
-    effective: &'a [Option<(f64, f64)>],
+    /// Per cohort id: what its nodes are classified against.
+    effective: &'a [Option<Effective>],
     cohort_stragglers: &'a mut [u64],
     transitions: Vec<NodeTransition>,
     stragglers: Vec<usize>,
@@ -503,12 +558,14 @@ impl ClassifyStep<'_> {
             None
         };
         let t = match eff {
-            // `effective` holds (threshold, 1 / sigma): a multiply per node, not a divide.
-            Some((threshold, inv_sigma)) => {
+            // `effective` holds 1 / sigma and 1 / spread: multiplies per node, not divides.
+            Some(e) => {
                 let run = entry.1.deep_run();
-                let t = entry
-                    .1
-                    .observe_z(self.cusum, (threshold - s.score) * inv_sigma);
+                let t = entry.1.observe_zr(
+                    self.cusum,
+                    (e.threshold - s.score) * e.inv_sigma,
+                    (e.median - s.score) * e.inv_spread,
+                );
                 if run == 1 && entry.1.deep_run() == 0 {
                     self.lone_deep += 1;
                 }
@@ -776,6 +833,11 @@ mod tests {
         assert!(!pod.update.quorum_met && pod.uses_fallback);
         assert_eq!(st.threshold_for(2), t.cluster_wide.threshold);
         assert_ne!(st.threshold_for(1), t.cluster_wide.threshold);
+        // The shallow-drop rule acts on a cohort's own median only: not on the fallback.
+        let (own, fallback) = (st.effective[1].unwrap(), st.effective[2].unwrap());
+        assert_eq!(own.median, fast.update.stats.unwrap().median);
+        assert_eq!(fallback.median, f64::NEG_INFINITY);
+        assert_eq!(fallback.threshold, t.cluster_wide.threshold.unwrap());
         assert!(st.samples()[6].straggler());
         assert_eq!(pod.straggler_count, 1);
         assert_eq!(fast.straggler_count, 0);
@@ -799,6 +861,48 @@ mod tests {
         let t = st.compute(&params(true), 0, Timestamp::from_secs(2));
         assert_eq!(t.straggler_count, 1);
         assert!(st.samples()[8].straggler());
+    }
+
+    /// 40 nodes spread +-0.4 % around 0.95 (robust sigma about 0.4 %, far below the
+    /// floored 1.5 %): a node 4.7 % below the median sits only about one floored sigma
+    /// below the threshold. The shallow-drop sum flags it on the third tick; without that
+    /// rule it is still unflagged then. In panic mode the rule does not act.
+    #[test]
+    fn a_shallow_drop_is_flagged_against_the_cohorts_own_spread() {
+        let narrow = |i: usize| 0.95 + 0.002 * ((i % 5) as f64 - 2.0);
+        let run = |p: &ClusterParams| {
+            let mut v: Vec<_> = (0..40)
+                .map(|i| sample(i, narrow(i as usize), NodeState::Active, 0, true))
+                .collect();
+            v[7].score = 0.95 * 0.953;
+            let mut st = state_with(v, &[""]);
+            (1..=3u64)
+                .map(|tick| {
+                    st.compute(p, 0, Timestamp::from_secs(10 * tick));
+                    st.samples()[7].straggler()
+                })
+                .collect::<Vec<_>>()
+        };
+        let p = params(false);
+        assert_eq!(run(&p), [false, false, true]);
+        let mut off = p;
+        off.cusum.shallow_decision = 0.0;
+        assert_eq!(run(&off), [false, false, false]);
+
+        // Panic (half the cohort far below the held threshold): the shallow rule is off.
+        let mut v: Vec<_> = (0..40)
+            .map(|i| sample(i, narrow(i as usize), NodeState::Active, 0, true))
+            .collect();
+        let mut st = state_with(v.clone(), &[""]);
+        st.compute(&p, 0, Timestamp::from_secs(10));
+        for s in v.iter_mut().skip(20) {
+            s.score = 0.5;
+        }
+        st.samples_mut().clone_from(&v);
+        let t = st.compute(&p, 0, Timestamp::from_secs(20));
+        assert!(t.cluster_wide.panic);
+        let e = st.effective[0].unwrap();
+        assert_eq!(e.median, f64::NEG_INFINITY);
     }
 
     #[test]
@@ -826,7 +930,7 @@ mod tests {
     fn reference_classify(
         samples: &mut [NodeSample],
         classifiers: &mut Vec<(u32, ShortfallCusum)>,
-        effective: &[Option<(f64, f64)>],
+        effective: &[Option<Effective>],
         p: &ClusterParams,
     ) -> (Vec<usize>, Vec<NodeTransition>, Vec<usize>, Vec<u64>) {
         if classifiers.len() < samples.len() {
@@ -849,27 +953,47 @@ mod tests {
                 None
             };
             let t = match eff {
-                Some((threshold, inv_sigma)) => {
-                    // The general CUSUM step, without `observe_z`'s rest shortcut.
+                Some(e) => {
+                    // The general CUSUM step, without `observe_zr`'s rest shortcut.
                     let c = &mut entry.1;
                     let was = c.is_straggler();
-                    let z = (threshold - s.score) * inv_sigma;
+                    let z = (e.threshold - s.score) * e.inv_sigma;
+                    let r = (e.median - s.score) * e.inv_spread;
                     let mut probe = *c;
-                    let t = probe.observe_z(&p.cusum, z);
+                    let t = probe.observe_zr(&p.cusum, z, r);
                     let next = (c.sum() + z.min(p.cusum.deep()) - p.cusum.drift)
                         .max(0.0)
                         .min(p.cusum.cap());
-                    let at_once = was && c.may_clear_at_once() && z <= -p.cusum.clear_margin;
-                    let next = if at_once { 0.0 } else { next };
-                    assert_eq!(probe.sum(), f64::from(next as f32), "observe_z's sum");
-                    assert_eq!(
-                        probe.is_straggler(),
-                        if was {
-                            next > 0.0
+                    let shallow = if r > f64::NEG_INFINITY {
+                        let x = r.min(crate::classifier::SHALLOW_CAP) - SHALLOW_REFERENCE;
+                        let x = if x >= 0.0 {
+                            x
                         } else {
-                            next >= p.cusum.flag_level()
-                        },
+                            crate::classifier::SHALLOW_DRAIN * x
+                        };
+                        (c.shallow_sum() + x).max(0.0).min(p.cusum.shallow_decision)
+                    } else {
+                        0.0
+                    };
+                    let at_once = was && c.may_clear_at_once() && z <= -p.cusum.clear_margin;
+                    let (next, shallow) = if at_once { (0.0, 0.0) } else { (next, shallow) };
+                    let flag = if was {
+                        next > 0.0 || shallow > 0.0
+                    } else {
+                        next >= p.cusum.flag_level() || shallow >= p.cusum.shallow_decision
+                    };
+                    let (next, shallow) = if was && !flag {
+                        (0.0, 0.0)
+                    } else {
+                        (next, shallow)
+                    };
+                    assert_eq!(probe.sum(), f64::from(next as f32), "observe_zr's sum");
+                    assert_eq!(
+                        probe.shallow_sum(),
+                        f64::from(shallow as f32),
+                        "observe_zr's shallow sum"
                     );
+                    assert_eq!(probe.is_straggler(), flag);
                     *c = probe;
                     t
                 }

@@ -54,6 +54,9 @@ pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = 10;
 /// `classifier.evidence`: samples at the single-sample depth a flag needs; 0 picks 1 or 2
 /// per cluster from the tails of its own healthy noise (`classifier::TailEstimate`).
 pub const DEFAULT_CLASSIFIER_EVIDENCE: u32 = 0;
+/// `classifier.shallow_decision`: level of the shallow-drop sum (the residual against the
+/// cohort's median in units of its own spread) that flags; 0 turns that rule off.
+pub const DEFAULT_CLASSIFIER_SHALLOW_DECISION: f64 = 11.0;
 /// `limits.max_clusters`.
 pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 /// `limits.max_nodes_per_cluster`.
@@ -137,6 +140,7 @@ pub struct ClassifierConfig {
     pub clear_margin: f64,
     pub clear_holdoff: u32,
     pub evidence: u32,
+    pub shallow_decision: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,6 +253,7 @@ impl Default for ClassifierConfig {
             clear_margin: DEFAULT_CLASSIFIER_CLEAR_MARGIN,
             clear_holdoff: DEFAULT_CLASSIFIER_CLEAR_HOLDOFF,
             evidence: DEFAULT_CLASSIFIER_EVIDENCE,
+            shallow_decision: DEFAULT_CLASSIFIER_SHALLOW_DECISION,
         }
     }
 }
@@ -452,6 +457,14 @@ impl ComponentConfig for IngeroConfig {
             self.classifier.evidence,
             0,
             3,
+        );
+        check::in_range(
+            &mut e,
+            "classifier.shallow_decision",
+            self.classifier.shallow_decision,
+            0.0,
+            1000.0,
+            false,
         );
 
         // limits

@@ -66,6 +66,7 @@ fn testdata_config_decodes_and_round_trips() {
     assert_eq!(cfg.classifier.clear_margin, 1.5);
     assert_eq!(cfg.classifier.clear_holdoff, 6);
     assert_eq!(cfg.classifier.evidence, 2);
+    assert_eq!(cfg.classifier.shallow_decision, 14.0);
     assert_eq!(cfg.limits.max_nodes_total, 16384);
     assert_eq!(cfg.diagnostics.max_nodes_per_cluster, 200);
     assert_ne!(
@@ -195,6 +196,10 @@ fn defaults_are_the_documented_constants() {
     assert_eq!(c.classifier.clear_margin, DEFAULT_CLASSIFIER_CLEAR_MARGIN);
     assert_eq!(c.classifier.clear_holdoff, DEFAULT_CLASSIFIER_CLEAR_HOLDOFF);
     assert_eq!(c.classifier.evidence, DEFAULT_CLASSIFIER_EVIDENCE);
+    assert_eq!(
+        c.classifier.shallow_decision,
+        DEFAULT_CLASSIFIER_SHALLOW_DECISION
+    );
     assert_eq!(c.limits.max_clusters, DEFAULT_MAX_CLUSTERS);
 }
 

@@ -378,6 +378,8 @@ def build_report(run):
     return {
         "verdict": verdict(injections, false_positives, idle_while_running, ovh, budget_detect, budget_recover),
         "healthy_scores": score_spread(run, injected),
+        # One row per node and push (written to scores.csv by report_from_dir).
+        "score_rows": score_rows(run, injected),
         "machine": run.get("machine", {}),
         "nodes": len(run["nodes"]),
         "victim": victim,
@@ -452,6 +454,34 @@ def verdict(injections, fp, idle_while_running, ovh, budget_detect, budget_recov
             checks["overhead_no_ring_drops"] = drops == 0
     failed = sorted(k for k, ok in checks.items() if not ok)
     return {"pass": not failed, "failed": failed, "checks": checks}
+
+
+def score_rows(run, injected):
+    """Every node's score as Fleet saw it, one row per node and push: (t, node, score,
+    healthy), healthy meaning active, inside the judged time and outside the injections
+    (what scripts/fit-noise.py fits the simulator's noise model to)."""
+    rows, seen = [], set()
+    for d in run["diag"]:
+        if "nodes" not in d:
+            continue
+        for n, v in d["nodes"].items():
+            if v.get("score") is None:
+                continue
+            key = (n, v["score"], int(d["t"] // run["push_interval"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            healthy = (v.get("state") == "active" and run["warm"] <= d["t"] < run["end"]
+                       and not injected(n, d["t"]))
+            rows.append((d["t"], n, v["score"], int(healthy)))
+    return rows
+
+
+def write_scores_csv(rows, path):
+    with open(path, "w") as f:
+        f.write("t_s,node,score,healthy\n")
+        for t, n, score, healthy in rows:
+            f.write(f"{t},{n},{score},{healthy}\n")
 
 
 def score_spread(run, injected):
@@ -844,6 +874,7 @@ def report_from_dir(d):
                 diag.append(json.loads(line))
     meta["windows"] = [tuple(w) for w in meta["windows"]]
     report = build_report({**meta, "agent_logs": logs, "diag": diag, "rates": rates})
+    write_scores_csv(report.pop("score_rows"), os.path.join(d, "scores.csv"))
     with open(os.path.join(d, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report

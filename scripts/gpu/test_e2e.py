@@ -240,6 +240,35 @@ class Report(unittest.TestCase):
         fp = e2e.build_report(run)["false_positives"]
         self.assertEqual((fp["fleet_flagged_samples"], fp["agent_flagged_node_seconds"]), (4, 2))
 
+    def test_scores_csv_has_one_row_per_node_and_push_with_the_healthy_ones_marked(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "run.json"), "w") as f:
+                json.dump({"t0": T0, "push_interval": 2.0, "warm": 10.0, "end": 100.0, "victim": "n0",
+                           "nodes": ["n0", "n1"], "windows": [["stall", 40.0, 60.0]], "overhead": None}, f)
+            with open(os.path.join(d, "diag.ndjson"), "w") as f:
+                # Polled four times a push: each node's score once per push.
+                for k in range(0, 400):
+                    t = k * 0.25
+                    push = int(t // 2.0)
+                    nodes = {n: {"straggler": False, "state": "active", "score": 0.9 + 0.001 * (push % 7) + i * 0.01}
+                             for i, n in enumerate(["n0", "n1"])}
+                    f.write(json.dumps({"t": t, "nodes": nodes}) + "\n")
+                f.write(json.dumps({"t": 5.0, "err": "HTTP Error 404"}) + "\n")
+            report = e2e.report_from_dir(d)
+            self.assertNotIn("score_rows", report)
+            with open(os.path.join(d, "scores.csv")) as f:
+                rows = f.read().splitlines()
+        self.assertEqual(rows[0], "t_s,node,score,healthy")
+        rows = [r.split(",") for r in rows[1:]]
+        self.assertEqual(len(rows), 2 * 50)
+        healthy = {(n, float(t)) for t, n, _, h in rows if h == "1"}
+        # Warm-up, the victim's injection (and its recovery budget) and the end are out.
+        self.assertNotIn(("n0", 0.0), healthy)
+        self.assertNotIn(("n0", 40.0), healthy)
+        self.assertIn(("n1", 40.0), healthy)
+        self.assertIn(("n0", 20.0), healthy)
+        self.assertEqual(sum(1 for r in rows if r[1] == "n1" and r[3] == "1"), 45)
+
     def test_nothing_detected_is_reported_as_such(self):
         r = self.run_report({}, [])
         self.assertIsNone(r["injections"][0]["agent_detect_s"])

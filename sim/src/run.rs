@@ -76,12 +76,15 @@ pub fn communicator(s: &Scenario) -> Option<Communicator> {
 }
 
 /// Settings a run may change from the defaults (the trade-off table's rule settings).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Tuning {
     /// Fleet's `classifier.evidence` (default: 0, picked from the noise).
     pub fleet_evidence: Option<u32>,
     /// The agents' `cusum` evidence (default: the agent's).
     pub agent_evidence: Option<u8>,
+    /// Fleet's `classifier.shallow_decision` and the agents' (0: the shallow-drop rule off;
+    /// default: on at its default level).
+    pub shallow_decision: Option<f64>,
 }
 
 /// Run a scenario in process; `on_event` sees detections and false positives as they
@@ -108,9 +111,15 @@ pub fn run_in_process_tuned(
     if let Some(e) = tuning.agent_evidence {
         core_cfg.evidence = e;
     }
+    if let Some(d) = tuning.shallow_decision {
+        core_cfg.shallow_decision = d;
+    }
     let mut cfg = fleet_config(s);
     if let Some(e) = tuning.fleet_evidence {
         cfg.classifier.evidence = e;
+    }
+    if let Some(d) = tuning.shallow_decision {
+        cfg.classifier.shallow_decision = d;
     }
     let mut fleet = InProcessFleet::new(cfg.clone())?;
     let mut rec = Recorder::new(s, world.timeline.clone(), "in-process");

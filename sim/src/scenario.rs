@@ -89,6 +89,10 @@ pub struct Noise {
     pub df: f64,
     /// Per-node standard deviation of a constant bias drawn once per node.
     pub bias_sigma: f64,
+    /// Lag-1 autocorrelation of each node's tick-to-tick noise, in [0, 1): the noise is
+    /// `ar * previous + sqrt(1 - ar^2) * draw`, so its spread is the same as with 0
+    /// (independent ticks, the default).
+    pub ar: f64,
     /// Chance per node-tick of a one-tick benign dip.
     pub dip_probability: f64,
     /// Dip depth, uniform in `[min, max]`.
@@ -107,6 +111,7 @@ impl Default for Noise {
             sigma: 0.01,
             df: 3.0,
             bias_sigma: 0.0,
+            ar: 0.0,
             dip_probability: 0.0,
             dip_depth: [0.02, 0.05],
             warmup: Duration::ZERO,
@@ -394,6 +399,9 @@ fn check_noise(path: &str, n: &Noise, e: &mut Vec<String>) {
     }
     if !frac(n.bias_sigma) {
         e.push(format!("{path}.bias_sigma: must be in [0, 1)"));
+    }
+    if !(0.0..1.0).contains(&n.ar) {
+        e.push(format!("{path}.ar: must be in [0, 1)"));
     }
     if !(0.0..=1.0).contains(&n.dip_probability) {
         e.push(format!("{path}.dip_probability: must be in [0, 1]"));

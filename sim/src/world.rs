@@ -190,6 +190,8 @@ impl Timeline {
 struct NodeNoise {
     noise: Noise,
     bias: f64,
+    /// The last noise draw (the autoregressive part's memory).
+    last: f64,
 }
 
 /// The cluster's nodes, their noise and the timeline.
@@ -218,6 +220,7 @@ impl World {
                 nodes.push(NodeNoise {
                     noise: noise.clone(),
                     bias,
+                    last: 0.0,
                 });
             }
         }
@@ -251,6 +254,15 @@ impl World {
                 .map(|d| d.sample(&mut self.rng) * noise.sigma)
                 .unwrap_or(0.0),
         };
+        // AR(1): the same stationary spread, correlated from tick to tick.
+        let eps = if noise.ar > 0.0 {
+            noise.ar * n.last + (1.0 - noise.ar * noise.ar).sqrt() * eps
+        } else {
+            eps
+        };
+        self.nodes[node].last = eps;
+        let n = &self.nodes[node];
+        let noise = &n.noise;
         let mut level = (1.0 - n.bias - eps).max(0.0);
         if noise.dip_probability > 0.0 && self.rng.random::<f64>() < noise.dip_probability {
             let [lo, hi] = noise.dip_depth;
@@ -336,6 +348,40 @@ mod tests {
         assert_eq!(tl.truth(2, m(5)), Truth::Down);
         assert_eq!(tl.truth(2, m(6)), Truth::Healthy);
         assert_eq!(tl.started_at(2, m(7)), m(6));
+    }
+
+    /// With `ar` the noise keeps its spread and gains that lag-1 autocorrelation.
+    #[test]
+    fn autoregressive_noise_keeps_its_spread_and_correlates_ticks() {
+        for ar in [0.0, 0.3, 0.6] {
+            let s = scenario(&format!(
+                "name = \"t\"\nduration = \"1h\"\n[noise]\nsigma = 0.01\nar = {ar}\n\
+                 [[cohort]]\nname = \"a\"\nnodes = 1\n"
+            ));
+            let mut w = World::new(&s).unwrap();
+            let x: Vec<f64> = (0..200_000u64)
+                .map(|i| w.shortfall(0, Duration::from_secs(10 * i)))
+                .collect();
+            let n = x.len() as f64;
+            let mean = x.iter().sum::<f64>() / n;
+            let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+            let lag1 = x
+                .windows(2)
+                .map(|w| (w[0] - mean) * (w[1] - mean))
+                .sum::<f64>()
+                / (n - 1.0)
+                / var;
+            assert!(
+                (var.sqrt() - 0.01).abs() < 0.0003,
+                "ar {ar}: sd {}",
+                var.sqrt()
+            );
+            assert!((lag1 - ar).abs() < 0.01, "ar {ar}: lag-1 {lag1}");
+        }
+        assert!(Scenario::from_toml(
+            "name = \"t\"\nduration = \"1h\"\n[noise]\nar = 1.0\n[[cohort]]\nname = \"a\"\nnodes = 1\n"
+        )
+        .is_err());
     }
 
     #[test]

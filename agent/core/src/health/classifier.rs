@@ -18,10 +18,21 @@
 //!   Recovery: on the first tick at least one sigma above the threshold (`clear_margin`),
 //!   unless the node fell again within 10 ticks of its last clear (`clear_holdoff`); else
 //!   when the sum is back at 0.
+//!   Shallow drops: beside that sum the rule keeps Fleet's shallow-drop sum
+//!   ([`ingero_processor::classifier`], "Shallow drops"), on the residual against where this
+//!   node usually sits relative to the threshold: `gap`, a running mean of `score -
+//!   threshold` learned from samples that are not evidence of a drop. A node that falls
+//!   alone moves away from the threshold and accumulates; a cohort that moves together
+//!   moves the threshold with it. The spread is the node's own score noise, floored as
+//!   Fleet floors a cohort's (`SHALLOW_MIN_GAP`). The gap is learned afresh after
+//!   [`SHALLOW_WARMUP`] samples whenever the threshold jumps (a switch between Fleet's and
+//!   the local threshold).
 //! - `one-sample` (the spec's rule, 4.1): straggler when `score + eps < threshold`, healthy
 //!   again at `score + eps >= threshold + h`. One sample flips either way.
 
-use ingero_processor::classifier::{CusumParams, ShortfallCusum};
+use ingero_processor::classifier::{
+    CusumParams, MIN_SIGMA, SHALLOW_MIN_GAP, SHALLOW_REFERENCE, ShortfallCusum,
+};
 
 use super::{Signal, SignalSet};
 
@@ -58,6 +69,8 @@ pub const SIGMA_FLOOR: f64 = 1.4826 * ingero_processor::config::DEFAULT_MAD_FLOO
 pub const NOISE_ALPHA: f64 = 0.05;
 /// Mean absolute deviation of a normal distribution times this is its standard deviation.
 const MEAN_ABS_DEV_TO_SIGMA: f64 = 1.2533;
+/// Samples of `score - threshold` the shallow-drop rule learns from before it acts.
+pub const SHALLOW_WARMUP: u32 = 10;
 
 /// Which rule classifies (`health.classifier`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -85,6 +98,12 @@ pub struct CusumClassifier {
     cusum: ShortfallCusum,
     level: Option<f64>,
     abs_dev: f64,
+    /// Where this node usually sits above the threshold (`score - threshold`).
+    gap: f64,
+    /// Samples the gap learned from since it (re)started (saturating).
+    gap_samples: u32,
+    /// The threshold of the last classification.
+    last_threshold: Option<f64>,
 }
 
 impl Default for CusumClassifier {
@@ -101,7 +120,19 @@ impl CusumClassifier {
             cusum: ShortfallCusum::default(),
             level: None,
             abs_dev: 0.0,
+            gap: 0.0,
+            gap_samples: 0,
+            last_threshold: None,
         }
+    }
+
+    /// The spread the shallow-drop residual is measured in: this node's own score noise,
+    /// floored as Fleet floors a cohort's spread.
+    pub fn shallow_spread(&self) -> f64 {
+        let level = self.level.unwrap_or(0.0).abs();
+        (MEAN_ABS_DEV_TO_SIGMA * self.abs_dev)
+            .max(SHALLOW_MIN_GAP * level / SHALLOW_REFERENCE)
+            .max(MIN_SIGMA)
     }
 
     /// The sigma the shortfall is measured in.
@@ -115,8 +146,31 @@ impl CusumClassifier {
 
     pub fn classify(&mut self, score: f64, threshold: f64) -> Verdict {
         let was = self.cusum.is_straggler();
+        let spread = self.shallow_spread();
+        // A jump of the threshold (Fleet's and the local one swapped) restarts the gap.
+        if self
+            .last_threshold
+            .is_some_and(|t| (threshold - t).abs() > SHALLOW_REFERENCE * spread)
+        {
+            self.gap_samples = 0;
+        }
+        self.last_threshold = Some(threshold);
+        let above = score - threshold;
+        let r = if self.gap_samples >= SHALLOW_WARMUP {
+            (self.gap - above) / spread
+        } else {
+            f64::NEG_INFINITY
+        };
+        let sigma = self.sigma().max(MIN_SIGMA);
         self.cusum
-            .observe(&self.params, score, threshold, self.sigma());
+            .observe_zr(&self.params, (threshold - score) / sigma, r);
+        // Learn the gap from samples that are not evidence of a drop, while not flagged.
+        if above.is_finite() && !self.cusum.is_straggler() && r <= SHALLOW_REFERENCE {
+            // A plain mean over the first 1 / NOISE_ALPHA samples, then the running one.
+            let weight = (1.0 / f64::from(self.gap_samples.saturating_add(1))).max(NOISE_ALPHA);
+            self.gap += weight * (above - self.gap);
+            self.gap_samples = self.gap_samples.saturating_add(1);
+        }
         // Learn the noise from samples that are not a shortfall.
         if score.is_finite() && score >= threshold {
             match self.level {
@@ -148,6 +202,17 @@ impl AnyClassifier {
         match rule {
             Rule::Cusum => AnyClassifier::Cusum(CusumClassifier::with_evidence(evidence)),
             Rule::OneSample => AnyClassifier::OneSample(Classifier::new(hysteresis)),
+        }
+    }
+
+    /// The `cusum` rule with its shallow-drop sum flagging at `level` (0: off).
+    pub fn with_shallow_decision(self, level: f64) -> Self {
+        match self {
+            AnyClassifier::Cusum(mut c) => {
+                c.params.shallow_decision = level;
+                AnyClassifier::Cusum(c)
+            }
+            other => other,
         }
     }
 
@@ -309,6 +374,57 @@ mod tests {
             .count();
         assert_eq!(changes, 3);
         assert!(c.is_straggler());
+    }
+
+    /// Scores alternating 0.5 % either side of 0.94 against a threshold 0.03 below: after
+    /// the gap is learned, a drop of 4.7 % (0.044, one floored sigma below the threshold)
+    /// is flagged on its third sample by the shallow-drop sum; without it, not within ten.
+    #[test]
+    fn a_shallow_drop_is_flagged_against_where_the_node_usually_sits() {
+        let t = 0.91;
+        let healthy = |i: u32| 0.94 + if i.is_multiple_of(2) { 0.005 } else { -0.005 };
+        let first_flag = |shallow: f64| {
+            let mut c = AnyClassifier::new(Rule::Cusum, DEFAULT_HYSTERESIS, AGENT_EVIDENCE)
+                .with_shallow_decision(shallow);
+            for i in 0..40 {
+                assert!(!c.classify(healthy(i), t).straggler);
+            }
+            (1..=10).find(|_| c.classify(0.94 - 0.044, t).straggler)
+        };
+        assert_eq!(
+            first_flag(ingero_processor::config::DEFAULT_CLASSIFIER_SHALLOW_DECISION),
+            Some(3)
+        );
+        assert_eq!(first_flag(0.0), None);
+    }
+
+    /// The whole cohort moving together moves Fleet's threshold with it: the residual
+    /// against the learned gap stays small and nothing is flagged. Before the gap has
+    /// [`SHALLOW_WARMUP`] samples the rule does not act, and a jump of the threshold
+    /// restarts it.
+    #[test]
+    fn a_cohort_moving_together_and_a_jumping_threshold_flag_nobody() {
+        let mut c = CusumClassifier::default();
+        for i in 0..40 {
+            let score = 0.94 + if i % 2 == 0 { 0.005 } else { -0.005 };
+            assert!(!c.classify(score, 0.91).straggler);
+        }
+        // Everyone 4.4 % slower; Fleet's threshold follows at its EMA (0.2 a tick).
+        let mut t = 0.91;
+        for i in 0..40 {
+            t += 0.2 * (0.866 - t);
+            assert!(!c.classify(0.896, t).straggler, "tick {i}");
+        }
+        // The threshold jumps (a switch to the local one): the gap is learned afresh, so
+        // the samples right after the jump are not measured against the old gap.
+        let mut c = CusumClassifier::default();
+        for _ in 0..40 {
+            c.classify(0.94, 0.91);
+        }
+        for i in 0..(SHALLOW_WARMUP - 1) {
+            assert!(!c.classify(0.9, 0.7).straggler, "sample {i}");
+        }
+        assert_eq!(c.gap_samples, SHALLOW_WARMUP - 1);
     }
 
     /// The agent's default: one sample at the single-sample depth is not enough, two

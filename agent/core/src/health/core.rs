@@ -25,6 +25,9 @@ pub struct CoreConfig {
     /// Samples at the single-sample depth the `cusum` rule needs to flag
     /// ([`super::classifier::AGENT_EVIDENCE`] by default).
     pub evidence: u8,
+    /// Level of the `cusum` rule's shallow-drop sum that flags (0: that part off; Fleet's
+    /// `classifier.shallow_decision` default).
+    pub shallow_decision: f64,
     /// Ticks after a wake from IDLE whose signal window still covers idle time: the first
     /// is not pushed, none is classified or folded into the baseline. `ceil(signal window /
     /// push interval)`, at least 1.
@@ -40,6 +43,7 @@ impl Default for CoreConfig {
             hysteresis: super::classifier::DEFAULT_HYSTERESIS,
             rule: Rule::default(),
             evidence: super::classifier::AGENT_EVIDENCE,
+            shallow_decision: ingero_processor::config::DEFAULT_CLASSIFIER_SHALLOW_DECISION,
             settle_ticks: 1,
         }
     }
@@ -153,7 +157,8 @@ impl HealthCore {
             cfg,
             baseliner: Baseliner::new(cfg.baseline),
             state: StateMachine::new(cfg.state),
-            classifier: AnyClassifier::new(cfg.rule, cfg.hysteresis, cfg.evidence),
+            classifier: AnyClassifier::new(cfg.rule, cfg.hysteresis, cfg.evidence)
+                .with_shallow_decision(cfg.shallow_decision),
             mode: DetectionMode::None,
             last_report: None,
             settle_left: 0,
