@@ -122,6 +122,22 @@ impl ComponentConfig for StoreConfig {
     }
 }
 
+/// Bytes of a `memory_limit` (`1GB`: 10^9, as DuckDB reads it); `None` when not valid.
+pub fn memory_limit_bytes(s: &str) -> Option<u64> {
+    if !valid_memory_limit(s) {
+        return None;
+    }
+    let digits = s.chars().take_while(char::is_ascii_digit).count();
+    let n: u64 = s.get(..digits)?.parse().ok()?;
+    let unit = match s.get(digits..)?.to_ascii_uppercase().as_str() {
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => 1_000_000_000_000,
+    };
+    n.checked_mul(unit)
+}
+
 fn valid_memory_limit(s: &str) -> bool {
     let digits = s.chars().take_while(char::is_ascii_digit).count();
     let unit = s.get(digits..).unwrap_or("").to_ascii_uppercase();
@@ -141,6 +157,9 @@ pub struct QueryConfig {
     pub max_result_bytes: usize,
     /// Queries running at once; one more is answered 503.
     pub max_concurrent: usize,
+    /// The process's resident memory (MiB) beyond which running tool calls are
+    /// interrupted; 0: the store's `memory_limit` plus 512 MiB.
+    pub memory_budget_mib: u64,
     /// Window of a tool call that names none.
     #[serde(with = "duration")]
     pub default_window: Duration,
@@ -156,6 +175,7 @@ impl Default for QueryConfig {
             timeout: DEFAULT_QUERY_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             max_concurrent: DEFAULT_MAX_CONCURRENT,
+            memory_budget_mib: 0,
             default_window: DEFAULT_WINDOW,
             straggler_sample_interval: DEFAULT_STRAGGLER_SAMPLE_INTERVAL,
         }

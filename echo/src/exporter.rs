@@ -189,6 +189,11 @@ impl Exporter for EchoExporter {
             "Merges of the health rollup that failed (retried later; queries stay exact).",
             st.rollup_failures.load(Relaxed),
         ));
+        out.push(c(
+            "ingero_echo_queries_over_memory_total",
+            "Tool calls interrupted because the process's resident memory passed query.memory_budget_mib.",
+            st.queries_over_memory.load(Relaxed),
+        ));
         out.push(
             MetricFamily::gauge(
                 "ingero_echo_pending_batches",

@@ -82,6 +82,10 @@ pub enum ToolError {
     Timeout(Duration),
     #[error("{0}")]
     Busy(String),
+    #[error(
+        "the query was interrupted: Echo's resident memory passed query.memory_budget_mib ({0} MiB) while it ran; ask for less (filter, aggregate, LIMIT) or retry later"
+    )]
+    OverMemory(u64),
 }
 
 impl ToolError {
@@ -96,7 +100,7 @@ impl ToolError {
             ToolError::Sandbox(SandboxError::Failed(_)) => 422,
             ToolError::Store(_) => 500,
             ToolError::Timeout(_) => 408,
-            ToolError::Busy(_) => 503,
+            ToolError::Busy(_) | ToolError::OverMemory(_) => 503,
         }
     }
 }
@@ -307,6 +311,8 @@ pub struct Tools {
     aliases: ProviderAliases,
     /// Queries running now (their threads), at most `cfg.max_concurrent`.
     running: AtomicUsize,
+    /// `query.memory_budget_mib`, or what its 0 stands for.
+    budget_mib: u64,
     /// Queries running now per cluster-scoped caller (see [`Tools::admit`]).
     per_scope: parking_lot::Mutex<std::collections::HashMap<Vec<String>, usize>>,
 }
@@ -364,7 +370,14 @@ impl Tools {
                 None
             }
         };
+        let budget_mib = match cfg.memory_budget_mib {
+            0 => crate::config::memory_limit_bytes(&store.cfg.memory_limit)
+                .map_or(0, |b| (b >> 20) + 512),
+            n => n,
+        };
+        store.watch_memory(budget_mib << 20);
         Ok(Tools {
+            budget_mib,
             store,
             sandbox: SqlSandbox::new()?,
             cfg,
@@ -401,8 +414,10 @@ impl Tools {
             .spawn(move || {
                 let id = me.store.begin_query();
                 let _ = id_tx.send(id);
-                let out = me.call_now(&name, args, &scope);
-                me.store.end_query(id);
+                let mut out = me.call_now(&name, args, &scope);
+                if me.store.end_query(id) && out.is_err() {
+                    out = Err(ToolError::OverMemory(me.budget_mib));
+                }
                 drop(slot);
                 let _ = tx.send(out);
             });

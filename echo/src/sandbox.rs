@@ -182,6 +182,49 @@ impl Parser {
         Ok((n > 0).then_some(n as usize))
     }
 
+    /// DuckDB's parse tree of `sql` as JSON (`json_serialize_sql`; nothing bound or run).
+    pub fn parse_tree(&self, sql: &str) -> Result<String, SandboxError> {
+        let q = c_string(sql)?;
+        let select = c_string("SELECT json_serialize_sql(?::VARCHAR)")?;
+        let failed =
+            |m: String| SandboxError::Failed(format!("cannot read the query's parse tree: {m}"));
+        let mut con: ffi::duckdb_connection = ptr::null_mut();
+        // SAFETY: as in `statement_types`.
+        if unsafe { ffi::duckdb_connect(self.db, &mut con) } != ffi::DuckDBSuccess {
+            return Err(failed("no connection".into()));
+        }
+        let mut stmt: ffi::duckdb_prepared_statement = ptr::null_mut();
+        // SAFETY: `stmt` and `result` are locals destroyed below on every path; every pointer
+        // passed is valid for the call; the value read is freed with `duckdb_free`.
+        unsafe {
+            let mut result: ffi::duckdb_result = std::mem::zeroed();
+            let out = if ffi::duckdb_prepare(con, select.as_ptr(), &mut stmt) != ffi::DuckDBSuccess
+            {
+                Err(failed(c_message(ffi::duckdb_prepare_error(stmt))))
+            } else if ffi::duckdb_bind_varchar(stmt, 1, q.as_ptr()) != ffi::DuckDBSuccess {
+                Err(failed("cannot bind the query".into()))
+            } else if ffi::duckdb_execute_prepared(stmt, &mut result) != ffi::DuckDBSuccess {
+                let m = c_message(ffi::duckdb_result_error(&mut result));
+                ffi::duckdb_destroy_result(&mut result);
+                Err(failed(m))
+            } else {
+                let v = ffi::duckdb_value_varchar(&mut result, 0, 0);
+                let text = if v.is_null() {
+                    Err(failed("no parse tree".into()))
+                } else {
+                    let t = CStr::from_ptr(v).to_string_lossy().into_owned();
+                    ffi::duckdb_free(v.cast());
+                    Ok(t)
+                };
+                ffi::duckdb_destroy_result(&mut result);
+                text
+            };
+            ffi::duckdb_destroy_prepare(&mut stmt);
+            ffi::duckdb_disconnect(&mut con);
+            out
+        }
+    }
+
     fn types_on(
         con: ffi::duckdb_connection,
         q: &CStr,
@@ -307,6 +350,8 @@ impl SqlSandbox {
                 "{f}() writes to the database; only reading is allowed"
             )));
         }
+        // Before binding: binding can evaluate constant expressions (`repeat('x', 3e9)`).
+        check_generated(&self.parser.parse_tree(sql)?)?;
         let types = self.parser.statement_types(sql)?;
         match types.as_slice() {
             [t] if *t == ffi::duckdb_statement_type_DUCKDB_STATEMENT_TYPE_SELECT => Ok(()),
@@ -393,4 +438,262 @@ fn run_read_only(
         rows: out,
         truncated,
     })
+}
+
+/// The most bytes that the calls of one query whose result size is set by a number (see
+/// [`generated_bytes`]) may produce per row, all together. DuckDB builds such a result in
+/// one piece, outside its `memory_limit` and without seeing an interrupt, for each row of
+/// a 2,048-row vector: this bounds one vector's share to 128 MiB.
+pub const MAX_GENERATED_BYTES: u64 = 64 * 1024;
+
+/// Aggregates that concatenate their inputs: as window functions each row's result holds
+/// its whole frame (quadratic in the rows), built within one vector.
+const CONCATENATING_AGGREGATES: [&str; 8] = [
+    "string_agg",
+    "group_concat",
+    "listagg",
+    "list",
+    "array_agg",
+    "histogram",
+    "bitstring_agg",
+    "fill",
+];
+
+/// Functions whose lambda can grow its accumulator geometrically in one call.
+const REDUCING: [&str; 3] = ["list_reduce", "array_reduce", "reduce"];
+
+/// An integer literal of the parse tree (`None`: anything else).
+fn literal_int(v: &serde_json::Value) -> Option<i128> {
+    if v["class"] != "CONSTANT" || v["value"]["is_null"] != false {
+        return None;
+    }
+    let id = v["value"]["type"]["id"].as_str()?;
+    if !matches!(
+        id,
+        "TINYINT"
+            | "SMALLINT"
+            | "INTEGER"
+            | "BIGINT"
+            | "UTINYINT"
+            | "USMALLINT"
+            | "UINTEGER"
+            | "UBIGINT"
+    ) {
+        return None;
+    }
+    let n = &v["value"]["value"];
+    n.as_i64()
+        .map(i128::from)
+        .or_else(|| n.as_u64().map(i128::from))
+}
+
+/// A text literal of the parse tree.
+fn literal_text(v: &serde_json::Value) -> Option<&str> {
+    if v["class"] != "CONSTANT" || v["value"]["type"]["id"] != "VARCHAR" {
+        return None;
+    }
+    v["value"]["value"].as_str()
+}
+
+/// The numbers in a `printf` (`%08.3f`) or `format` (`{:>12}`) pattern's conversion specs;
+/// `None` where a width or precision comes from an argument (`*`, a nested `{}`).
+fn pattern_widths(pattern: &str, printf: bool) -> Option<Vec<u64>> {
+    let mut widths = Vec::new();
+    let mut push_numbers = |spec: &str| {
+        for n in spec
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|n| !n.is_empty())
+        {
+            widths.push(n.parse::<u64>().unwrap_or(u64::MAX));
+        }
+    };
+    let mut chars = pattern.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if printf && c == '%' {
+            let rest = &pattern[i + 1..];
+            let len = rest
+                .find(|c: char| !("-+ #0123456789.*'lhLqjzt".contains(c)))
+                .unwrap_or(rest.len());
+            let spec = &rest[..len];
+            if spec.contains('*') {
+                return None;
+            }
+            push_numbers(spec);
+            // `%%` and the conversion letter.
+            for _ in 0..=spec.chars().count() {
+                chars.next();
+            }
+        } else if !printf && c == '{' {
+            if chars.peek().map(|(_, c)| *c) == Some('{') {
+                chars.next();
+                continue;
+            }
+            let rest = &pattern[i + 1..];
+            let end = rest.find('}').unwrap_or(rest.len());
+            let spec = &rest[..end];
+            if spec.contains('{') {
+                return None;
+            }
+            // The argument index before `:` is no width.
+            push_numbers(spec.split_once(':').map_or("", |(_, s)| s));
+        }
+    }
+    Some(widths)
+}
+
+/// The bytes one call of `name` with `args` may produce, for the functions whose result
+/// size a number sets (`repeat`, `lpad`, `range`, ...): `Ok(None)` for any other function,
+/// an error where the size is not known from the query text.
+fn call_bytes(name: &str, args: &[serde_json::Value]) -> Result<Option<u64>, String> {
+    let any_int = |i: usize, what: &str| {
+        args.get(i).and_then(literal_int).ok_or_else(|| {
+            format!("{name}(): its {what} must be an integer literal, so the size of its result is known before it runs")
+        })
+    };
+    let int = |i: usize, what: &str| {
+        any_int(i, what).map(|n| u64::try_from(n.max(0)).unwrap_or(u64::MAX))
+    };
+    let small_text = |i: usize, what: &str| match args.get(i) {
+        None => Ok(0),
+        Some(a) => match literal_text(a) {
+            Some(t) if t.len() <= 64 => Ok(t.len() as u64),
+            _ => Err(format!(
+                "{name}(): its {what} must be a text literal of at most 64 bytes"
+            )),
+        },
+    };
+    let bytes = match name {
+        "repeat" => {
+            let text = args.first().and_then(literal_text).ok_or_else(|| {
+                format!("{name}(): its first argument must be a text literal, so the size of its result is known before it runs")
+            })?;
+            (text.len() as u64).saturating_mul(int(1, "count")?)
+        }
+        // A character takes up to 4 bytes.
+        "lpad" | "rpad" => int(1, "length")?.saturating_mul(4),
+        "range" | "generate_series" => {
+            let n: Vec<i128> = (0..args.len())
+                .map(|i| any_int(i, "bounds and step"))
+                .collect::<Result<_, _>>()?;
+            let count = match n.as_slice() {
+                [stop] => *stop,
+                [start, stop] => stop - start,
+                [start, stop, step] if *step != 0 => (stop - start) / step,
+                _ => i128::MAX,
+            };
+            u64::try_from(count.max(0))
+                .unwrap_or(u64::MAX)
+                .saturating_add(1)
+                .saturating_mul(8)
+        }
+        "list_resize" | "array_resize" => {
+            let fill = small_text(2, "fill value")
+                .or_else(|e| args.get(2).and_then(literal_int).map(|_| 8).ok_or(e))?;
+            int(1, "length")?.saturating_mul(fill.max(8))
+        }
+        // Up to 3 bytes per block character.
+        "bar" if args.len() >= 4 => int(3, "width")?.saturating_mul(3),
+        "bar" => 80 * 3,
+        "to_base" if args.len() >= 3 => int(2, "minimum length")?,
+        "bitstring" => int(1, "length")? / 8 + 1,
+        "printf" | "format" => {
+            let pattern = args
+                .first()
+                .and_then(literal_text)
+                .ok_or_else(|| format!("{name}(): its pattern must be a text literal"))?;
+            let widths = pattern_widths(pattern, name == "printf").ok_or_else(|| {
+                format!("{name}(): widths and precisions must be written in the pattern, not taken from an argument")
+            })?;
+            widths
+                .iter()
+                .fold(pattern.len() as u64, |a, w| a.saturating_add(*w))
+        }
+        "replace" | "regexp_replace" => {
+            small_text(2, "replacement")?;
+            return Ok(None);
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(bytes))
+}
+
+/// Walk DuckDB's parse tree (JSON) and add up what its number-sized calls produce; refuse
+/// what no such sum bounds (see [`check_generated`]).
+fn walk_tree(v: &serde_json::Value, in_lambda: bool, total: &mut u64) -> Result<(), String> {
+    use serde_json::Value as J;
+    match v {
+        J::Array(a) => a.iter().try_for_each(|x| walk_tree(x, in_lambda, total)),
+        J::Object(m) => {
+            let class = m.get("class").and_then(J::as_str).unwrap_or("");
+            let name = m
+                .get("function_name")
+                .and_then(J::as_str)
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if class == "FUNCTION" {
+                if REDUCING.contains(&name.as_str()) {
+                    return Err(format!(
+                        "{name}(): refused (its lambda can grow the result without bound in one call); use list_aggregate or list_transform"
+                    ));
+                }
+                let args = m
+                    .get("children")
+                    .and_then(J::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                if let Some(bytes) = call_bytes(&name, args)? {
+                    if in_lambda {
+                        return Err(format!(
+                            "{name}() inside a lambda: refused (the lambda runs once per list element)"
+                        ));
+                    }
+                    *total = total.saturating_add(bytes);
+                    if *total > MAX_GENERATED_BYTES {
+                        return Err(format!(
+                            "{name}(): calls whose result size a number sets (repeat, lpad, rpad, range, printf, ...) may produce at most {MAX_GENERATED_BYTES} bytes per row in one query; this one asks for {total}"
+                        ));
+                    }
+                }
+            }
+            if class == "WINDOW" && CONCATENATING_AGGREGATES.contains(&name.as_str()) {
+                return Err(format!(
+                    "{name}() as a window function: refused (each row would hold its whole frame); use it as an aggregate"
+                ));
+            }
+            for (k, child) in m {
+                match (k.as_str(), m.get("type").and_then(J::as_str)) {
+                    // A table function streams its rows: its own size is no row's size, its
+                    // arguments are checked as usual.
+                    ("function", Some("TABLE_FUNCTION")) => {
+                        walk_tree(&child["children"], in_lambda, total)?
+                    }
+                    _ => walk_tree(child, in_lambda || class == "LAMBDA", total)?,
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuse a query whose calls could build values beyond [`MAX_GENERATED_BYTES`] per row
+/// from numbers in its text (`repeat('x', 3000000000)`), or whose size no text bounds.
+fn check_generated(tree: &str) -> Result<(), SandboxError> {
+    let tree: serde_json::Value = serde_json::from_str(tree).map_err(|_| {
+        SandboxError::Refused(
+            "the query is nested too deeply to check; split it into common table expressions"
+                .into(),
+        )
+    })?;
+    // Statements that are not SELECTs are refused here, before binding could evaluate any
+    // of their constants.
+    if tree["error"] == true {
+        let msg = tree["error_message"].as_str().unwrap_or("unknown error");
+        return Err(SandboxError::Refused(if msg.contains("Only SELECT") {
+            "only a SELECT statement is allowed".into()
+        } else {
+            format!("not valid SQL: {msg}")
+        }));
+    }
+    let mut total = 0;
+    walk_tree(&tree["statements"], false, &mut total).map_err(SandboxError::Refused)
 }

@@ -103,6 +103,53 @@ mod tests {
 
     use super::*;
 
+    /// The memory watch interrupts a running query once the process's resident memory
+    /// passes the budget, and the query's end says so.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_memory_watch_interrupts_queries_when_the_process_grows_past_the_budget() {
+        let dir = std::env::temp_dir().join(format!("echo-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(StoreConfig {
+            data_dir: dir.display().to_string(),
+            memory_limit: "128MB".into(),
+            ..StoreConfig::default()
+        })
+        .unwrap();
+        store.watch_memory(resident_bytes() + (256 << 20));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = store.clone();
+        let query = std::thread::spawn(move || {
+            let id = s.begin_query();
+            tx.send(()).unwrap();
+            // Hours of work unless interrupted.
+            let r = s.with_reader(|c| {
+                c.query_row("SELECT sum(i) FROM range(1000000000000) t(i)", [], |r| {
+                    r.get::<_, i128>(0)
+                })
+            });
+            (r.is_err(), s.end_query(id))
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        // The process grows by 512 MiB (pages touched) while the query runs.
+        let ballast = vec![1u8; 512 << 20];
+        let (failed, over) = query.join().unwrap();
+        assert!(ballast.iter().step_by(4096).all(|b| *b == 1));
+        drop(ballast);
+        assert!(failed && over, "failed {failed}, over_memory {over}");
+        assert_eq!(store.stats.queries_over_memory.load(Relaxed), 1);
+        // A query that begins above the budget and does not grow runs to its end.
+        let ballast = vec![1u8; 512 << 20];
+        let id = store.begin_query();
+        let r = store.with_reader(|c| c.query_row("SELECT 42", [], |r| r.get::<_, i64>(0)));
+        assert_eq!(r.unwrap(), 42);
+        assert!(!store.end_query(id));
+        assert!(ballast.iter().step_by(4096).all(|b| *b == 1));
+        store.shutdown();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_new_data_directory_and_database_are_owner_only() {
@@ -143,6 +190,8 @@ pub struct StoreStats {
     /// Partial `health_minutes` rows removed by merging.
     pub rollup_rows_merged: AtomicU64,
     pub rollup_failures: AtomicU64,
+    /// Tool calls interrupted because the process went over `query.memory_budget_mib`.
+    pub queries_over_memory: AtomicU64,
     /// Database bytes in use at the last retention check.
     pub used_bytes: AtomicU64,
 }
@@ -164,6 +213,30 @@ thread_local! {
 struct Running {
     handles: Vec<Arc<InterruptHandle>>,
     interrupted: bool,
+    /// The process's resident bytes when the query began.
+    start_rss: u64,
+    /// Interrupted by the memory watch (see [`Store::watch_memory`]).
+    over_memory: bool,
+}
+
+/// How often the memory watch reads the process's resident memory while queries run.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// How much a query must have seen the process grow since it began to be interrupted.
+const WATCH_SLACK: u64 = 32 << 20;
+
+/// The process's resident memory in bytes (Linux: `/proc/self/statm`; 0 elsewhere).
+pub fn resident_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse::<u64>().ok())
+        .map_or(0, |p| p.saturating_mul(page))
 }
 
 /// One data directory's database, written by one thread.
@@ -183,6 +256,10 @@ pub struct Store {
     /// Queries running now, by id (see [`Store::begin_query`]).
     running: Mutex<HashMap<u64, Running>>,
     next_query: AtomicU64,
+    /// Woken when a query begins (the memory watch sleeps while none runs).
+    query_began: parking_lot::Condvar,
+    /// Resident bytes beyond which running queries are interrupted; 0: not watched.
+    memory_budget: AtomicU64,
 }
 
 impl std::fmt::Debug for Store {
@@ -199,6 +276,13 @@ pub fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+/// The WAL size at which DuckDB checkpoints on its own. At its default (16 MB) sustained
+/// ingest checkpointed about every second, and each checkpoint scans, analyses and
+/// compresses the string columns again (`points.attributes` and `resource`): about a
+/// quarter of the writer thread's CPU in a profile. A larger WAL takes longer to replay
+/// after a crash.
+pub const CHECKPOINT_THRESHOLD: &str = "256MB";
+
 /// Options every connection of the instance runs with: no file or network access beyond
 /// the database itself, no extension autoload or autoinstall (they reach for the network),
 /// configuration locked so no SQL can change it.
@@ -209,6 +293,7 @@ fn db_config(cfg: &StoreConfig) -> Result<Config, duckdb::Error> {
         .with("autoinstall_known_extensions", "false")?
         .max_memory(&cfg.memory_limit)?
         .threads(i64::from(cfg.threads))?
+        .with("checkpoint_threshold", CHECKPOINT_THRESHOLD)?
         .with("lock_configuration", "true")
 }
 
@@ -268,6 +353,8 @@ impl Store {
             lock: Mutex::new(Some(lock)),
             running: Mutex::new(HashMap::new()),
             next_query: AtomicU64::new(1),
+            query_began: parking_lot::Condvar::new(),
+            memory_budget: AtomicU64::new(0),
         }))
     }
 
@@ -329,14 +416,101 @@ impl Store {
     /// limit) and by [`Store::shutdown`]. Ended by [`Store::end_query`] on the same thread.
     pub fn begin_query(&self) -> u64 {
         let id = self.next_query.fetch_add(1, Relaxed);
-        self.running.lock().insert(id, Running::default());
+        let start_rss = if self.memory_budget.load(Relaxed) > 0 {
+            resident_bytes()
+        } else {
+            0
+        };
+        self.running.lock().insert(
+            id,
+            Running {
+                start_rss,
+                ..Running::default()
+            },
+        );
+        self.query_began.notify_all();
         QUERY.with(|q| q.set(id));
         id
     }
 
-    pub fn end_query(&self, id: u64) {
-        self.running.lock().remove(&id);
+    /// End query `id`; `true` when the memory watch interrupted it.
+    pub fn end_query(&self, id: u64) -> bool {
+        let over = self
+            .running
+            .lock()
+            .remove(&id)
+            .is_some_and(|r| r.over_memory);
         QUERY.with(|q| q.set(0));
+        if over {
+            // What the interrupted query freed goes back to the system, so the next
+            // query does not start above the budget.
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only releases free memory of the C allocator.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+        over
+    }
+
+    /// Watch the process's resident memory while queries run: every few milliseconds,
+    /// once it is above `budget` bytes, interrupt each running query that began with at
+    /// least 32 MiB less (so it, or one beside it, made it grow). DuckDB's `memory_limit` does not cover
+    /// every value a query builds (a long string, a list): this catches what grows across
+    /// the vectors of a query; what one vector builds lands before the interrupt does.
+    /// Started once per store; a later call only moves the budget.
+    pub fn watch_memory(self: &Arc<Self>, budget: u64) {
+        if self.memory_budget.swap(budget, Relaxed) != 0 || budget == 0 {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("echo-memory-watch".into())
+            .spawn(move || {
+                while let Some(store) = weak.upgrade() {
+                    if store.base.lock().is_none() {
+                        break;
+                    }
+                    {
+                        let mut running = store.running.lock();
+                        if running.is_empty() {
+                            store
+                                .query_began
+                                .wait_for(&mut running, Duration::from_millis(500));
+                            continue;
+                        }
+                    }
+                    let rss = resident_bytes();
+                    let budget = store.memory_budget.load(Relaxed);
+                    if rss > budget {
+                        let mut n = 0u64;
+                        for r in store.running.lock().values_mut() {
+                            if !r.interrupted && rss > r.start_rss.saturating_add(WATCH_SLACK) {
+                                r.interrupted = true;
+                                r.over_memory = true;
+                                for h in &r.handles {
+                                    h.interrupt();
+                                }
+                                n += 1;
+                            }
+                        }
+                        if n > 0 {
+                            store.stats.queries_over_memory.fetch_add(n, Relaxed);
+                            tracing::warn!(
+                                resident_mib = rss >> 20,
+                                budget_mib = budget >> 20,
+                                queries = n,
+                                "echo: resident memory over query.memory_budget_mib; running queries interrupted"
+                            );
+                        }
+                    }
+                    drop(store);
+                    std::thread::sleep(WATCH_EVERY);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "echo: cannot start the memory watch; queries run without it");
+        }
     }
 
     /// Interrupt what query `id` runs now and anything it starts later.

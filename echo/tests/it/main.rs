@@ -7,6 +7,7 @@ mod common;
 mod hostile;
 mod misc;
 mod nulls;
+mod scale;
 mod tls;
 
 use common::*;

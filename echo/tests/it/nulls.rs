@@ -262,3 +262,37 @@ async fn sql_users_read_the_rollup_the_cluster_list_and_json_attributes() {
     assert_eq!(rows, vec![vec![json!("active")]]);
     e.stop().await;
 }
+
+/// NULLs of DuckDB's NULL type nested in lists, structs, maps, arrays and unions, and empty
+/// ones: each cell is JSON (the row accessor has no value for a NULL-typed column).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_typed_cells_nested_or_empty_are_json() {
+    let e = Echo::start(Opts::default()).await;
+    for (q, want) in [
+        (
+            "SELECT NULL AS x UNION ALL SELECT NULL",
+            json!([[null], [null]]),
+        ),
+        ("SELECT a, 1 FROM (VALUES (NULL)) t(a)", json!([[null, 1]])),
+        (
+            "SELECT max(NULL), [NULL], {'a': NULL}",
+            json!([[null, [null], {"a": null}]]),
+        ),
+        (
+            "SELECT MAP {1: NULL}, [[], [NULL]], []",
+            json!([[[{"key": 1, "value": null}], [[], [null]], []]]),
+        ),
+        (
+            "SELECT array_value(NULL), union_value(a := NULL), MAP([], [])",
+            json!([[[null], null, []]]),
+        ),
+        (
+            "SELECT list(NULL) FROM range(3)",
+            json!([[[null, null, null]]]),
+        ),
+    ] {
+        let rows = e.sql(q).await;
+        assert_eq!(json!(rows), want, "{q}");
+    }
+    e.stop().await;
+}
