@@ -40,7 +40,7 @@ pub struct ServeOptions {
 struct State {
     opts: ServeOptions,
     token: Option<String>,
-    queries: Semaphore,
+    queries: Arc<Semaphore>,
 }
 
 /// A bound server, ready to [`ApiServer::run`].
@@ -116,7 +116,7 @@ impl ApiServer {
         let local_addr = listener
             .local_addr()
             .map_err(|e| ApiError::Listen(addr.to_string(), e))?;
-        let queries = Semaphore::new(c.max_concurrent_queries);
+        let queries = Arc::new(Semaphore::new(c.max_concurrent_queries));
         Ok(ApiServer {
             listener,
             acceptor,
@@ -265,7 +265,9 @@ where
     T: Send + 'static,
     F: FnOnce(&ServeOptions) -> Result<T, Fail> + Send + 'static,
 {
-    let Ok(_permit) = state.queries.try_acquire() else {
+    // The permit goes with the blocking task: a read past its deadline (Rust-side work that
+    // SQLite's interrupt does not reach) still counts until it really ends.
+    let Ok(permit) = state.queries.clone().try_acquire_owned() else {
         return Err(Fail::new(
             503,
             format!(
@@ -276,7 +278,10 @@ where
     };
     let s = state.clone();
     let limit = state.opts.config.query_timeout;
-    let task = tokio::task::spawn_blocking(move || f(&s.opts));
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f(&s.opts)
+    });
     // SQLite is interrupted at the deadline; the extra second covers opening the file.
     match tokio::time::timeout(limit + Duration::from_secs(1), task).await {
         Ok(Ok(r)) => r,

@@ -96,7 +96,8 @@ impl Outcome {
     }
 }
 
-/// One table: `node` first, then the columns of the first answer. A node whose columns
+/// One table: the node's address first (`node`, or `node_address` when the statement has
+/// a `node` column of its own), then the columns of the first answer. A node whose columns
 /// differ is moved to the failures.
 pub fn table(answers: &mut [NodeAnswer<QueryAnswer>]) -> (Table, bool) {
     let mut columns: Option<Vec<String>> = None;
@@ -123,8 +124,14 @@ pub fn table(answers: &mut [NodeAnswer<QueryAnswer>]) -> (Table, bool) {
             rows.push(row);
         }
     }
-    let mut cols = vec!["node".to_string()];
-    cols.extend(columns.unwrap_or_default());
+    let columns = columns.unwrap_or_default();
+    let first = if columns.iter().any(|c| c == "node") {
+        "node_address"
+    } else {
+        "node"
+    };
+    let mut cols = vec![first.to_string()];
+    cols.extend(columns);
     (
         Table {
             columns: cols,
