@@ -98,6 +98,11 @@ pub struct FleetConfig {
     pub persist_stale_age: Duration,
     pub encoding: Encoding,
     pub provider: ProviderSetting,
+    /// Other agents' query APIs (`host:port`) that `query`, `explain`, `export` and MCP's
+    /// `query_fleet` fan out to when no `--nodes` is given.
+    pub nodes: Vec<String>,
+    /// How to reach them.
+    pub query: crate::fanout::FanoutConfig,
 }
 
 impl Default for FleetConfig {
@@ -122,6 +127,8 @@ impl Default for FleetConfig {
             persist_stale_age: DEFAULT_PERSIST_STALE_AGE,
             encoding: Encoding::Protobuf,
             provider: ProviderSetting::Auto,
+            nodes: Vec::new(),
+            query: crate::fanout::FanoutConfig::default(),
         }
     }
 }
@@ -286,6 +293,8 @@ pub struct AgentConfig {
     pub synthetic: SyntheticConfig,
     pub metrics: MetricsConfig,
     pub store: StoreConfig,
+    /// The query API (off by default).
+    pub api: crate::api::ApiConfig,
 }
 
 fn has_crlf(s: &str) -> bool {
@@ -417,6 +426,12 @@ impl FleetConfig {
         if self.persist_stale_age.is_zero() {
             errs.push("fleet.persist_stale_age", "must be > 0");
         }
+        if let Err(e) = crate::fanout::parse_nodes(&self.nodes)
+            && !self.nodes.is_empty()
+        {
+            errs.push("fleet.nodes", e);
+        }
+        self.query.validate_into(errs, "fleet.query");
     }
 }
 
@@ -424,6 +439,7 @@ impl ComponentConfig for AgentConfig {
     fn validate(&self) -> Result<(), ConfigErrors> {
         let mut errs = ConfigErrors::new();
         self.fleet.validate_into(&mut errs);
+        self.api.validate_into(&mut errs);
         let h = &self.health;
         if !(0.0..0.5).contains(&h.classifier_hysteresis) {
             errs.push(

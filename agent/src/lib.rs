@@ -11,16 +11,22 @@
 //!   threshold from the response headers; a GET poller is the fallback.
 //! - [`events_out`] is the NDJSON Unix socket for straggler events and its reference
 //!   consumer (`ingero-agent sink`).
+//! - [`api`] is the read-only query API over the event store (off by default); [`fanout`]
+//!   asks many agents' APIs at once and measures their clocks; [`mcp`] serves both as MCP
+//!   tools.
 //! - [`agent`] is the glue that runs one tick and the push loop. A synthetic signal source
 //!   drives exactly the same code without a GPU or root.
 
 pub mod agent;
+pub mod api;
 pub mod config;
 pub mod events;
 pub mod events_out;
+pub mod fanout;
 pub mod fleet;
 pub mod httpserve;
 pub mod investigate;
+pub mod mcp;
 pub mod metrics;
 pub mod nccl;
 pub mod probes;

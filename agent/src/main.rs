@@ -45,6 +45,54 @@ enum Command {
     Merge(MergeArgs),
     /// Export a store as a trace (Chrome Trace Event JSON for the Perfetto UI).
     Export(ExportArgs),
+    /// MCP server (stdio, or streamable HTTP with --http): query_fleet and this node's store.
+    Mcp(McpArgs),
+}
+
+/// Fan-out to other agents' query APIs (`api.enabled` on them).
+#[derive(Args, Debug, Default)]
+struct FleetArgs {
+    /// Agents to ask (host:port, comma-separated or repeated); default: fleet.nodes of --config.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    nodes: Vec<String>,
+    /// Agent config file to read fleet.nodes and fleet.query from.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// CA (PEM) the agents' certificates chain to (an agent's generated certificate file).
+    #[arg(long)]
+    ca_cert: Option<PathBuf>,
+    /// Client certificate (PEM) for agents that require one (mTLS).
+    #[arg(long)]
+    client_cert: Option<PathBuf>,
+    #[arg(long)]
+    client_key: Option<PathBuf>,
+    /// File with the bearer token the agents require.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Plain HTTP (agents with api.no_tls).
+    #[arg(long)]
+    no_tls: bool,
+    /// Per node (default 5s).
+    #[arg(long, value_parser = duration_arg)]
+    timeout: Option<Duration>,
+    /// Warn about a node whose clock is off this host's by more (default 10ms).
+    #[arg(long, value_parser = duration_arg)]
+    clock_skew_threshold: Option<Duration>,
+}
+
+#[derive(Args, Debug)]
+struct McpArgs {
+    /// This node's store.
+    #[arg(long, default_value = ingero_agent::config::DEFAULT_STORE_PATH)]
+    db: PathBuf,
+    /// This node's name in answers (default: the config's, else the host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Serve streamable HTTP at http://ADDR/mcp (a loopback address) instead of stdio.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Args, Debug)]
@@ -60,6 +108,8 @@ struct ExplainArgs {
     per_process: bool,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Args, Debug)]
@@ -74,11 +124,13 @@ struct QueryArgs {
     /// Without SQL: only this op (e.g. cudaStreamSync, cuLaunchKernel, block_write).
     #[arg(long)]
     op: Option<String>,
-    /// Without SQL: at most this many rows.
+    /// Without SQL: at most this many rows (per node with --nodes).
     #[arg(long, default_value_t = 50)]
     limit: u64,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Args, Debug)]
@@ -111,6 +163,8 @@ struct ExportArgs {
     /// Only this far back from the newest event.
     #[arg(long, value_parser = duration_arg)]
     since: Option<Duration>,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 #[derive(Args, Debug, Default)]
@@ -241,6 +295,28 @@ struct RunArgs {
     /// Do not trace the scheduler and block I/O (store CUDA/NCCL calls only).
     #[arg(long)]
     no_host_layers: bool,
+    /// Serve the read-only query API (HTTPS, TLS 1.3) for fan-out from other machines.
+    #[arg(long)]
+    api: bool,
+    /// The query API's ip:port (implies --api; default 0.0.0.0:8080).
+    #[arg(long)]
+    api_listen: Option<String>,
+    #[arg(long)]
+    api_tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    api_tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mTLS).
+    #[arg(long)]
+    api_client_ca: Option<PathBuf>,
+    /// Require this bearer token (file).
+    #[arg(long)]
+    api_token_file: Option<PathBuf>,
+    /// Plain HTTP for the query API (loopback only unless api.allow_plaintext_non_loopback).
+    #[arg(long)]
+    api_no_tls: bool,
+    /// Test only: shift the clock the query API reports by this many ms.
+    #[arg(long, hide = true, allow_hyphen_values = true)]
+    api_test_clock_offset_ms: Option<i64>,
 }
 
 #[derive(Args, Debug)]
@@ -323,6 +399,28 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     if a.fleet_token_file.is_some() {
         f.token_file.clone_from(&a.fleet_token_file);
     }
+    {
+        let api = &mut c.api;
+        if a.api || a.api_listen.is_some() {
+            api.enabled = true;
+        }
+        set!(api.listen, a.api_listen);
+        if a.api_tls_cert.is_some() {
+            api.tls_cert.clone_from(&a.api_tls_cert);
+        }
+        if a.api_tls_key.is_some() {
+            api.tls_key.clone_from(&a.api_tls_key);
+        }
+        if a.api_client_ca.is_some() {
+            api.client_ca.clone_from(&a.api_client_ca);
+        }
+        if a.api_token_file.is_some() {
+            api.token_file.clone_from(&a.api_token_file);
+        }
+        if a.api_no_tls {
+            api.no_tls = true;
+        }
+    }
     let h = &mut c.health;
     set!(h.warmup_samples, a.warmup_samples);
     set!(h.classifier_hysteresis, a.fleet_classifier_hysteresis);
@@ -390,7 +488,11 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String> {
+async fn run_agent(
+    mut cfg: AgentConfig,
+    show_status: bool,
+    api_clock_offset_ms: i64,
+) -> Result<(), String> {
     if !cfg.synthetic.enabled {
         probes::scope::adopt_identity(&mut cfg);
     }
@@ -501,6 +603,26 @@ async fn run_agent(mut cfg: AgentConfig, show_status: bool) -> Result<(), String
     }
     if let Some(poller) = built.poller {
         tokio::spawn(poller.run(rx.clone()));
+    }
+    if cfg.api.enabled {
+        let server = ingero_agent::api::ApiServer::bind(ingero_agent::api::ServeOptions {
+            config: cfg.api.clone(),
+            db: cfg.store.path.clone(),
+            node: ingero_agent::store::node_identity(
+                Some(cfg.store.node.as_str()),
+                &cfg.fleet.node_id,
+            ),
+            clock_offset_ns: api_clock_offset_ms.saturating_mul(1_000_000),
+        })
+        .await
+        .map_err(|e| format!("api: {e}"))?;
+        tracing::info!(
+            listen = %server.local_addr,
+            tls = !cfg.api.no_tls,
+            mtls = cfg.api.client_ca.is_some(),
+            "query API started"
+        );
+        tokio::spawn(server.run(rx.clone()));
     }
     if let Some(st) = &store {
         let c = st.counters().clone();
@@ -789,6 +911,161 @@ fn run_export(a: ExportArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn read_config(path: &PathBuf) -> Result<AgentConfig, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let tree = parse_yaml(&bytes).map_err(|e| e.to_string())?;
+    let c = decode::<AgentConfig>(&tree).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// `--nodes` given, or `--config` naming a file with fleet.nodes.
+fn fanout_requested(f: &FleetArgs) -> bool {
+    !f.nodes.is_empty() || f.config.is_some()
+}
+
+/// The nodes and client settings: the flags over the config's fleet.nodes / fleet.query.
+fn fanout_target(
+    f: &FleetArgs,
+    allow_empty: bool,
+) -> Result<ingero_agent::fanout::cli::Target, String> {
+    let cfg = match &f.config {
+        Some(p) => read_config(p)?,
+        None => AgentConfig::default(),
+    };
+    let mut q = cfg.fleet.query.clone();
+    if f.ca_cert.is_some() {
+        q.ca_cert.clone_from(&f.ca_cert);
+    }
+    if f.client_cert.is_some() {
+        q.client_cert.clone_from(&f.client_cert);
+    }
+    if f.client_key.is_some() {
+        q.client_key.clone_from(&f.client_key);
+    }
+    if f.token_file.is_some() {
+        q.token_file.clone_from(&f.token_file);
+    }
+    if f.no_tls {
+        q.no_tls = true;
+    }
+    if let Some(t) = f.timeout {
+        q.timeout = t;
+    }
+    if let Some(t) = f.clock_skew_threshold {
+        q.clock_skew_threshold = t;
+    }
+    let lists = if f.nodes.is_empty() {
+        cfg.fleet.nodes.clone()
+    } else {
+        f.nodes.clone()
+    };
+    let nodes = if lists.is_empty() && allow_empty {
+        Vec::new()
+    } else {
+        ingero_agent::fanout::parse_nodes(&lists)?
+    };
+    Ok(ingero_agent::fanout::cli::Target { nodes, config: q })
+}
+
+fn fanout_exit(r: Result<u8, String>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("ingero-agent: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn fanout_query(a: QueryArgs) -> Result<u8, String> {
+    let t = fanout_target(&a.fleet, false)?;
+    let sql = match &a.sql {
+        Some(s) => s.clone(),
+        None => {
+            let op = match &a.op {
+                Some(name) => Some(
+                    ingero_agent::store::schema::op_by_name(name)
+                        .ok_or_else(|| format!("unknown op {name:?}"))?,
+                ),
+                None => None,
+            };
+            ingero_agent::investigate::query::shortcut_sql(op, a.limit)
+        }
+    };
+    ingero_agent::fanout::cli::query(
+        &t,
+        &sql,
+        a.since,
+        a.json,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr(),
+    )
+    .await
+}
+
+async fn fanout_explain(a: ExplainArgs) -> Result<u8, String> {
+    let t = fanout_target(&a.fleet, false)?;
+    ingero_agent::fanout::cli::explain(
+        &t,
+        a.since,
+        a.per_process,
+        a.json,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr(),
+    )
+    .await
+}
+
+async fn fanout_export(a: ExportArgs) -> Result<u8, String> {
+    let ExportFormat::Perfetto = a.format;
+    let t = fanout_target(&a.fleet, false)?;
+    let mut err = std::io::stderr();
+    match &a.output {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            ingero_agent::fanout::cli::export(&t, a.since, &mut w, &mut err).await
+        }
+        None => {
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+            ingero_agent::fanout::cli::export(&t, a.since, &mut w, &mut err).await
+        }
+    }
+}
+
+async fn run_mcp(a: McpArgs) -> Result<(), String> {
+    let t = fanout_target(&a.fleet, true)?;
+    let cfg = match &a.fleet.config {
+        Some(p) => read_config(p)?,
+        None => AgentConfig::default(),
+    };
+    let node = a.node.clone().unwrap_or_else(|| {
+        ingero_agent::store::node_identity(Some(cfg.store.node.as_str()), &cfg.fleet.node_id)
+    });
+    let server = ingero_agent::mcp::AgentMcp::new(ingero_agent::mcp::McpOptions {
+        db: a.db.clone(),
+        node,
+        nodes: t.nodes,
+        fanout: t.config,
+        max_rows: cfg.api.max_rows,
+        query_timeout: cfg.api.query_timeout,
+    });
+    match a.http {
+        None => ingero_agent::mcp::serve_stdio(server).await,
+        Some(addr) => {
+            let listener = ingero_agent::mcp::bind_http(addr).await?;
+            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+            eprintln!("ingero-agent mcp: serving http://{bound}/mcp");
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            let srv = tokio::spawn(ingero_agent::mcp::serve_http(server, listener, rx));
+            shutdown_signal().await;
+            let _ = tx.send(true);
+            let _ = srv.await;
+            Ok(())
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -806,14 +1083,31 @@ fn main() -> ExitCode {
             init_logs(a.log_json, false);
             rt.block_on(run_sink(a))
         }
+        Some(Command::Explain(a)) if fanout_requested(&a.fleet) => {
+            return fanout_exit(rt.block_on(fanout_explain(a)));
+        }
+        Some(Command::Query(a)) if fanout_requested(&a.fleet) => {
+            return fanout_exit(rt.block_on(fanout_query(a)));
+        }
+        Some(Command::Export(a)) if fanout_requested(&a.fleet) => {
+            return fanout_exit(rt.block_on(fanout_export(a)));
+        }
         Some(Command::Explain(a)) => run_explain(a),
         Some(Command::Query(a)) => run_query(a),
         Some(Command::Merge(a)) => run_merge(a),
         Some(Command::Export(a)) => run_export(a),
+        Some(Command::Mcp(a)) => {
+            init_logs(false, true);
+            rt.block_on(run_mcp(a))
+        }
         None => {
             init_logs(cli.run.log_json, cli.run.status);
             match load_config(&cli.run) {
-                Ok(cfg) => rt.block_on(run_agent(cfg, cli.run.status)),
+                Ok(cfg) => rt.block_on(run_agent(
+                    cfg,
+                    cli.run.status,
+                    cli.run.api_test_clock_offset_ms.unwrap_or(0),
+                )),
                 Err(e) => {
                     eprintln!("ingero-agent: invalid configuration:\n{e}");
                     return ExitCode::from(2);

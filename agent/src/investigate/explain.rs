@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::InvestigateError;
 use crate::store::schema::{self, has_column, op, source};
@@ -60,12 +60,12 @@ pub struct ExplainOptions {
 }
 
 /// One entry of a chain's timeline (the Go agent's `timeline` JSON shape).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TimelineEntry {
     pub layer: String,
     pub op: String,
     pub detail: String,
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub dur_us: i64,
 }
 
@@ -73,7 +73,7 @@ fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cause {
     #[serde(rename = "cpu_contention")]
     CpuContention,
@@ -116,7 +116,7 @@ impl Cause {
 }
 
 /// A causal chain as `explain` prints it and writes it to `causal_chains`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Chain {
     pub id: String,
     pub node: String,
@@ -139,7 +139,7 @@ pub struct Chain {
 }
 
 /// A symptom without a cause, reported as such.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unexplained {
     pub node: String,
     pub pid: Option<u32>,
@@ -147,7 +147,7 @@ pub struct Unexplained {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Report {
     pub nodes: Vec<String>,
     pub chains: Vec<Chain>,

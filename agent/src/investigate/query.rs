@@ -73,6 +73,16 @@ pub struct Table {
 /// Run one read-only statement. Named parameters `:since` (Unix ns) are bound when the
 /// statement uses them.
 pub fn run(conn: &Connection, sql: &str, since_ns: Option<i64>) -> Result<Table, InvestigateError> {
+    run_bounded(conn, sql, since_ns, usize::MAX).map(|(t, _)| t)
+}
+
+/// [`run`] keeping at most `max_rows` rows; `true` when more were there.
+pub fn run_bounded(
+    conn: &Connection,
+    sql: &str,
+    since_ns: Option<i64>,
+    max_rows: usize,
+) -> Result<(Table, bool), InvestigateError> {
     lock_down(conn)?;
     let trimmed = sql.trim().trim_end_matches(';').trim();
     if trimmed.is_empty() {
@@ -93,7 +103,12 @@ pub fn run(conn: &Connection, sql: &str, since_ns: Option<i64>) -> Result<Table,
     let n = columns.len();
     let mut rows = stmt.raw_query();
     let mut out = Vec::new();
+    let mut truncated = false;
     while let Some(r) = rows.next()? {
+        if out.len() >= max_rows {
+            truncated = true;
+            break;
+        }
         let mut row = Vec::with_capacity(n);
         for i in 0..n {
             row.push(match r.get_ref(i)? {
@@ -108,7 +123,7 @@ pub fn run(conn: &Connection, sql: &str, since_ns: Option<i64>) -> Result<Table,
         }
         out.push(row);
     }
-    Ok(Table { columns, rows: out })
+    Ok((Table { columns, rows: out }, truncated))
 }
 
 fn refused_or(e: rusqlite::Error, what: &str) -> InvestigateError {
