@@ -42,6 +42,8 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
 # ccache: see CXX below.
 command -v ccache >/dev/null 2>&1 || need_pkgs+=(ccache)
+# iptables: the agent's why-layers test drops packets in its own network namespace.
+[ -x /usr/sbin/iptables ] || command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
 # pkg-config: scripts/duckdb-prebuilt.sh names the C++ runtime to the linker through a .pc file.
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
