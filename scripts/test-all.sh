@@ -44,6 +44,8 @@ command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)
 command -v ccache >/dev/null 2>&1 || need_pkgs+=(ccache)
 # iptables: the agent's why-layers test drops packets in its own network namespace.
 [ -x /usr/sbin/iptables ] || command -v iptables >/dev/null 2>&1 || need_pkgs+=(iptables)
+# openssl: the end-to-end scripts make their test certificates with it (scripts/test_pki.py).
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 # pkg-config: scripts/duckdb-prebuilt.sh names the C++ runtime to the linker through a .pc file.
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
@@ -107,7 +109,7 @@ log "Fleet -> Echo end to end with the Python MCP client (scripts/echo-e2e.sh)"
 scripts/echo-e2e.sh > "$TARGET_DIR/echo-e2e.json" || { cat "$TARGET_DIR/echo-e2e.json"; exit 1; }
 tail -n 1 "$TARGET_DIR/echo-e2e.json"
 
-log "Echo shards behind nginx (scripts/echo-shards.sh)"
+log "Echo shards behind nginx, TLS on every hop behind it (scripts/echo-shards.sh)"
 scripts/echo-shards.sh > "$TARGET_DIR/echo-shards.json" || { cat "$TARGET_DIR/echo-shards.json"; exit 1; }
 
 log "Echo zero loss and kill -9 (scripts/echo-bench.sh --phases zero-loss,kill, debug build)"

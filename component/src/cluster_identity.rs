@@ -28,8 +28,22 @@ const LABEL: &[u8] = b"ingero_cluster_id";
 /// `[a-zA-Z0-9_]` turns into `_`, as the exporter sanitises label names):
 /// `ingero.cluster.id`, `ingero_cluster_id`, `ingero-cluster/id`, `ingero cluster id`, ...
 pub fn is_cluster_id_key(key: &str) -> bool {
-    // A character is at least one byte: shorter keys cannot match (the common case).
-    if key.len() < LABEL.len() || !key.starts_with('i') {
+    let b = key.as_bytes();
+    // The first six characters map to themselves, so they are these six bytes; this and
+    // the length turn away every other key after a few byte compares (the common case).
+    if b.len() < LABEL.len() || !b.starts_with(b"ingero") {
+        return false;
+    }
+    if b.len() == LABEL.len() {
+        // Seventeen bytes holding seventeen characters: ASCII, compared byte by byte. A
+        // multi-byte character here would leave fewer characters than the label has; it
+        // cannot pass either, since a lone non-ASCII byte at a separator position is not
+        // UTF-8 and every other position must be an ASCII letter.
+        let sep = |c: u8| !c.is_ascii_alphanumeric();
+        return sep(b[6]) && &b[7..14] == b"cluster" && sep(b[14]) && &b[15..] == b"id";
+    }
+    // Longer: only non-ASCII characters (each one `_`) can make it match.
+    if key.is_ascii() {
         return false;
     }
     let mut n = 0;
@@ -199,6 +213,62 @@ mod tests {
         ] {
             assert!(!is_cluster_id_key(k), "{k:?}");
         }
+    }
+
+    /// The rule spelled out one character at a time: the reference the byte-level
+    /// [`is_cluster_id_key`] must agree with.
+    fn maps_to_label(key: &str) -> bool {
+        let mapped: String = key
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        mapped.as_bytes() == LABEL
+    }
+
+    #[test]
+    fn the_byte_level_key_check_agrees_with_the_character_rule() {
+        let label = "ingero.cluster.id";
+        let swaps = [
+            ".",
+            "_",
+            "-",
+            "/",
+            " ",
+            "x",
+            "C",
+            "\u{e9}",
+            "\u{20ac}",
+            "\u{1f600}",
+            "\u{202e}",
+            "",
+            "..",
+        ];
+        let mut keys = vec![String::new(), label.to_string()];
+        // Every position replaced (or removed, or doubled) by every swap, and every swap
+        // added at either end.
+        for i in 0..label.len() {
+            for s in swaps {
+                keys.push(format!("{}{s}{}", &label[..i], &label[i + 1..]));
+                keys.push(format!("{}{s}{}", &label[..i], &label[i..]));
+            }
+        }
+        for s in swaps {
+            keys.push(format!("{s}{label}"));
+            keys.push(format!("{label}{s}"));
+        }
+        let mut matched = 0;
+        for k in &keys {
+            assert_eq!(is_cluster_id_key(k), maps_to_label(k), "{k:?}");
+            matched += usize::from(maps_to_label(k));
+        }
+        // The swaps that map to `_` at the two separators, and the non-ASCII spellings.
+        assert!(matched > 20, "{matched}");
     }
 
     #[test]

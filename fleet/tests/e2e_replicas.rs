@@ -4,12 +4,17 @@
 //! test measures how long until every cluster's agents get valid thresholds again, and
 //! checks that clusters on the surviving replica never lose theirs.
 //!
+//! nginx reaches the replicas over TLS, as the example file says: each replica serves its
+//! OTLP/HTTP and threshold listeners with a certificate for its name and requires a client
+//! certificate of the test CA, which nginx shows.
+//!
 //! Needs `nginx` on PATH or in /usr/sbin (Debian package `nginx`; `scripts/test-all.sh`
 //! installs it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod common;
+mod tls_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener};
@@ -19,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use testkit::AgentPush;
+use tls_support::*;
 
 const CLUSTERS: usize = 16;
 const NODES: usize = 5;
@@ -58,22 +64,85 @@ impl Drop for Nginx {
     }
 }
 
+/// The test's PKI: one CA, a server certificate per replica (its name in the example file,
+/// and 127.0.0.1), nginx's client certificate, and the test's own (for asking replicas
+/// directly).
+struct Certs {
+    pki: Pki,
+    test_client: Leaf,
+}
+
+fn certs() -> Certs {
+    let pki = Pki::new("replicas-tls");
+    for i in 0..2u64 {
+        let name = format!("fleet-{i}.fleet");
+        let l = leaf(
+            &pki.ca,
+            &[&name, "127.0.0.1"],
+            300 + i,
+            false,
+            Validity::Current,
+        );
+        write_private(&pki.path(&format!("fleet-{i}.pem")), &l.cert_pem);
+        write_private(&pki.path(&format!("fleet-{i}.key")), &l.key_pem);
+    }
+    let nginx = leaf(&pki.ca, &["nginx"], 310, true, Validity::Current);
+    write_private(&pki.path("nginx.pem"), &nginx.cert_pem);
+    write_private(&pki.path("nginx.key"), &nginx.key_pem);
+    let test_client = leaf(&pki.ca, &["test"], 311, true, Validity::Current);
+    Certs { pki, test_client }
+}
+
+/// Replica `i`'s config: `test_config` with its OTLP/HTTP and threshold listeners on TLS,
+/// requiring client certificates of the test CA.
+fn replica_config(certs: &Certs, i: usize, push_interval: &str) -> String {
+    let p = &certs.pki;
+    let tls = format!(
+        "{{cert_file: {}, key_file: {}, client_ca_file: {}}}",
+        p.p(&format!("fleet-{i}.pem")),
+        p.p(&format!("fleet-{i}.key")),
+        p.p("ca.pem")
+    );
+    // Nodes stay for 10 intervals: on a loaded machine one round of 80 pushes through nginx
+    // (a debug build, TLS on both hops) can take longer than the default 3, and a survivor's
+    // nodes would expire between rounds for reasons that have nothing to do with failover.
+    let cfg = test_config(push_interval, &[]).replace("ttl_multiplier: 3", "ttl_multiplier: 10");
+    let http = "      http:\n        endpoint: 127.0.0.1:0\n";
+    let admin = "    admin_endpoint: 127.0.0.1:0\n";
+    assert!(cfg.contains(http) && cfg.contains(admin));
+    cfg.replace(http, &format!("{http}        tls: {tls}\n"))
+        .replace(admin, &format!("{admin}    tls: {tls}\n"))
+}
+
 /// nginx running the example file, with the example's replica addresses replaced by the
-/// test replicas' and its listen ports by free loopback ports.
-fn start_nginx(replicas: &[&Fleet]) -> Nginx {
+/// test replicas', its certificate paths by the test's and its listen ports by free
+/// loopback ports.
+fn start_nginx(replicas: &[&Fleet], certs: &Certs) -> Nginx {
     let example =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nginx/ingero-fleet-replicas.conf");
     let mut conf = std::fs::read_to_string(&example).unwrap();
     for (i, f) in replicas.iter().enumerate() {
-        let otlp = format!("fleet-{i}.fleet:4318");
-        let api = format!("fleet-{i}.fleet:8080");
+        let otlp = format!("server fleet-{i}.fleet:4318;");
+        let api = format!("server fleet-{i}.fleet:8080;");
         assert!(
             conf.contains(&otlp) && conf.contains(&api),
-            "example names {otlp}"
+            "example names {otlp} and {api}"
         );
         conf = conf
-            .replace(&otlp, &f.http().to_string())
-            .replace(&api, &f.agent_api().to_string());
+            .replace(&otlp, &format!("server {};", f.http()))
+            .replace(&api, &format!("server {};", f.agent_api()));
+    }
+    assert!(
+        conf.contains("proxy_pass https://ingero_fleet_0_otlp;"),
+        "the example proxies over TLS"
+    );
+    for (path, ours) in [
+        ("/etc/nginx/ingero-tls/ca.crt", "ca.pem"),
+        ("/etc/nginx/ingero-tls/nginx-client.crt", "nginx.pem"),
+        ("/etc/nginx/ingero-tls/nginx-client.key", "nginx.key"),
+    ] {
+        assert!(conf.contains(path), "example names {path}");
+        conf = conf.replace(path, &certs.pki.p(ours));
     }
     let otlp = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let threshold = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -172,14 +241,18 @@ fn push_round(ng: &Nginx, round: usize) -> (BTreeMap<String, bool>, usize) {
     (valid, failed)
 }
 
-/// Which replica computed a threshold for the cluster (asked directly, past nginx).
-fn owners(replicas: &[&Fleet], id: &str) -> Vec<usize> {
+/// Which replica computed a threshold for the cluster (asked directly over TLS, past
+/// nginx).
+fn owners(replicas: &[&Fleet], certs: &Certs, id: &str) -> Vec<usize> {
+    let cfg = client_config(&certs.pki.ca.pem, Some(&certs.test_client), &[], false);
     replicas
         .iter()
         .enumerate()
         .filter(|(_, f)| {
-            get(f.agent_api(), &format!("/api/v1/threshold?cluster_id={id}")).json()["quorum_met"]
-                == true
+            let req = get_req(f.agent_api(), &format!("/api/v1/threshold?cluster_id={id}"));
+            let x = https(f.agent_api(), "127.0.0.1", cfg.clone(), &req)
+                .unwrap_or_else(|e| panic!("GET threshold of {id} from the replica: {e}"));
+            x.resp.json()["quorum_met"] == true
         })
         .map(|(i, _)| i)
         .collect()
@@ -189,10 +262,10 @@ fn owners(replicas: &[&Fleet], id: &str) -> Vec<usize> {
 fn killing_a_replica_moves_its_clusters_and_they_get_thresholds_again() {
     let interval = std::env::var("FLEET_REPLICA_PUSH_INTERVAL").unwrap_or_else(|_| "1s".into());
     let push_every = component::config::parse_duration(&interval).unwrap();
-    let cfg = test_config(&interval, &[]);
-    let a = Fleet::start_with(&cfg, &[]);
-    let b = Fleet::start_with(&cfg, &[]);
-    let ng = start_nginx(&[&a, &b]);
+    let certs = certs();
+    let a = Fleet::start_with(&replica_config(&certs, 0, &interval), &[]);
+    let b = Fleet::start_with(&replica_config(&certs, 1, &interval), &[]);
+    let ng = start_nginx(&[&a, &b], &certs);
 
     // Warm-up: agents push every interval until every cluster gets valid thresholds.
     let mut round = 0;
@@ -214,7 +287,7 @@ fn killing_a_replica_moves_its_clusters_and_they_get_thresholds_again() {
     let mut on: [BTreeSet<String>; 2] = [BTreeSet::new(), BTreeSet::new()];
     for c in 0..CLUSTERS {
         let id = cluster(c);
-        let o = owners(&[&a, &b], &id);
+        let o = owners(&[&a, &b], &certs, &id);
         assert_eq!(o.len(), 1, "{id} owned by replicas {o:?}");
         on[o[0]].insert(id.clone());
         let g = get(ng.threshold, &format!("/api/v1/threshold?cluster_id={id}"));
@@ -261,7 +334,11 @@ fn killing_a_replica_moves_its_clusters_and_they_get_thresholds_again() {
     }
     // The moved clusters now live on the survivor, and the GET through nginx agrees.
     for id in &on[0] {
-        assert_eq!(owners(&[&b], id), vec![0], "{id} rebuilt on the survivor");
+        assert_eq!(
+            owners(&[&b], &certs, id),
+            vec![0],
+            "{id} rebuilt on the survivor"
+        );
         let g = get(ng.threshold, &format!("/api/v1/threshold?cluster_id={id}"));
         assert_eq!(g.json()["quorum_met"], true, "{id} via nginx: {}", g.text());
     }

@@ -160,12 +160,13 @@ fn value_size(v: Option<&AnyValue>, max: usize) -> usize {
 }
 
 /// Check one attribute list (`inherited`: attributes the series already has from its
-/// resource).
+/// resource). `Ok` says whether a key of the list is a cluster-id key
+/// ([`cluster_identity::is_cluster_id_key`]), found in the same pass.
 fn check_attrs(
     attrs: &[KeyValue],
     inherited: usize,
     l: &PayloadLimits,
-) -> Result<(), (&'static str, String)> {
+) -> Result<bool, (&'static str, String)> {
     if attrs.len().saturating_add(inherited) > l.max_attributes_per_series {
         return Err(size_error(
             "too_many_attributes",
@@ -176,6 +177,7 @@ fn check_attrs(
             ),
         ));
     }
+    let mut cluster_key = false;
     for kv in attrs {
         if kv.key.len() > l.max_attribute_key_bytes {
             return Err(size_error(
@@ -199,8 +201,9 @@ fn check_attrs(
                 ),
             ));
         }
+        cluster_key |= cluster_identity::is_cluster_id_key(&kv.key);
     }
-    Ok(())
+    Ok(cluster_key)
 }
 
 /// Check a metric's name, unit and description.
@@ -279,14 +282,18 @@ pub fn metrics(
             });
             return false;
         }
-        if let Some(r) = rm.resource.as_mut()
-            && let Err(e) = cluster_identity::settle_resource(&mut r.attributes)
-        {
-            out.drop(e.reason(), resource_points(rm), || {
-                format!("resource {i}: {e}")
-            });
-            return false;
-        }
+        let names_cluster = match rm.resource.as_mut() {
+            Some(r) => match cluster_identity::settle_resource(&mut r.attributes) {
+                Ok(named) => named,
+                Err(e) => {
+                    out.drop(e.reason(), resource_points(rm), || {
+                        format!("resource {i}: {e}")
+                    });
+                    return false;
+                }
+            },
+            None => false,
+        };
         if let Some(node) = component::otlp::find(component::otlp::resource_attrs(rm), NODE_ID)
             && let Err(why) = match node {
                 AnyValueKind::StringValue(n) => validate_node_id(n),
@@ -301,19 +308,20 @@ pub fn metrics(
         let inherited = component::otlp::resource_attrs(rm).len();
         // A resource that names no cluster belongs to the request's: it says so from here
         // on, so every stage (and the exporter's per-cluster caps) charges it there.
-        if let Some(c) = request_cluster
-            && get_str(component::otlp::resource_attrs(rm), CLUSTER_ID).is_none()
-        {
+        // (A resource that names one has exactly one `ingero.cluster.id`, a string, now.)
+        if !names_cluster && let Some(c) = request_cluster {
             rm.resource
                 .get_or_insert_with(Default::default)
                 .attributes
                 .push(component::otlp::kv_str(CLUSTER_ID, c));
         }
-        let cluster = rm
-            .resource
-            .as_ref()
-            .and_then(|r| get_str(&r.attributes, CLUSTER_ID))
-            .or(request_cluster);
+        let cluster = if names_cluster {
+            rm.resource
+                .as_ref()
+                .and_then(|r| get_str(&r.attributes, CLUSTER_ID))
+        } else {
+            request_cluster
+        };
         for sm in &mut rm.scope_metrics {
             sm.metrics.retain_mut(|m| {
                 if let Err((reason, why)) = check_metric(m, limits) {
@@ -323,7 +331,11 @@ pub fn metrics(
                 let mut first: Option<(&'static str, String)> = None;
                 let mut per_reason: Vec<(&'static str, u64)> = Vec::new();
                 retain_points(m, &mut |attrs| {
-                    let verdict = check_attrs(attrs, inherited, limits).and_then(|()| {
+                    // Sizes first; the cluster-id rule only for a point that has such a key.
+                    let verdict = check_attrs(attrs, inherited, limits).and_then(|cluster_key| {
+                        if !cluster_key {
+                            return Ok(());
+                        }
                         cluster_identity::settle_point(attrs, cluster)
                             .map_err(|e| (e.reason(), format!("data point attribute: {e}")))
                     });
@@ -339,11 +351,10 @@ pub fn metrics(
                         }
                     }
                 });
-                let name = short(&m.name);
                 for (reason, n) in per_reason {
                     out.drop(reason, n, || {
                         let why = first.as_ref().map(|f| f.1.as_str()).unwrap_or_default();
-                        format!("resource {i}, metric {name:?}: {why}")
+                        format!("resource {i}, metric {:?}: {why}", short(&m.name))
                     });
                 }
                 true
