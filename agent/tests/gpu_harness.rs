@@ -36,5 +36,5 @@ fn gpu_e2e_harness_unit_tests() {
         text.contains("test_detection_recovery_and_false_positives"),
         "{text}"
     );
-    assert!(text.contains("Ran 16 tests"), "{text}");
+    assert!(text.contains("Ran 17 tests"), "{text}");
 }
