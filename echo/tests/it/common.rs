@@ -20,12 +20,14 @@ use serde_json::{Value, json};
 pub const ALL_TOKEN: &str = "all-clusters-token-0123456789abcdef0123456789";
 pub const PROD_TOKEN: &str = "prod-only-token-0123456789abcdef0123456789ab";
 
-pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free ports: the listeners are held until all are picked, so the kernel
+/// cannot hand the same port out twice (picking them one by one could, and a config then
+/// names one port for two listeners).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<StdListener> = (0..N)
+        .map(|_| StdListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -142,7 +144,7 @@ impl Echo {
     /// Plan and run; `Err` carries a start failure (e.g. the data directory's lock).
     pub async fn try_start(o: Opts) -> anyhow::Result<Echo> {
         let dir = o.data_dir.clone().unwrap_or_else(|| temp_dir("data"));
-        let (http, grpc, api) = (free_port(), free_port(), free_port());
+        let [http, grpc, api] = free_ports::<3>();
         let cfg = config(&o, &dir, http, grpc, api);
         let plan = Plan::build_with(&cfg, &ingero_echo::components()).map_err(|e| {
             anyhow::anyhow!("{:?}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>())

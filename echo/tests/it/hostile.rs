@@ -170,7 +170,7 @@ async fn a_slow_query_is_answered_at_its_limit_and_queues_no_other_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_echo_while_a_long_query_runs() {
     let dir = temp_dir("sigterm");
-    let (http, grpc, api) = (free_port(), free_port(), free_port());
+    let [http, grpc, api] = free_ports::<3>();
     let o = with_query(json!({"timeout": "1h"}));
     let cfg = config(&o, &dir, http, grpc, api);
     let path = dir.join("echo.yaml");
@@ -263,7 +263,7 @@ fn peak_mib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_query_grows_the_process_past_its_memory_budget() {
     let dir = temp_dir("memory");
-    let (http, grpc, api) = (free_port(), free_port(), free_port());
+    let [http, grpc, api] = free_ports::<3>();
     let o = Opts {
         store: json!({"memory_limit": "128MB"}),
         api: json!({"query": {"timeout": "120s"}}),

@@ -128,7 +128,8 @@ async fn the_api_serves_tls_and_plaintext_gets_no_answer() {
 fn off_loopback_the_api_needs_tls_or_the_explicit_opt_out() {
     let dir = temp_dir("plain");
     let o = Opts::default();
-    let mut cfg = config(&o, &dir, free_port(), free_port(), free_port());
+    let [http, grpc, api] = free_ports::<3>();
+    let mut cfg = config(&o, &dir, http, grpc, api);
     cfg["extensions"]["echo_api"]["endpoint"] = json!("0.0.0.0:18090");
     let Err(err) = collector_host::config::Plan::build_with(&cfg, &ingero_echo::components())
     else {
