@@ -952,52 +952,43 @@ fn other_layers(
             let (sa, sn) = (frac(va, ga.samples), frac(vn, gn.samples));
             (sa >= 0.5 && sn <= 0.5 * sa).then_some(sa)
         };
-        if let Some(sa) = throttled(ga.thermal, gn.thermal) {
-            let detail = format!(
-                "GPU {gpu} thermally throttled in {:.0}% of its samples; {context}",
-                sa * 100.0
-            );
-            f.add(
+        // (cause, what the samples showed, title, fix) per clock reason.
+        let rules = [
+            (
                 Cause::GpuThermal,
-                format!("GPU thermal throttling ({detail})"),
-                "GPU",
-                "gpu_clock_reasons",
-                detail,
-                &[
-                    "Check the GPU's cooling: fan and airflow, inlet temperature, blocked or failed fans (nvidia-smi -q -d TEMPERATURE,PERFORMANCE); move the job off the node until it is fixed",
-                ],
-            );
-        }
-        if let Some(sa) = throttled(ga.power, gn.power) {
-            let detail = format!(
-                "GPU {gpu} held at its power limit in {:.0}% of its samples; {context}",
-                sa * 100.0
-            );
-            f.add(
+                throttled(ga.thermal, gn.thermal),
+                "thermally throttled",
+                "GPU thermal throttling",
+                "Check the GPU's cooling: fan and airflow, inlet temperature, blocked or failed fans (nvidia-smi -q -d TEMPERATURE,PERFORMANCE); move the job off the node until it is fixed",
+            ),
+            (
                 Cause::GpuPower,
-                format!("GPU power capping ({detail})"),
-                "GPU",
-                "gpu_clock_reasons",
-                detail,
-                &[
-                    "Check the GPU's power limit against its default (nvidia-smi -q -d POWER) and the node's power supply; a lowered cap or a power brake slows one GPU and with it every rank",
-                ],
-            );
-        }
-        if let Some(sa) = throttled(ga.hw_slowdown, gn.hw_slowdown) {
+                throttled(ga.power, gn.power),
+                "held at its power limit",
+                "GPU power capping",
+                "Check the GPU's power limit against its default (nvidia-smi -q -d POWER) and the node's power supply; a lowered cap or a power brake slows one GPU and with it every rank",
+            ),
+            (
+                Cause::GpuHwSlowdown,
+                throttled(ga.hw_slowdown, gn.hw_slowdown),
+                "in hardware slowdown",
+                "GPU hardware slowdown",
+                "Hardware slowdown comes from the board (temperature, power brake or a failing power supply): check nvidia-smi -q -d PERFORMANCE and the BMC's event log, and drain the node if it persists",
+            ),
+        ];
+        for (cause, share, state, title, fix) in rules {
+            let Some(sa) = share else { continue };
             let detail = format!(
-                "GPU {gpu} in hardware slowdown in {:.0}% of its samples; {context}",
+                "GPU {gpu} {state} in {:.0}% of its samples; {context}",
                 sa * 100.0
             );
             f.add(
-                Cause::GpuHwSlowdown,
-                format!("GPU hardware slowdown ({detail})"),
+                cause,
+                format!("{title} ({detail})"),
                 "GPU",
                 "gpu_clock_reasons",
                 detail,
-                &[
-                    "Hardware slowdown comes from the board (temperature, power brake or a failing power supply): check nvidia-smi -q -d PERFORMANCE and the BMC's event log, and drain the node if it persists",
-                ],
+                &[fix],
             );
         }
     }
