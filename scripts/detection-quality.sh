@@ -75,6 +75,19 @@ flag on their own and a persistent 5 % drop is flagged on its third sample
 (`ingero-processor/README.md`, "Shallow drops"). The agent runs the same sum against where
 it usually sits above Fleet's threshold. The trade-off table shows both with it off.
 
+**Fleet's clear trails the agent's.** Fleet decides at its tick, so a recovered node is
+cleared at Fleet's first tick after its healthy push arrives: in the recovery columns
+below, Fleet's median is about half a tick behind the agent's (8 s against 4 s at 10 s
+pushes; p95 18 s against 9 s), inside the goal of two push intervals. Clearing on the push
+itself was weighed and not built: it would move each cluster's classifier state from the
+tick, which owns it without a lock, to the push path (a lock or a check on every push,
+against the push's instruction budget), it would judge the push against the previous tick's
+threshold, and it would break the one-observation-per-interval rule that the CUSUM's
+settings and the differential tests rest on. What it would buy, about half a tick (4 s
+median here), is below what reads the verdict: Prometheus scrapes the straggler gauge every
+15-60 s and alerts hold for minutes, and the node's own agent, which drives remediation,
+already clears at its own tick.
+
 **Fitting the noise model.** The GPU check's `e2e` stage writes every node's score as Fleet
 saw it, one row per node and push, to `OUT/e2e/scores.csv`; `python3 scripts/fit-noise.py
 OUT/e2e/scores.csv` prints the `[noise]` block (spread, Student-t tail weight, per-node bias
