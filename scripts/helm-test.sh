@@ -111,4 +111,4 @@ done
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"
-(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 ./...)
+(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 -timeout 300s ./...)

@@ -230,12 +230,21 @@ func TestFleetProduction(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		for _, want := range []string{
 			"server unix:/run/nginx/ingero-fleet-" + string(rune('0'+i)) + ".sock",
-			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:8080;",
-			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:4318;",
+			"server ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:8080; keepalive 16;",
+			"server ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:4318; keepalive 16;",
+			"proxy_pass https://ingero-fleet-" + string(rune('0'+i)) + "-api;",
+			"proxy_pass https://ingero-fleet-" + string(rune('0'+i)) + "-otlp;",
+			"proxy_ssl_name ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas.ingero.svc;",
 		} {
 			if !strings.Contains(conf, want) {
 				t.Errorf("nginx.conf lacks %q", want)
 			}
+		}
+	}
+	for _, want := range []string{"listen 4318 ssl;", "ssl_verify_client optional;", "proxy_ssl_verify on;",
+		"proxy_ssl_trusted_certificate /etc/nginx/tls/ca.crt;", "proxy_ssl_certificate /etc/nginx/tls/tls.crt;"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("nginx.conf lacks %q", want)
 		}
 	}
 	if strings.Contains(conf, "ingero-fleet-3") {
@@ -308,6 +317,8 @@ func TestFleetRefusals(t *testing.T) {
 	tls := map[string]any{"existingSecret": "fleet-tls"}
 	renderFails(t, fleet, map[string]any{"tls": tls, "auth": map[string]any{"enabled": true}}, "auth.enabled needs")
 	renderFails(t, fleet, map[string]any{"tls": tls, "sharding": map[string]any{"enabled": true, "replicas": 1}}, "sharding.replicas must be at least 2")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"cert": "c", "key": "k", "requireClientCert": false},
+		"sharding": map[string]any{"enabled": true}}, "sharding with TLS needs tls.clientCA")
 	renderFails(t, fleet, map[string]any{"tls": tls, "shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
 	renderFails(t, fleet, map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}, "tls.certManager.enabled must be auto, true or false")
 }

@@ -82,6 +82,9 @@ cert-manager, or "" when TLS is on and nothing provides it. */}}
 {{- if not (regexMatch "^[0-9]+s$" (toString .Values.shutdownTimeout)) }}
 {{- fail "shutdownTimeout must be whole seconds, e.g. 10s (the pod's grace period is derived from it)" }}
 {{- end }}
+{{- if and .Values.sharding.enabled .Values.tls.enabled (eq $src "inline") (not .Values.tls.clientCA) }}
+{{- fail "sharding with TLS needs tls.clientCA: the front end checks the replicas' certificates against it (ca.crt) and shows tls.cert to them" }}
+{{- end }}
 {{- if and .Values.sharding.enabled (lt (int .Values.sharding.replicas) 2) }}
 {{- fail "sharding.replicas must be at least 2 (one replica needs no front end: set sharding.enabled=false)" }}
 {{- end }}
