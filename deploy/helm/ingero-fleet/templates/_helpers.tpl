@@ -87,7 +87,7 @@ cert-manager, or "" when TLS is on and nothing provides it. */}}
 {{- end }}
 {{- if .Values.echo.enabled }}
 {{- if not (regexMatch "^([A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\]):[0-9]+$" (toString .Values.echo.endpoint)) }}
-{{- fail "echo.endpoint must be Echo's OTLP/gRPC receiver as host:port, e.g. ingero-echo.ingero.svc.cluster.local:4327" }}
+{{- fail "echo.endpoint must be Echo's OTLP/gRPC receiver as host:port, e.g. echo-ingero-echo.ingero.svc:4327" }}
 {{- end }}
 {{- if and (not .Values.echo.plaintext) (not .Values.echo.tls.caSecret) (not .Values.tls.enabled) }}
 {{- fail "echo.tls.caSecret is needed: with tls.enabled=false this release has no ca.crt to check Echo's certificate against (echo.plaintext=true sends plaintext)" }}
