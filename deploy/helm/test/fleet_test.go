@@ -242,7 +242,8 @@ func TestFleetProduction(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"listen 4318 ssl;", "ssl_verify_client optional;", "proxy_ssl_verify on;",
-		"proxy_ssl_trusted_certificate /etc/nginx/tls/ca.crt;", "proxy_ssl_certificate /etc/nginx/tls/tls.crt;"} {
+		"proxy_ssl_trusted_certificate /etc/nginx/tls/ca.crt;", "proxy_ssl_certificate ${ingero_tls}tls.crt;",
+		`map $ssl_server_name $ingero_tls { default "/etc/nginx/tls/"; }`} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("nginx.conf lacks %q", want)
 		}

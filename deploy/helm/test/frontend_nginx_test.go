@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -61,11 +62,14 @@ func TestFleetFrontEndSpeaksTLSToTheReplicas(t *testing.T) {
 	// replicas' wildcard, as the chart's cert-manager Certificate has) and an agent's.
 	ca := issue(t, nil, 1, &x509.Certificate{Subject: pkix.Name{CommonName: "release CA"}, IsCA: true,
 		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature})
-	release := issue(t, ca, 2, &x509.Certificate{Subject: pkix.Name{CommonName: fleet},
-		DNSNames:    []string{fleet, "*." + fleet + "-replicas", "*." + fleet + "-replicas.ingero.svc", "localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	releaseCert := func(serial int64) *testCert {
+		return issue(t, ca, serial, &x509.Certificate{Subject: pkix.Name{CommonName: fleet},
+			DNSNames:    []string{fleet, "*." + fleet + "-replicas", "*." + fleet + "-replicas.ingero.svc", "localhost"},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	}
+	release := releaseCert(2)
 	agent := issue(t, ca, 3, &x509.Certificate{Subject: pkix.Name{CommonName: "agent"},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 
@@ -88,11 +92,21 @@ func TestFleetFrontEndSpeaksTLSToTheReplicas(t *testing.T) {
 	if err := os.Mkdir(tlsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"tls.crt": release.pem, "tls.key": release.kpem, "ca.crt": ca.pem} {
-		if err := os.WriteFile(filepath.Join(tlsDir, name), data, 0o600); err != nil {
-			t.Fatal(err)
+	// The Secret's files. Readable by others here: nginx reads the certificate and key at
+	// each connection in its workers, which run as another user when the test runs as root
+	// (in the pod nginx runs as one user, the files' group by fsGroup).
+	writeTLS := func(c *testCert) {
+		for name, data := range map[string][]byte{"tls.crt": c.pem, "tls.key": c.kpem, "ca.crt": ca.pem} {
+			tmp := filepath.Join(tlsDir, "."+name)
+			if err := os.WriteFile(tmp, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(tlsDir, name)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	writeTLS(release)
 
 	// Two replicas: the rendered config and TLS overlay, on loopback ports of their own.
 	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
@@ -295,6 +309,33 @@ func TestFleetFrontEndSpeaksTLSToTheReplicas(t *testing.T) {
 	if st, _, err := do(anonymous, "GET", fmt.Sprintf("https://127.0.0.1:%d/healthz", pubOTLP), nil); err != nil || st != 200 {
 		t.Errorf("/healthz without a client certificate: %d %v, want 200", st, err)
 	}
+	// A renewed certificate (cert-manager rewrites the Secret's files) is what nginx shows
+	// on the next connection, without a restart, and pushes keep going through.
+	served := func() *big.Int {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", pubOTLP), &tls.Config{
+			RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12,
+			Certificates: []tls.Certificate{{Certificate: [][]byte{agent.cert.Raw}, PrivateKey: agent.key}}})
+		if err != nil {
+			failf("TLS to nginx: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	if got := served(); got.Int64() != 2 {
+		t.Errorf("nginx shows certificate serial %v, want the release's 2", got)
+	}
+	writeTLS(releaseCert(5))
+	if got := served(); got.Int64() != 5 {
+		t.Errorf("after the Secret's renewal nginx shows serial %v, want the renewed 5", got)
+	}
+	for _, c := range clusters {
+		url := fmt.Sprintf("https://127.0.0.1:%d/v1/metrics?cluster_id=%s", pubOTLP, c)
+		if st, body, err := do(client(true), "POST", url, pushBody(c, c+"-node-0", 0.9)); err != nil || st != 200 {
+			failf("push of %s after the renewal: %d %s %v", c, st, body, err)
+		}
+	}
+
 	// Plaintext to nginx's TLS port is answered with an error, never proxied.
 	plain := &http.Client{Timeout: 5 * time.Second}
 	if st, _, err := do(plain, "GET", fmt.Sprintf("http://127.0.0.1:%d/api/v1/threshold?cluster_id=ring-a", pubAPI), nil); err == nil && st != 400 {
