@@ -6,8 +6,12 @@
 # (ingero-echo: a StorageClass declared encrypted, an API token) has ci/default-values.yaml
 # with just those, used in place of the bare defaults; for ingero-echo the bare defaults
 # must fail to render, saying why (its fail-closed storage rule; `helm lint` reports a
-# template's `fail` without failing, so only a render proves it). helm is built from the Go
-# module proxy on first use and cached under target/tools.
+# template's `fail` without failing, so only a render proves it). Each chart's TLS modes
+# (a Secret, cert-manager, explicit plaintext) are linted and rendered. The Go test also
+# runs rendered configs for real on loopback: the sharded front end's nginx.conf in a real
+# nginx before two Fleet replicas over TLS, and Fleet forwarding to Echo over mTLS; each
+# of those has a deadline and ends its processes, and go test has a 300 s ceiling. helm is
+# built from the Go module proxy on first use and cached under target/tools.
 # Usage: scripts/helm-test.sh [FLEET_BIN [ECHO_BIN]]   (the test validates the rendered
 #        configs with these binaries; default target/debug/ingero-fleet and the
 #        ingero-echo beside FLEET_BIN)
@@ -107,8 +111,42 @@ for chart in deploy/helm/ingero-fleet "$echo_chart"; do
   else
     echo "ok   helm template $(basename "$chart"): refused without a certificate; plaintext only with tls.enabled=false"
   fi
+  # The three certificate modes, each linted strictly and rendered: a Secret (the ci
+  # defaults), cert-manager's Certificate when its API is served (the sharded front end
+  # and, for Fleet, forwarding to Echo on), and explicit plaintext.
+  name="$(basename "$chart")"
+  mode_extra=() plain_extra=()
+  if [ "$chart" != "$echo_chart" ]; then
+    mode_extra=(--set sharding.enabled=true --set echo.enabled=true
+      --set echo.endpoint=ingero-echo.ingero.svc.cluster.local:4327 --set echo.token.secretName=echo-token)
+    plain_extra=(--set echo.plaintext=true)
+  fi
+  for mode in secret cert-manager plaintext; do
+    case "$mode" in
+      secret) args=(--set tls.existingSecret=t-tls); want="secretName: t-tls" ;;
+      cert-manager) args=(--api-versions cert-manager.io/v1); want="kind: Certificate" ;;
+      plaintext) args=(--set tls.enabled=false "${plain_extra[@]}"); want="allow_plaintext_listeners: true" ;;
+    esac
+    # helm lint has no --api-versions (it cannot see cert-manager's API), so that mode is
+    # rendered only; the Go test decodes its objects strictly.
+    lint_args=("${args[@]}")
+    [ "$mode" = cert-manager ] && lint_args=()
+    if [ "${#lint_args[@]}" -gt 0 ] &&
+      ! out="$("$helm" lint --strict "$chart" "${extra[@]}" "${mode_extra[@]}" "${lint_args[@]}" 2>&1)"; then
+      echo "FAIL helm lint $name ($mode):" >&2
+      echo "$out" >&2
+      fail=1
+    elif ! out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" "${mode_extra[@]}" "${args[@]}" 2>&1)" ||
+      ! grep -q "$want" <<<"$out"; then
+      echo "FAIL helm template $name ($mode): no '$want'" >&2
+      echo "$out" >&2
+      fail=1
+    else
+      echo "ok   helm ${lint_args[*]:+lint and }template $name, TLS mode $mode"
+    fi
+  done
 done
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"
-(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 ./...)
+(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 -timeout 300s ./...)

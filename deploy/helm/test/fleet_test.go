@@ -230,12 +230,22 @@ func TestFleetProduction(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		for _, want := range []string{
 			"server unix:/run/nginx/ingero-fleet-" + string(rune('0'+i)) + ".sock",
-			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:8080;",
-			"proxy_pass http://ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:4318;",
+			"server ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:8080; keepalive 16;",
+			"server ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas:4318; keepalive 16;",
+			"proxy_pass https://ingero-fleet-" + string(rune('0'+i)) + "-api;",
+			"proxy_pass https://ingero-fleet-" + string(rune('0'+i)) + "-otlp;",
+			"proxy_ssl_name ingero-fleet-" + string(rune('0'+i)) + ".ingero-fleet-replicas.ingero.svc;",
 		} {
 			if !strings.Contains(conf, want) {
 				t.Errorf("nginx.conf lacks %q", want)
 			}
+		}
+	}
+	for _, want := range []string{"listen 4318 ssl;", "ssl_verify_client optional;", "proxy_ssl_verify on;",
+		"proxy_ssl_trusted_certificate /etc/nginx/tls/ca.crt;", "proxy_ssl_certificate ${ingero_tls}tls.crt;",
+		`map $ssl_server_name $ingero_tls { default "/etc/nginx/tls/"; }`} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("nginx.conf lacks %q", want)
 		}
 	}
 	if strings.Contains(conf, "ingero-fleet-3") {
@@ -308,6 +318,8 @@ func TestFleetRefusals(t *testing.T) {
 	tls := map[string]any{"existingSecret": "fleet-tls"}
 	renderFails(t, fleet, map[string]any{"tls": tls, "auth": map[string]any{"enabled": true}}, "auth.enabled needs")
 	renderFails(t, fleet, map[string]any{"tls": tls, "sharding": map[string]any{"enabled": true, "replicas": 1}}, "sharding.replicas must be at least 2")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"cert": "c", "key": "k", "requireClientCert": false},
+		"sharding": map[string]any{"enabled": true}}, "sharding with TLS needs tls.clientCA")
 	renderFails(t, fleet, map[string]any{"tls": tls, "shutdownTimeout": "1m"}, "shutdownTimeout must be whole seconds")
 	renderFails(t, fleet, map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "yes"}}}, "tls.certManager.enabled must be auto, true or false")
 }
@@ -323,4 +335,130 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// echoValues turns on the otlp/echo exporter with the least it needs.
+func echoValues(extra map[string]any) map[string]any {
+	e := map[string]any{"enabled": true, "endpoint": "ingero-echo.ingero.svc.cluster.local:4327",
+		"token": map[string]any{"secretName": "echo-fleet-token"}}
+	for k, v := range extra {
+		e[k] = v
+	}
+	return e
+}
+
+// echoExporter is the otlp/echo block of a render's overlay, and the metrics pipeline.
+func echoExporter(t *testing.T, objs objects) (map[string]any, map[string]any) {
+	t.Helper()
+	var overlay struct {
+		Exporters map[string]map[string]any `json:"exporters"`
+		Service   struct {
+			Pipelines map[string]map[string]any `json:"pipelines"`
+		} `json:"service"`
+	}
+	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", fleet)
+	if err := yaml.Unmarshal([]byte(cm.Data["overlay.yaml"]), &overlay); err != nil {
+		t.Fatal(err)
+	}
+	return overlay.Exporters["otlp/echo"], overlay.Service.Pipelines["metrics"]
+}
+
+func TestFleetForwardsToEchoOverTLS(t *testing.T) {
+	// Off by default: no exporter, no egress.
+	objs := render(t, fleet, []string{"ci/default-values.yaml"}, nil)
+	if exp, _ := echoExporter(t, objs); exp != nil {
+		t.Errorf("otlp/echo without echo.enabled: %v", exp)
+	}
+
+	// TLS with this release's CA and certificate, the token from a Secret.
+	objs = render(t, fleet, []string{"ci/default-values.yaml"}, map[string]any{"echo": echoValues(nil)})
+	exp, pipeline := echoExporter(t, objs)
+	js := string(mustJSON(t, exp))
+	for _, want := range []string{
+		`"endpoint":"ingero-echo.ingero.svc.cluster.local:4327"`,
+		`"tls":{"ca_file":"/etc/ingero/tls/ca.crt","cert_file":"/etc/ingero/tls/tls.crt","key_file":"/etc/ingero/tls/tls.key"}`,
+		`"headers":{"authorization":"Bearer ${env:INGERO_ECHO_TOKEN}"}`,
+		`"sending_queue":{"enabled":true,"queue_size":1000}`,
+	} {
+		if !strings.Contains(js, want) {
+			t.Errorf("otlp/echo lacks %s: %s", want, js)
+		}
+	}
+	if strings.Contains(js, "insecure") {
+		t.Errorf("otlp/echo is plaintext by default: %s", js)
+	}
+	if got := string(mustJSON(t, pipeline)); got != `{"exporters":["prometheus","otlp/echo"],"processors":["ingero","nccl_peer_lag","provider_lookup"],"receivers":["otlp"]}` {
+		t.Errorf("metrics pipeline %s", got)
+	}
+	d := get[appsv1.Deployment](t, objs, "Deployment", fleet)
+	c := d.Spec.Template.Spec.Containers[0]
+	if len(c.Env) != 1 || c.Env[0].Name != "INGERO_ECHO_TOKEN" || c.Env[0].ValueFrom.SecretKeyRef.Name != "echo-fleet-token" ||
+		c.Env[0].ValueFrom.SecretKeyRef.Key != "token" {
+		t.Errorf("token env %+v", c.Env)
+	}
+	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", fleet)
+	if len(np.Spec.Egress) != 2 || np.Spec.Egress[0].Ports[0].Port.IntVal != 4327 || np.Spec.Egress[1].Ports[0].Port.IntVal != 53 {
+		t.Errorf("egress with echo.enabled %+v: want Echo's port and DNS", np.Spec.Egress)
+	}
+	validateFleetConfig(t, get[corev1.ConfigMap](t, objs, "ConfigMap", fleet), c.Args[4:])
+
+	// Echo's CA and a client certificate of their own, a server name, narrowed egress.
+	objs = render(t, fleet, []string{"ci/production-values.yaml"}, map[string]any{"echo": echoValues(map[string]any{
+		"tls":             map[string]any{"caSecret": "echo-ca", "caKey": "root.pem", "clientCertSecret": "fleet-to-echo", "serverName": "echo.internal"},
+		"networkPolicyTo": []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "ingero-echo"}}}},
+	})})
+	exp, _ = echoExporter(t, objs)
+	if js := string(mustJSON(t, exp["tls"])); js != `{"ca_file":"/etc/ingero/echo-ca/ca.crt","cert_file":"/etc/ingero/echo-client/tls.crt","key_file":"/etc/ingero/echo-client/tls.key","server_name_override":"echo.internal"}` {
+		t.Errorf("otlp/echo tls %s", js)
+	}
+	ss := get[appsv1.StatefulSet](t, objs, "StatefulSet", fleet)
+	pod := ss.Spec.Template.Spec
+	if secretVolume(pod, "echo-ca") != "echo-ca" || secretVolume(pod, "echo-client") != "fleet-to-echo" {
+		t.Errorf("Echo's CA and client certificate volumes: %+v", pod.Volumes)
+	}
+	for _, v := range pod.Volumes {
+		if v.Name == "echo-ca" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "root.pem" || v.Secret.Items[0].Path != "ca.crt") {
+			t.Errorf("echo-ca items %+v", v.Secret.Items)
+		}
+	}
+	np = get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", fleet)
+	if len(np.Spec.Egress) != 2 || len(np.Spec.Egress[0].To) != 1 || np.Spec.Egress[0].To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != "ingero-echo" {
+		t.Errorf("egress to Echo %+v", np.Spec.Egress)
+	}
+	validateFleetConfig(t, get[corev1.ConfigMap](t, objs, "ConfigMap", fleet), pod.Containers[0].Args[4:])
+
+	// cert-manager: the release's Certificate (client auth too) and its CA.
+	out, err := renderChartWith(fleet, nil, map[string]any{"echo": echoValues(nil)}, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = decodeAll(t, out)
+	exp, _ = echoExporter(t, objs)
+	if tls, _ := exp["tls"].(map[string]any); tls["ca_file"] != "/etc/ingero/tls/ca.crt" || tls["cert_file"] != "/etc/ingero/tls/tls.crt" {
+		t.Errorf("otlp/echo tls with cert-manager %v", exp["tls"])
+	}
+	if u := strings.Join(get[certificate](t, objs, "Certificate", fleet+"-tls").Spec.Usages, ","); !strings.Contains(u, "client auth") {
+		t.Errorf("the release's Certificate cannot be a client certificate for Echo: usages %s", u)
+	}
+
+	// Plaintext only as the explicit value.
+	objs = render(t, fleet, nil, map[string]any{"tls": map[string]any{"enabled": false},
+		"echo": echoValues(map[string]any{"plaintext": true})})
+	exp, _ = echoExporter(t, objs)
+	if js := string(mustJSON(t, exp["tls"])); js != `{"insecure":true}` {
+		t.Errorf("otlp/echo with echo.plaintext: tls %s", js)
+	}
+	d = get[appsv1.Deployment](t, objs, "Deployment", fleet)
+	validateFleetConfig(t, get[corev1.ConfigMap](t, objs, "ConfigMap", fleet), d.Spec.Template.Spec.Containers[0].Args[4:])
+
+	tls := map[string]any{"existingSecret": "fleet-tls"}
+	renderFails(t, fleet, map[string]any{"tls": tls, "echo": echoValues(map[string]any{"endpoint": "https://echo:4327"})}, "echo.endpoint must be")
+	renderFails(t, fleet, map[string]any{"tls": tls, "echo": echoValues(map[string]any{"endpoint": ""})}, "echo.endpoint must be")
+	renderFails(t, fleet, map[string]any{"tls": tls, "echo": echoValues(map[string]any{"token": map[string]any{"secretName": ""}})}, "echo.token.secretName is needed")
+	renderFails(t, fleet, map[string]any{"tls": map[string]any{"enabled": false}, "echo": echoValues(nil)}, "echo.tls.caSecret is needed")
+	// Without a token when Echo takes none on OTLP.
+	objs = render(t, fleet, nil, map[string]any{"tls": tls, "echo": echoValues(map[string]any{"token": map[string]any{"secretName": "", "required": false}})})
+	if exp, _ = echoExporter(t, objs); exp["headers"] != nil {
+		t.Errorf("headers without a token: %v", exp["headers"])
+	}
 }

@@ -278,7 +278,11 @@ func validateFleetConfig(t *testing.T, cm *corev1.ConfigMap, extra []string) {
 	args := []string{}
 	for _, f := range []string{"fleet.yaml", "overlay.yaml"} {
 		p := filepath.Join(dir, f)
-		text := strings.ReplaceAll(cm.Data[f], "/etc/ingero/tls", tlsDir)
+		// Echo's CA and the client certificate for Echo (echo.tls.*) from the same files.
+		text := cm.Data[f]
+		for _, mount := range []string{"/etc/ingero/tls", "/etc/ingero/echo-ca", "/etc/ingero/echo-client"} {
+			text = strings.ReplaceAll(text, mount, tlsDir)
+		}
 		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}

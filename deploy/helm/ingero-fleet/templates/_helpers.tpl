@@ -82,6 +82,20 @@ cert-manager, or "" when TLS is on and nothing provides it. */}}
 {{- if not (regexMatch "^[0-9]+s$" (toString .Values.shutdownTimeout)) }}
 {{- fail "shutdownTimeout must be whole seconds, e.g. 10s (the pod's grace period is derived from it)" }}
 {{- end }}
+{{- if and .Values.sharding.enabled .Values.tls.enabled (eq $src "inline") (not .Values.tls.clientCA) }}
+{{- fail "sharding with TLS needs tls.clientCA: the front end checks the replicas' certificates against it (ca.crt) and shows tls.cert to them" }}
+{{- end }}
+{{- if .Values.echo.enabled }}
+{{- if not (regexMatch "^([A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\]):[0-9]+$" (toString .Values.echo.endpoint)) }}
+{{- fail "echo.endpoint must be Echo's OTLP/gRPC receiver as host:port, e.g. echo-ingero-echo.ingero.svc:4327" }}
+{{- end }}
+{{- if and (not .Values.echo.plaintext) (not .Values.echo.tls.caSecret) (not .Values.tls.enabled) }}
+{{- fail "echo.tls.caSecret is needed: with tls.enabled=false this release has no ca.crt to check Echo's certificate against (echo.plaintext=true sends plaintext)" }}
+{{- end }}
+{{- if and .Values.echo.token.required (not .Values.echo.token.secretName) }}
+{{- fail "echo.token.secretName is needed: Echo's chart requires a bearer token on OTLP (auth.otlp); give the Secret holding a \"*\" token of Echo's tokens file, or set echo.token.required=false" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.sharding.enabled (lt (int .Values.sharding.replicas) 2) }}
 {{- fail "sharding.replicas must be at least 2 (one replica needs no front end: set sharding.enabled=false)" }}
 {{- end }}
@@ -122,8 +136,48 @@ cert-manager, or "" when TLS is on and nothing provides it. */}}
 {{- $svcExt := prepend (without .Values.config.service.extensions "ingero_auth") "ingero_auth" }}
 {{- $_ := set $svc "extensions" $svcExt }}
 {{- end }}
+{{- with (include "ingero-fleet.echoExporter" . | fromYaml) }}
+{{- $exporters := default dict $overlay.exporters }}
+{{- $_ := set $exporters "otlp/echo" . }}
+{{- $_ := set $overlay "exporters" $exporters }}
+{{- $pipeline := deepCopy (dig "pipelines" "metrics" dict $.Values.config.service) }}
+{{- $_ := set $pipeline "exporters" (append (without (dig "exporters" list $pipeline) "otlp/echo") "otlp/echo") }}
+{{- $_ := set $svc "pipelines" (dict "metrics" $pipeline) }}
+{{- end }}
 {{- if $svc }}
 {{- $_ := set $overlay "service" $svc }}
 {{- end }}
 {{- toYaml $overlay }}
+{{- end }}
+
+{{/* The otlp/echo exporter (echo.enabled), as YAML; empty when off. Files: Echo's CA at
+/etc/ingero/echo-ca (echo.tls.caSecret) or the release's ca.crt; the client certificate at
+/etc/ingero/echo-client (echo.tls.clientCertSecret) or the release's own. */}}
+{{- define "ingero-fleet.echoExporter" -}}
+{{- $e := .Values.echo }}
+{{- if $e.enabled }}
+{{- $exp := dict "endpoint" $e.endpoint "timeout" $e.timeout "compression" "gzip" }}
+{{- $_ := set $exp "sending_queue" (dict "enabled" true "queue_size" (int $e.queueSize)) }}
+{{- $_ := set $exp "retry_on_failure" (dict "enabled" true "initial_interval" "1s" "max_interval" "30s" "max_elapsed_time" $e.maxElapsedTime) }}
+{{- if $e.plaintext }}
+{{- $_ := set $exp "tls" (dict "insecure" true) }}
+{{- else }}
+{{- $t := dict "ca_file" (ternary "/etc/ingero/echo-ca/ca.crt" "/etc/ingero/tls/ca.crt" (not (empty $e.tls.caSecret))) }}
+{{- if $e.tls.clientCertSecret }}
+{{- $_ := set $t "cert_file" "/etc/ingero/echo-client/tls.crt" }}
+{{- $_ := set $t "key_file" "/etc/ingero/echo-client/tls.key" }}
+{{- else if .Values.tls.enabled }}
+{{- $_ := set $t "cert_file" "/etc/ingero/tls/tls.crt" }}
+{{- $_ := set $t "key_file" "/etc/ingero/tls/tls.key" }}
+{{- end }}
+{{- with $e.tls.serverName }}
+{{- $_ := set $t "server_name_override" . }}
+{{- end }}
+{{- $_ := set $exp "tls" $t }}
+{{- end }}
+{{- if $e.token.secretName }}
+{{- $_ := set $exp "headers" (dict "authorization" "Bearer ${env:INGERO_ECHO_TOKEN}") }}
+{{- end }}
+{{- toYaml $exp }}
+{{- end }}
 {{- end }}

@@ -45,6 +45,13 @@ spec:
         - secretRef:
             name: {{ include "ingero-fleet.authSecret" . }}-tokens
       {{- end }}
+      {{- if and .Values.echo.enabled .Values.echo.token.secretName }}
+      env:
+        # The bearer token of the otlp/echo exporter.
+        - name: INGERO_ECHO_TOKEN
+          valueFrom:
+            secretKeyRef: { name: {{ .Values.echo.token.secretName }}, key: {{ .Values.echo.token.key }} }
+      {{- end }}
       ports:
         - { name: otlp-grpc, containerPort: 4317, protocol: TCP }
         - { name: otlp-http, containerPort: 4318, protocol: TCP }
@@ -74,6 +81,14 @@ spec:
         {{- if .Values.auth.enabled }}
         - { name: auth, mountPath: /etc/ingero/auth, readOnly: true }
         {{- end }}
+        {{- if and .Values.echo.enabled (not .Values.echo.plaintext) }}
+        {{- if .Values.echo.tls.caSecret }}
+        - { name: echo-ca, mountPath: /etc/ingero/echo-ca, readOnly: true }
+        {{- end }}
+        {{- if .Values.echo.tls.clientCertSecret }}
+        - { name: echo-client, mountPath: /etc/ingero/echo-client, readOnly: true }
+        {{- end }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -91,6 +106,25 @@ spec:
         defaultMode: 0400
         items:
           - { key: tokens.yaml, path: tokens.yaml }
+    {{- end }}
+    {{- if and .Values.echo.enabled (not .Values.echo.plaintext) }}
+    {{- if .Values.echo.tls.caSecret }}
+    - name: echo-ca
+      secret:
+        secretName: {{ .Values.echo.tls.caSecret }}
+        defaultMode: 0400
+        items:
+          - { key: {{ .Values.echo.tls.caKey }}, path: ca.crt }
+    {{- end }}
+    {{- if .Values.echo.tls.clientCertSecret }}
+    - name: echo-client
+      secret:
+        secretName: {{ .Values.echo.tls.clientCertSecret }}
+        defaultMode: 0400
+        items:
+          - { key: tls.crt, path: tls.crt }
+          - { key: tls.key, path: tls.key }
+    {{- end }}
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
