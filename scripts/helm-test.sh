@@ -9,12 +9,14 @@
 # template's `fail` without failing, so only a render proves it). Each chart's TLS modes
 # (a Secret, cert-manager, explicit plaintext) are linted and rendered. The Go test also
 # runs rendered configs for real on loopback: the sharded front end's nginx.conf in a real
-# nginx before two Fleet replicas over TLS, and Fleet forwarding to Echo over mTLS; each
-# of those has a deadline and ends its processes, and go test has a 300 s ceiling. helm is
-# built from the Go module proxy on first use and cached under target/tools.
-# Usage: scripts/helm-test.sh [FLEET_BIN [ECHO_BIN]]   (the test validates the rendered
-#        configs with these binaries; default target/debug/ingero-fleet and the
-#        ingero-echo beside FLEET_BIN)
+# nginx before two Fleet replicas over TLS, Fleet forwarding to Echo over mTLS, and the
+# agent chart's arguments in three ingero-agents (synthetic source) reaching the Fleet
+# chart's threshold over mTLS with a token and over explicit plaintext; each of those has a
+# deadline and ends its processes, and go test has a 300 s ceiling. helm is built from the
+# Go module proxy on first use and cached under target/tools.
+# Usage: scripts/helm-test.sh [FLEET_BIN [ECHO_BIN [AGENT_BIN]]]   (the test validates the
+#        rendered configs with these binaries; default target/debug/ingero-fleet and the
+#        ingero-echo and ingero-agent beside FLEET_BIN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -27,6 +29,9 @@ fleet_bin="$(cd "$(dirname "$fleet_bin")" && pwd)/$(basename "$fleet_bin")"
 echo_bin="${2:-$(dirname "$fleet_bin")/ingero-echo}"
 [ -x "$echo_bin" ] || { echo "helm-test: $echo_bin not found (cargo build -p ingero-echo)" >&2; exit 1; }
 echo_bin="$(cd "$(dirname "$echo_bin")" && pwd)/$(basename "$echo_bin")"
+agent_bin="${3:-$(dirname "$fleet_bin")/ingero-agent}"
+[ -x "$agent_bin" ] || { echo "helm-test: $agent_bin not found (cargo build -p ingero-agent)" >&2; exit 1; }
+agent_bin="$(cd "$(dirname "$agent_bin")" && pwd)/$(basename "$agent_bin")"
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; fi
 # `go install` does not stamp helm's version (it prints only v3.19), so a file beside it does.
@@ -91,32 +96,38 @@ else
   echo "$out" >&2
   fail=1
 fi
-# TLS is the default in both charts: without a certificate source (a Secret, PEM values,
-# or cert-manager's API) nothing renders; plaintext renders only with tls.enabled=false.
-for chart in deploy/helm/ingero-fleet "$echo_chart"; do
-  extra=()
+# TLS is the default in every chart: without a certificate source (a Secret, PEM values,
+# or cert-manager's API) nothing renders; plaintext renders only as an explicit value
+# (tls.enabled=false; for the agent fleet.tls.enabled=false and an http:// endpoint).
+agent_chart=deploy/helm/ingero-agent
+for chart in deploy/helm/ingero-fleet "$echo_chart" "$agent_chart"; do
+  extra=() tls_off=(--set tls.enabled=false) plain_want="allow_plaintext_listeners: true" refusal="TLS is on by default"
   [ "$chart" = "$echo_chart" ] && extra=("${token[@]}" --set persistence.allowUnencrypted=true)
+  if [ "$chart" = "$agent_chart" ]; then
+    tls_off=(--set fleet.tls.enabled=false --set fleet.endpoint=http://ingero-fleet:4318)
+    plain_want="--fleet-endpoint=http://ingero-fleet:4318" refusal="TLS to Fleet is on by default"
+  fi
   if out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" 2>&1)"; then
     echo "FAIL helm template $chart rendered without a TLS certificate" >&2
     fail=1
-  elif ! grep -q "TLS is on by default" <<<"$out"; then
+  elif ! grep -q "$refusal" <<<"$out"; then
     echo "FAIL helm template $chart failed, but not for TLS:" >&2
     echo "$out" >&2
     fail=1
-  elif ! out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" --set tls.enabled=false 2>&1)" ||
-    ! grep -q "allow_plaintext_listeners: true" <<<"$out"; then
-    echo "FAIL helm template $chart with tls.enabled=false:" >&2
+  elif ! out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" "${tls_off[@]}" 2>&1)" ||
+    ! grep -q -- "$plain_want" <<<"$out"; then
+    echo "FAIL helm template $chart with ${tls_off[*]}:" >&2
     echo "$out" >&2
     fail=1
   else
-    echo "ok   helm template $(basename "$chart"): refused without a certificate; plaintext only with tls.enabled=false"
+    echo "ok   helm template $(basename "$chart"): refused without a certificate; plaintext only with ${tls_off[*]}"
   fi
   # The three certificate modes, each linted strictly and rendered: a Secret (the ci
   # defaults), cert-manager's Certificate when its API is served (the sharded front end
   # and, for Fleet, forwarding to Echo on), and explicit plaintext.
   name="$(basename "$chart")"
   mode_extra=() plain_extra=()
-  if [ "$chart" != "$echo_chart" ]; then
+  if [ "$chart" = deploy/helm/ingero-fleet ]; then
     mode_extra=(--set sharding.enabled=true --set echo.enabled=true
       --set echo.endpoint=ingero-echo.ingero.svc.cluster.local:4327 --set echo.token.secretName=echo-token)
     plain_extra=(--set echo.plaintext=true)
@@ -125,8 +136,9 @@ for chart in deploy/helm/ingero-fleet "$echo_chart"; do
     case "$mode" in
       secret) args=(--set tls.existingSecret=t-tls); want="secretName: t-tls" ;;
       cert-manager) args=(--api-versions cert-manager.io/v1); want="kind: Certificate" ;;
-      plaintext) args=(--set tls.enabled=false "${plain_extra[@]}"); want="allow_plaintext_listeners: true" ;;
+      plaintext) args=("${tls_off[@]}" "${plain_extra[@]}"); want="$plain_want" ;;
     esac
+    [ "$chart" = "$agent_chart" ] && [ "$mode" = secret ] && args=(--set fleet.tls.existingSecret=t-tls)
     # helm lint has no --api-versions (it cannot see cert-manager's API), so that mode is
     # rendered only; the Go test decodes its objects strictly.
     lint_args=("${args[@]}")
@@ -137,7 +149,7 @@ for chart in deploy/helm/ingero-fleet "$echo_chart"; do
       echo "$out" >&2
       fail=1
     elif ! out="$("$helm" template --kube-version 1.31.0 t "$chart" "${extra[@]}" "${mode_extra[@]}" "${args[@]}" 2>&1)" ||
-      ! grep -q "$want" <<<"$out"; then
+      ! grep -q -- "$want" <<<"$out"; then
       echo "FAIL helm template $name ($mode): no '$want'" >&2
       echo "$out" >&2
       fail=1
@@ -146,7 +158,16 @@ for chart in deploy/helm/ingero-fleet "$echo_chart"; do
     fi
   done
 done
+# Half a TLS config is refused: the agent's certificate with a plaintext endpoint.
+if out="$("$helm" template --kube-version 1.31.0 t "$agent_chart" --set fleet.tls.existingSecret=t-tls \
+  --set fleet.endpoint=http://ingero-fleet:4318 2>&1)" || ! grep -q 'is plaintext: give an https:// endpoint' <<<"$out"; then
+  echo "FAIL helm template ingero-agent with a certificate and an http:// endpoint:" >&2
+  echo "$out" >&2
+  fail=1
+else
+  echo "ok   helm template ingero-agent refused a certificate with an http:// endpoint"
+fi
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"
-(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" go test -count=1 -timeout 300s ./...)
+(cd deploy/helm/test && FLEET_BIN="$fleet_bin" ECHO_BIN="$echo_bin" AGENT_BIN="$agent_bin" go test -count=1 -timeout 300s ./...)

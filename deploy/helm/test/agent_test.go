@@ -108,23 +108,164 @@ func checkAgentNetworkPolicy(t *testing.T, objs objects, pod corev1.PodSpec, wan
 	}
 }
 
+// agentDefaults is what an install without cert-manager needs beyond the defaults: the
+// Secret with the client certificate (mTLS to Fleet is the default).
+var agentDefaults = []string{"ci/default-values.yaml"}
+
+// tlsVolume is the agent's Secret volume named name, or nil.
+func tlsVolume(pod corev1.PodSpec, name string) *corev1.SecretVolumeSource {
+	for _, v := range pod.Volumes {
+		if v.Name == name {
+			return v.Secret
+		}
+	}
+	return nil
+}
+
+// checkOwnerOnly: every Secret volume of the agent is mounted owner-only, since the agent
+// refuses a key readable by group or others.
+func checkOwnerOnly(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	for _, v := range pod.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o077 != 0 {
+			t.Errorf("secret volume %s mode %v: the agent refuses a key readable by group or others", v.Name, v.Secret.DefaultMode)
+		}
+		for _, it := range v.Secret.Items {
+			if it.Mode != nil {
+				t.Errorf("secret volume %s item %s overrides the mode (%o)", v.Name, it.Key, *it.Mode)
+			}
+		}
+	}
+}
+
+// The defaults are mTLS to Fleet over https: the CA, the client certificate and its key
+// from the Secret, mounted owner-only.
 func TestAgentDefaults(t *testing.T) {
-	objs := render(t, agent, nil, nil)
+	objs := render(t, agent, agentDefaults, nil)
 	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent)
-	checkAgentPod(t, ds.Spec.Template.Spec)
+	pod := ds.Spec.Template.Spec
+	checkAgentPod(t, pod)
+	checkOwnerOnly(t, pod)
 	// Fleet's OTLP/HTTP port from fleet.endpoint, DNS, and the metadata service that
 	// --fleet-provider=auto (the default) asks.
-	checkAgentNetworkPolicy(t, objs, ds.Spec.Template.Spec, []string{
+	checkAgentNetworkPolicy(t, objs, pod, []string{
 		"TCP/4318 to any", "UDP/53,TCP/53 to kube-dns", "TCP/80 to cidr:169.254.169.254/32",
 	})
-	args := containerArgs(ds.Spec.Template.Spec)
-	for _, want := range []string{"--fleet-endpoint=http://ingero-fleet:4318", "--fleet-cluster-id=default", "--fleet-node-id=$(NODE_NAME)", "--metrics-listen=0.0.0.0:9465"} {
+	args := containerArgs(pod)
+	for _, want := range []string{"--fleet-endpoint=https://ingero-fleet:4318", "--fleet-cluster-id=default", "--fleet-node-id=$(NODE_NAME)",
+		"--metrics-listen=0.0.0.0:9465", "--fleet-tls-ca=/etc/ingero/tls/ca.crt", "--fleet-tls-cert=/etc/ingero/tls/tls.crt",
+		"--fleet-tls-key=/etc/ingero/tls/tls.key", "--fleet-persist-path=/var/lib/ingero-agent/health-baseline.json"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
-	if strings.Contains(args, "--fleet-tls") || strings.Contains(args, "--remediate") {
-		t.Errorf("defaults turn on TLS or remediation: %q", args)
+	if strings.Contains(args, "--remediate") || strings.Contains(args, "--fleet-insecure") || strings.Contains(args, "--fleet-token-file") {
+		t.Errorf("defaults turn on remediation, plaintext or a token: %q", args)
+	}
+	v := tlsVolume(pod, "tls")
+	if v == nil || v.SecretName != "agent-tls" {
+		t.Fatalf("tls volume %+v: want the Secret agent-tls", v)
+	}
+	var items []string
+	for _, it := range v.Items {
+		items = append(items, it.Key+"->"+it.Path)
+	}
+	if !slices.Equal(items, []string{"ca.crt->ca.crt", "tls.crt->tls.crt", "tls.key->tls.key"}) {
+		t.Errorf("tls volume items %v", items)
+	}
+	if len(objs["Certificate"]) != 0 {
+		t.Errorf("a Certificate with a Secret given and no cert-manager API")
+	}
+	// The bare defaults (no Secret, no cert-manager) are refused, saying what to give.
+	renderFails(t, agent, nil, "TLS to Fleet is on by default (fleet.tls.enabled) and needs a client certificate")
+}
+
+// With cert-manager's API and no Secret: a Certificate for client auth from the Issuer the
+// Fleet chart makes for its default release (the one that issues Fleet's certificate), in
+// the Secret the DaemonSet mounts; the agent's arguments are those of the Secret mode.
+func TestAgentCertManagerWhenPresent(t *testing.T) {
+	certManager := []string{"cert-manager.io/v1"}
+	out, err := renderChartWith(agent, nil, nil, nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent)
+	pod := ds.Spec.Template.Spec
+	checkOwnerOnly(t, pod)
+	c := get[certificate](t, objs, "Certificate", agent+"-tls")
+	if v := tlsVolume(pod, "tls"); v == nil || v.SecretName != c.Spec.SecretName {
+		t.Errorf("tls volume %+v does not mount the Certificate's Secret %s", v, c.Spec.SecretName)
+	}
+	if !slices.Contains(c.Spec.Usages, "client auth") || slices.Contains(c.Spec.Usages, "server auth") {
+		t.Errorf("usages %v: want client auth, not server auth", c.Spec.Usages)
+	}
+	if c.Spec.CommonName == "" || c.Spec.PrivateKey == nil || c.Spec.PrivateKey.RotationPolicy != "Always" {
+		t.Errorf("certificate spec %+v", c.Spec)
+	}
+	// The Fleet chart with cert-manager has that Issuer (its CA issues Fleet's certificate
+	// too, so the Secret's ca.crt checks Fleet and Fleet accepts the agents).
+	fout, err := renderChartWith(fleet, nil, nil, nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fobjs := decodeAll(t, fout)
+	if c.Spec.IssuerRef.Kind != "Issuer" {
+		t.Errorf("issuerRef %+v: want the Fleet chart's Issuer", c.Spec.IssuerRef)
+	}
+	iss := get[issuer](t, fobjs, "Issuer", c.Spec.IssuerRef.Name)
+	if iss.Spec.CA == nil {
+		t.Errorf("Issuer %s is not the Fleet chart's CA Issuer", iss.Metadata.Name)
+	}
+	if fc := get[certificate](t, fobjs, "Certificate", fleet+"-tls"); fc.Spec.IssuerRef != c.Spec.IssuerRef {
+		t.Errorf("Fleet's certificate from %+v, the agents' from %+v", fc.Spec.IssuerRef, c.Spec.IssuerRef)
+	}
+	secretArgs := get[appsv1.DaemonSet](t, render(t, agent, agentDefaults, nil), "DaemonSet", agent).Spec.Template.Spec.Containers[0].Args
+	if !slices.Equal(pod.Containers[0].Args, secretArgs) {
+		t.Errorf("cert-manager args %q differ from the Secret mode's %q", pod.Containers[0].Args, secretArgs)
+	}
+	// A ClusterIssuer given for both charts (the agent in another namespace).
+	out, err = renderChartWith(agent, nil, map[string]any{"fleet": map[string]any{"tls": map[string]any{"certManager": map[string]any{
+		"issuerRef": map[string]any{"name": "ingero-ca", "kind": "ClusterIssuer"}}}}}, nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := get[certificate](t, decodeAll(t, out), "Certificate", agent+"-tls").Spec.IssuerRef; ref.Name != "ingero-ca" || ref.Kind != "ClusterIssuer" {
+		t.Errorf("issuerRef %+v: want the ClusterIssuer given", ref)
+	}
+	// A Secret given wins over cert-manager; certManager.enabled=false never uses it.
+	out, err = renderChartWith(agent, agentDefaults, nil, nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(decodeAll(t, out)["Certificate"]) != 0 {
+		t.Errorf("a Certificate although fleet.tls.existingSecret is given")
+	}
+	if _, err := renderChartWith(agent, nil, map[string]any{"fleet": map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "false"}}}},
+		nil, certManager); err == nil || !strings.Contains(err.Error(), "TLS to Fleet is on by default") {
+		t.Errorf("certManager.enabled=false and no Secret: %v", err)
+	}
+}
+
+// Plaintext only as an explicit value: fleet.tls.enabled=false and an http:// endpoint; no
+// certificate is mounted or requested then, even with cert-manager's API.
+func TestAgentPlaintextOnlyAsAnExplicitValue(t *testing.T) {
+	plain := map[string]any{"fleet": map[string]any{"endpoint": "http://ingero-fleet:4318", "tls": map[string]any{"enabled": false}}}
+	out, err := renderChartWith(agent, nil, plain, nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	pod := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	args := containerArgs(pod)
+	if !strings.Contains(args, "--fleet-endpoint=http://ingero-fleet:4318") || strings.Contains(args, "--fleet-tls") {
+		t.Errorf("plaintext args %q", args)
+	}
+	if tlsVolume(pod, "tls") != nil || len(objs["Certificate"]) != 0 {
+		t.Errorf("plaintext mounts or requests a certificate")
 	}
 }
 
@@ -143,11 +284,7 @@ func TestAgentProduction(t *testing.T) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
-	for _, v := range pod.Volumes {
-		if v.Secret != nil && (v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o400) {
-			t.Errorf("secret %s mode %v: the agent refuses a key readable by others", v.Name, v.Secret.DefaultMode)
-		}
-	}
+	checkOwnerOnly(t, pod)
 	// Pushes (4318) and the threshold URL (8080) to Fleet's pods only, DNS, the node-local
 	// DNS cache the values add; no metadata rule (provider aws is given).
 	checkAgentNetworkPolicy(t, objs, pod, []string{
@@ -162,23 +299,25 @@ func TestAgentProduction(t *testing.T) {
 // The ports of Fleet's URLs as the agent uses them (explicit, else by scheme), and the
 // explicit override.
 func TestAgentNetworkPolicyPorts(t *testing.T) {
+	plainTLS := map[string]any{"enabled": false, "existingSecret": ""}
 	for _, c := range []struct {
 		set  map[string]any
 		want string
 	}{
 		{map[string]any{"endpoint": "https://fleet.example.com"}, "TCP/443 to any"},
-		{map[string]any{"endpoint": "http://fleet.example.com/"}, "TCP/80 to any"},
-		{map[string]any{"endpoint": "fleet:9000", "insecure": true}, "TCP/9000 to any"},
-		{map[string]any{"endpoint": "http://[fd00::1]:4318", "thresholdUrl": "http://[fd00::1]:8080"}, "TCP/4318,TCP/8080 to any"},
-		{map[string]any{"endpoint": "http://f:4318", "thresholdUrl": "http://f:4318"}, "TCP/4318 to any"},
+		{map[string]any{"endpoint": "fleet.example.com"}, "TCP/443 to any"},
+		{map[string]any{"endpoint": "http://fleet.example.com/", "tls": plainTLS}, "TCP/80 to any"},
+		{map[string]any{"endpoint": "fleet:9000", "insecure": true, "tls": plainTLS}, "TCP/9000 to any"},
+		{map[string]any{"endpoint": "https://[fd00::1]:4318", "thresholdUrl": "https://[fd00::1]:8080"}, "TCP/4318,TCP/8080 to any"},
+		{map[string]any{"endpoint": "http://f:4318", "thresholdUrl": "http://f:4318", "tls": plainTLS}, "TCP/4318 to any"},
 	} {
-		objs := render(t, agent, nil, map[string]any{"fleet": c.set})
+		objs := render(t, agent, agentDefaults, map[string]any{"fleet": c.set})
 		np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", agent)
 		if got := egressRules(np)[0]; got != c.want {
 			t.Errorf("fleet %v: Fleet egress %q, want %q", c.set, got, c.want)
 		}
 	}
-	objs := render(t, agent, nil, map[string]any{
+	objs := render(t, agent, agentDefaults, map[string]any{
 		"networkPolicy": map[string]any{"fleetPorts": []any{4318, 8443}},
 		"fleet":         map[string]any{"provider": "none"},
 	})
@@ -186,13 +325,45 @@ func TestAgentNetworkPolicyPorts(t *testing.T) {
 	if got := egressRules(np); !slices.Equal(got, []string{"TCP/4318,TCP/8443 to any", "UDP/53,TCP/53 to kube-dns"}) {
 		t.Errorf("fleetPorts override, provider none: egress %q", got)
 	}
-	objs = render(t, agent, nil, map[string]any{"networkPolicy": map[string]any{"enabled": false}})
+	objs = render(t, agent, agentDefaults, map[string]any{"networkPolicy": map[string]any{"enabled": false}})
 	if len(objs["NetworkPolicy"]) != 0 {
 		t.Errorf("networkPolicy.enabled=false still renders one")
 	}
 }
 
 func TestAgentRefusals(t *testing.T) {
-	renderFails(t, agent, map[string]any{"fleet": map[string]any{"clusterId": ""}}, "fleet.clusterId is required")
-	renderFails(t, agent, map[string]any{"fleet": map[string]any{"tls": map[string]any{"enabled": true}}}, "fleet.tls.enabled needs")
+	tls := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	secret := tls("existingSecret", "agent-tls")
+	for _, c := range []struct {
+		fleet map[string]any
+		want  string
+	}{
+		{map[string]any{"clusterId": "", "tls": secret}, "fleet.clusterId is required"},
+		{map[string]any{"endpoint": "", "tls": secret}, "fleet.endpoint is required"},
+		// TLS on (the default) with a plaintext endpoint or threshold URL: half a TLS config.
+		{map[string]any{"endpoint": "http://ingero-fleet:4318", "tls": secret}, `fleet.endpoint "http://ingero-fleet:4318" is plaintext`},
+		{map[string]any{"endpoint": "ingero-fleet:4318", "insecure": true, "tls": secret}, `fleet.endpoint "ingero-fleet:4318" is plaintext`},
+		{map[string]any{"thresholdUrl": "http://ingero-fleet:8080", "tls": secret}, `fleet.thresholdUrl "http://ingero-fleet:8080" is plaintext`},
+		// A certificate or CA given while TLS is off would be ignored.
+		{map[string]any{"endpoint": "http://f:4318", "tls": tls("enabled", false, "existingSecret", "agent-tls")}, "fleet.tls.existingSecret is given but fleet.tls.enabled is false"},
+		{map[string]any{"endpoint": "http://f:4318", "tls": tls("enabled", false, "caSecret", "fleet-ca")}, "fleet.tls.caSecret is given but fleet.tls.enabled is false"},
+		// cert-manager asked for but not installed, or a value it does not know.
+		{map[string]any{"tls": tls("certManager", map[string]any{"enabled": true})}, "the cert-manager API (cert-manager.io/v1) is not installed"},
+		{map[string]any{"tls": tls("certManager", map[string]any{"enabled": "yes"})}, "fleet.tls.certManager.enabled must be auto, true or false"},
+		{map[string]any{"tls": secret, "token": map[string]any{"enabled": true}}, "fleet.token.enabled needs fleet.token.existingSecret"},
+	} {
+		renderFails(t, agent, map[string]any{"fleet": c.fleet}, c.want)
+	}
+	// cert-manager without an issuer to ask.
+	_, err := renderChartWith(agent, nil, map[string]any{"fleet": map[string]any{"tls": map[string]any{"certManager": map[string]any{
+		"issuerRef": map[string]any{"name": ""}}}}}, nil, []string{"cert-manager.io/v1"})
+	if err == nil || !strings.Contains(err.Error(), "fleet.tls.certManager.issuerRef.name is needed") {
+		t.Errorf("cert-manager without an issuer: %v", err)
+	}
 }

@@ -57,3 +57,72 @@ the ports of fleet.endpoint and fleet.thresholdUrl. A comma-separated list. */}}
 {{- end }}
 {{- $ports | uniq | join "," }}
 {{- end }}
+
+{{/* Where the client certificate for Fleet comes from: none (fleet.tls.enabled=false),
+secret (fleet.tls.existingSecret), cert-manager, or "" when TLS is on and nothing
+provides it. */}}
+{{- define "ingero-agent.tlsSource" -}}
+{{- $t := .Values.fleet.tls }}
+{{- $cm := toString $t.certManager.enabled }}
+{{- if not $t.enabled }}none
+{{- else if $t.existingSecret }}secret
+{{- else if or (eq $cm "true") (and (eq $cm "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}cert-manager
+{{- end }}
+{{- end }}
+
+{{/* The Secret mounted at /etc/ingero/tls: the given one, or the one cert-manager writes. */}}
+{{- define "ingero-agent.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "ingero-agent.fullname" .)) .Values.fleet.tls.existingSecret }}
+{{- end }}
+
+{{/* The scheme of fleet.endpoint as the agent reads it: http for http:// or, with
+fleet.insecure, a bare host:port; https otherwise. */}}
+{{- define "ingero-agent.scheme" -}}
+{{- $e := toString .Values.fleet.endpoint }}
+{{- if contains "://" $e }}{{ lower (splitn "://" 2 $e)._0 }}
+{{- else if .Values.fleet.insecure }}http
+{{- else }}https
+{{- end }}
+{{- end }}
+
+{{/* Checks the values; fails the render with the reason otherwise. */}}
+{{- define "ingero-agent.validate" -}}
+{{- $t := .Values.fleet.tls }}
+{{- $src := include "ingero-agent.tlsSource" . }}
+{{- $scheme := include "ingero-agent.scheme" . }}
+{{- if not .Values.fleet.clusterId }}
+{{- fail "fleet.clusterId is required (the cluster these nodes report as)" }}
+{{- end }}
+{{- if not .Values.fleet.endpoint }}
+{{- fail "fleet.endpoint is required (Fleet's OTLP/HTTP receiver, e.g. https://ingero-fleet.ingero.svc:4318)" }}
+{{- end }}
+{{- if not (has (toString $t.certManager.enabled) (list "auto" "true" "false")) }}
+{{- fail "fleet.tls.certManager.enabled must be auto, true or false" }}
+{{- end }}
+{{- if eq $src "" }}
+{{- fail "TLS to Fleet is on by default (fleet.tls.enabled) and needs a client certificate: set fleet.tls.existingSecret (a Secret with ca.crt, tls.crt and tls.key), or install cert-manager (fleet.tls.certManager, issued by the Issuer that issues Fleet's certificate); fleet.tls.enabled=false with an http:// endpoint sends plaintext" }}
+{{- end }}
+{{- if and (eq $src "cert-manager") (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}
+{{- fail "fleet.tls.certManager.enabled=true, but the cert-manager API (cert-manager.io/v1) is not installed" }}
+{{- end }}
+{{- if and (eq $src "cert-manager") (not $t.certManager.issuerRef.name) }}
+{{- fail "fleet.tls.certManager.issuerRef.name is needed: the Issuer (or ClusterIssuer) that issues Fleet's certificate, e.g. the Fleet chart's <release>-ca" }}
+{{- end }}
+{{- if and $t.enabled (ne $scheme "https") }}
+{{- fail (printf "fleet.tls.enabled is on, but fleet.endpoint %q is plaintext: give an https:// endpoint, or set fleet.tls.enabled=false to send plaintext" (toString .Values.fleet.endpoint)) }}
+{{- end }}
+{{- with .Values.fleet.thresholdUrl }}
+{{- if and $t.enabled (hasPrefix "http://" (lower .)) }}
+{{- fail (printf "fleet.thresholdUrl %q is plaintext while fleet.tls.enabled is on: give its https:// URL" .) }}
+{{- end }}
+{{- end }}
+{{- if and (not $t.enabled) $t.existingSecret }}
+{{- fail "fleet.tls.existingSecret is given but fleet.tls.enabled is false: the certificate would not be used" }}
+{{- end }}
+{{- if and $t.caSecret (not $t.enabled) }}
+{{- fail "fleet.tls.caSecret is given but fleet.tls.enabled is false: the CA would not be used" }}
+{{- end }}
+{{- if and .Values.fleet.token.enabled (not .Values.fleet.token.existingSecret) }}
+{{- fail "fleet.token.enabled needs fleet.token.existingSecret (a Secret with the bearer token under fleet.token.key)" }}
+{{- end }}
+{{- end }}
