@@ -8,7 +8,7 @@ package helmtest
 // the agent's Secret, plus a bearer token from a Secret, against Fleet's mTLS and token
 // auth), and plaintext as the explicit value in both charts. The Secret files are written
 // with the modes the rendered volumes give them, so a mode the agent refuses for its key
-// fails the run. Needs FLEET_BIN and AGENT_BIN (scripts/helm-test.sh sets both); the agent
+// fails the run (and an agent given the key at 0440 is checked to exit, refusing it). Needs FLEET_BIN and AGENT_BIN (scripts/helm-test.sh sets both); the agent
 // has no dry-run mode, so starting it is its config check (invalid arguments exit with
 // status 2 at once).
 
@@ -217,6 +217,28 @@ func runAgentsAgainstFleet(t *testing.T, fleetBin, agentBin string, secure bool)
 	}
 	if !secure {
 		return
+	}
+	// The mode matters: the same arguments with the key readable by the group (what a
+	// defaultMode of 0440 would give) are refused at start.
+	loose := filepath.Join(dir, "agent-tls-loose")
+	writeFiles(t, loose, map[string][]byte{"ca.crt": ca.pem, "tls.crt": agentCert.pem, "tls.key": agentCert.kpem})
+	if err := os.Chmod(filepath.Join(loose, "tls.key"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	fix := strings.NewReplacer("$(NODE_NAME)", "node-loose", "0.0.0.0:9465", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"/etc/ingero/tls", loose, "/etc/ingero/token", agentToken, "/var/lib/ingero-agent", filepath.Join(dir, "state-loose"))
+	var a []string
+	for _, arg := range args {
+		a = append(a, fix.Replace(arg))
+	}
+	lp := startProc(t, dir, "agent-loose", agentBin, append(a, "--synthetic", "--warmup-samples", "1")...)
+	select {
+	case <-lp.exited:
+		if !strings.Contains(lp.logs(), "readable by group or others") {
+			t.Errorf("the agent with a 0440 key exited, but not for its mode:\n%s", lp.logs())
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("the agent with a 0440 key still runs after 20 s:\n%s", lp.logs())
 	}
 	// The agents got through only with what the chart gave them: this Fleet refuses a push
 	// without a client certificate (in the handshake) and one without the token (401).
