@@ -19,7 +19,7 @@ fn window() -> Value {
 }
 
 fn cluster() -> Value {
-    json!({"type": "string", "description": "The cluster (ingero.cluster.id).", "minLength": 1})
+    json!({"type": "string", "description": "The cluster (ingero.cluster.id).", "minLength": 1, "examples": ["prod"]})
 }
 
 fn num() -> Value {

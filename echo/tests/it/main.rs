@@ -9,6 +9,7 @@ mod hostile;
 mod misc;
 mod nulls;
 mod scale;
+mod seeds;
 mod tls;
 
 use common::*;
