@@ -776,29 +776,43 @@ impl Tools {
         filter(&mut p);
         p.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
         let budget = self.budget(limit);
-        // The chains of the episodes these events belong to (stored once per episode, at
-        // its first event carrying them, which may lie before the window).
-        let chains_sql = format!(
-            "SELECT * FROM causal_chains WHERE cluster_id = ? AND causal_chain_id IN ( \
-               SELECT causal_chain_id FROM straggler_events \
-               WHERE cluster_id = ? AND ts_ns >= ? {node_filter} AND causal_chain_id IS NOT NULL) \
-             ORDER BY causal_chain_id, position"
-        );
-        let mut cp: Vec<Box<dyn duckdb::ToSql>> = vec![Box::new(cluster.to_string())];
-        filter(&mut cp);
-        let ((mut events, mut truncated), chains) = self.store.with_reader(|c| {
-            let events = rows_json(c, &sql, p, budget)?;
-            let chains = rows_json(
-                c,
-                &chains_sql,
-                cp,
-                Budget {
-                    rows: usize::MAX,
-                    bytes: usize::MAX,
-                },
-            )?;
-            Ok((events, chains.0))
-        })?;
+        // The chains of the episodes of the answered events only (stored once per episode,
+        // at its first event carrying them, which may lie before the window), so their
+        // number is bounded by the events' (at most 3 per event).
+        let (mut events, mut truncated) =
+            self.store.with_reader(|c| rows_json(c, &sql, p, budget))?;
+        let episodes: Vec<String> = events
+            .iter()
+            .filter_map(|ev| ev.get("causal_chain_id").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let mut chains = Vec::new();
+        for part in episodes.chunks(500) {
+            let marks = vec!["?"; part.len()].join(", ");
+            let chains_sql = format!(
+                "SELECT * FROM causal_chains WHERE cluster_id = ? AND causal_chain_id IN ({marks}) \
+                 ORDER BY causal_chain_id, position"
+            );
+            let mut cp: Vec<Box<dyn duckdb::ToSql>> = vec![Box::new(cluster.to_string())];
+            cp.extend(
+                part.iter()
+                    .map(|id| Box::new(id.clone()) as Box<dyn duckdb::ToSql>),
+            );
+            let (rows, _) = self.store.with_reader(|c| {
+                rows_json(
+                    c,
+                    &chains_sql,
+                    cp,
+                    Budget {
+                        rows: part.len() * crate::chains::MAX_CHAINS,
+                        bytes: usize::MAX,
+                    },
+                )
+            })?;
+            chains.extend(rows);
+        }
         let by_episode = chains_by_episode(chains);
         let mut bytes = 0usize;
         let mut keep = events.len();
