@@ -548,3 +548,41 @@ async fn causal_chains_age_out_with_the_other_tables() {
     );
     e.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chains_over_otlp_grpc_are_stored_and_bad_ones_answered_with_a_warning() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+    let e = Echo::start(Opts::default()).await;
+    let mut client = MetricsServiceClient::connect(format!("http://127.0.0.1:{}", e.otlp_grpc))
+        .await
+        .unwrap();
+    let t = now_ns() - 5_000_000_000;
+    let req = batch(
+        "prod",
+        "node-3",
+        vec![
+            agent_event("g-1", t, Some("node-3:1"), chains_attr(&top_two())),
+            agent_event("g-2", t, Some("node-3:2"), chains_attr("[\"not a chain\"]")),
+            agent_event("g-go", t, None, None),
+        ],
+    );
+    let answer = client.export(req).await.unwrap().into_inner();
+    let partial = answer.partial_success.expect("a partial-success warning");
+    assert_eq!(partial.rejected_data_points, 0, "{partial:?}");
+    assert!(
+        partial
+            .error_message
+            .contains("causal chains of 1 event(s)"),
+        "{partial:?}"
+    );
+    assert_eq!(
+        e.sql("SELECT count(*) FROM straggler_events").await[0][0],
+        json!(3)
+    );
+    assert_eq!(
+        e.sql("SELECT causal_chain_id, count(*) FROM causal_chains GROUP BY ALL")
+            .await,
+        vec![vec![json!("node-3:1"), json!(2)]]
+    );
+    e.stop().await;
+}

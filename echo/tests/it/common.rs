@@ -52,6 +52,7 @@ pub fn now_ns() -> u64 {
 /// A running Echo.
 pub struct Echo {
     pub otlp_http: u16,
+    pub otlp_grpc: u16,
     pub api: u16,
     /// The self-telemetry port (served only with [`Opts::telemetry`]).
     pub telemetry: u16,
@@ -177,6 +178,7 @@ impl Echo {
         ));
         let mut echo = Echo {
             otlp_http: http,
+            otlp_grpc: grpc,
             api,
             telemetry,
             dir,
