@@ -200,6 +200,61 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// What storing one episode's chains costs as the table grows (the first-wins check
+    /// is a primary-key lookup of its position-0 row): `cargo test -p ingero-echo --release --lib
+    /// chains_insert_cost -- --ignored --nocapture`. Prints timings; asserts only the rows.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn chains_insert_cost() {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(SCHEMA).unwrap();
+        c.execute_batch(MIGRATIONS).unwrap();
+        c.execute_batch(EVENTS_STAGING).unwrap();
+        let insert = "INSERT OR IGNORE INTO causal_chains SELECT * FROM causal_chains_in \
+             RETURNING causal_chain_id";
+        for stored in [0i64, 100_000, 1_000_000] {
+            c.execute_batch("DELETE FROM causal_chains").unwrap();
+            c.execute(
+                "INSERT INTO causal_chains SELECT 'node-' || (i % 512) || ':' || i, p, i, 'prod', \
+                 'node', 'e', 'c', 'HIGH', 's', 'r', NULL, '[]', '[]', 'op', 1, 1.0 \
+                 FROM range(?) t(i), range(3) q(p)",
+                [stored / 3],
+            )
+            .unwrap();
+            let runs = 200;
+            let t = Instant::now();
+            for k in 0..runs {
+                c.execute(
+                    "INSERT INTO causal_chains_in SELECT 'new:' || ?, 0, 1, 'prod', 'n', 'e', \
+                     'c', 'HIGH', 's', 'r', NULL, '[]', '[]', 'op', 1, 1.0",
+                    [k],
+                )
+                .unwrap();
+                let new: Vec<String> = c
+                    .prepare(insert)
+                    .unwrap()
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                assert_eq!(new.len(), 1);
+                c.execute_batch("DELETE FROM causal_chains_in").unwrap();
+                c.execute(
+                    "INSERT INTO causal_chains SELECT 'new:' || ?, p, 1, 'prod', 'n', 'e', \
+                     'c', 'HIGH', 's', 'r', NULL, '[]', '[]', 'op', 1, 1.0 FROM range(1, 3) q(p)",
+                    [k],
+                )
+                .unwrap();
+            }
+            let per = t.elapsed() / runs;
+            let n: i64 = c
+                .query_row("SELECT count(*) FROM causal_chains", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, stored / 3 * 3 + 3 * i64::from(runs));
+            println!("chains stored before: {stored:>9}  one episode's insert: {per:?}");
+        }
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_new_data_directory_and_database_are_owner_only() {
@@ -965,16 +1020,20 @@ impl Writer {
     /// that carry chains for an episode, the first one's chains are kept, and only when
     /// the table holds none of that episode yet; the same chains repeated on every tick of
     /// the episode (or a retried batch) add nothing, and a later event cannot replace or
-    /// mix into what is stored.
+    /// mix into what is stored. Every stored episode has a row at position 0: inserting
+    /// those first (`INSERT OR IGNORE`, a primary-key lookup each) tells which episodes
+    /// are new, and only their other chains follow.
     fn append_chains(&self, chains: &[crate::rows::ChainRow]) -> Result<(), duckdb::Error> {
         let c = &self.conn;
         let mut first: HashMap<&str, (i64, Option<&str>, Option<&str>)> = HashMap::new();
-        let mut a = c.appender_to_catalog_and_db("causal_chains_in", "temp", "main")?;
-        for r in chains {
-            let key = (r.ts_ns, r.event_id.as_deref(), r.node_id.as_deref());
-            if *first.entry(r.causal_chain_id.as_str()).or_insert(key) != key {
-                continue;
-            }
+        let kept: Vec<&crate::rows::ChainRow> = chains
+            .iter()
+            .filter(|r| {
+                let key = (r.ts_ns, r.event_id.as_deref(), r.node_id.as_deref());
+                *first.entry(r.causal_chain_id.as_str()).or_insert(key) == key
+            })
+            .collect();
+        let append = |a: &mut duckdb::Appender<'_>, r: &crate::rows::ChainRow| {
             let ch = &r.chain;
             a.append_row(params![
                 r.causal_chain_id,
@@ -993,15 +1052,34 @@ impl Writer {
                 ch.cuda_op,
                 ch.cuda_p99_us,
                 ch.tail_ratio
-            ])?;
+            ])
+        };
+        let mut a = c.appender_to_catalog_and_db("causal_chains_in", "temp", "main")?;
+        for r in kept.iter().filter(|r| r.position == 0) {
+            append(&mut a, r)?;
         }
         a.flush()?;
         drop(a);
-        c.execute_batch(
-            "INSERT OR IGNORE INTO causal_chains SELECT * FROM causal_chains_in \
-             WHERE causal_chain_id NOT IN (SELECT causal_chain_id FROM causal_chains); \
-             DELETE FROM causal_chains_in;",
-        )
+        let new: std::collections::HashSet<String> = {
+            let mut st = c.prepare(
+                "INSERT OR IGNORE INTO causal_chains SELECT * FROM causal_chains_in \
+                 RETURNING causal_chain_id",
+            )?;
+            st.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<_, _>>()?
+        };
+        c.execute_batch("DELETE FROM causal_chains_in")?;
+        if new.is_empty() {
+            return Ok(());
+        }
+        let mut a = c.appender("causal_chains")?;
+        for r in kept
+            .iter()
+            .filter(|r| r.position > 0 && new.contains(&r.causal_chain_id))
+        {
+            append(&mut a, r)?;
+        }
+        a.flush()
     }
 
     /// Delete rows older than `max_age`, then, while the database uses more than
