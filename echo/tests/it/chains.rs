@@ -190,8 +190,14 @@ async fn an_episodes_chains_are_stored_once_and_answered_by_history_prompt_and_s
         let answer = ExportMetricsServiceResponse::decode(r.body().as_slice()).unwrap();
         assert_eq!(answer.partial_success, None, "{answer:?}");
     }
-    // A later tick with other chains for the same episode: the first ones stay (first wins).
-    let other = json!([chain("x", "LOW", "something else", "nothing")]).to_string();
+    // A later tick with other (and more) chains for the same episode: the first ones stay
+    // and nothing mixes in (first wins).
+    let other = json!([
+        chain("x", "LOW", "something else", "nothing"),
+        chain("y", "LOW", "something else", "nothing"),
+        chain("z", "LOW", "a third cause", "nothing")
+    ])
+    .to_string();
     let b = batch(
         "prod",
         "prod-node-5",
@@ -202,7 +208,10 @@ async fn an_episodes_chains_are_stored_once_and_answered_by_history_prompt_and_s
             chains_attr(&other),
         )],
     );
-    assert_eq!(e.push(&b).await.status(), 200);
+    let r = e.push(&b).await;
+    assert_eq!(r.status(), 200);
+    let answer = ExportMetricsServiceResponse::decode(r.body().as_slice()).unwrap();
+    assert_eq!(answer.partial_success, None, "{answer:?}");
     // The episode's detection span with the same chains adds nothing either.
     let r = push_traces(
         &e,
@@ -562,6 +571,14 @@ async fn chains_over_otlp_grpc_are_stored_and_bad_ones_answered_with_a_warning()
         "node-3",
         vec![
             agent_event("g-1", t, Some("node-3:1"), chains_attr(&top_two())),
+            // The same episode again in the same request, with other chains: the first
+            // event's stay.
+            agent_event(
+                "g-1b",
+                t,
+                Some("node-3:1"),
+                chains_attr(&json!([chain("late", "LOW", "late", "late")]).to_string()),
+            ),
             agent_event("g-2", t, Some("node-3:2"), chains_attr("[\"not a chain\"]")),
             agent_event("g-go", t, None, None),
         ],
@@ -577,12 +594,15 @@ async fn chains_over_otlp_grpc_are_stored_and_bad_ones_answered_with_a_warning()
     );
     assert_eq!(
         e.sql("SELECT count(*) FROM straggler_events").await[0][0],
-        json!(3)
+        json!(4)
     );
     assert_eq!(
-        e.sql("SELECT causal_chain_id, count(*) FROM causal_chains GROUP BY ALL")
+        e.sql("SELECT causal_chain_id, position, event_id FROM causal_chains ORDER BY position")
             .await,
-        vec![vec![json!("node-3:1"), json!(2)]]
+        vec![
+            vec![json!("node-3:1"), json!(0), json!("g-1")],
+            vec![json!("node-3:1"), json!(1), json!("g-1")]
+        ]
     );
     e.stop().await;
 }
