@@ -199,6 +199,7 @@ impl Echo {
                 .is_ok()
             {
                 assert!(wait_port(api).await, "API listener");
+                assert!(wait_port(grpc).await, "OTLP/gRPC listener");
                 return Ok(echo);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
