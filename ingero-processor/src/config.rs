@@ -17,7 +17,7 @@ pub const DEFAULT_K: f64 = 2.0;
 pub const DEFAULT_EMA_ALPHA: f64 = 0.2;
 /// `threshold.mad_floor`: the smallest MAD the threshold formula uses. With the default
 /// `k` the threshold is then never closer than `2 * 1.4826 * 0.01 = 0.0297` to the median.
-pub const DEFAULT_MAD_FLOOR: f64 = 0.01;
+pub const DEFAULT_MAD_FLOOR: f64 = ingero_stats::DEFAULT_MAD_FLOOR;
 /// `quorum.statistical_min`: active nodes needed for a trustworthy statistic (seed default).
 pub const DEFAULT_STATISTICAL_MIN: u64 = 5;
 /// `quorum.coverage_fraction`: coverage below this raises `coverage_low` (seed default).
@@ -42,21 +42,21 @@ pub const DEFAULT_PANIC_EXIT_FRACTION: f64 = 0.15;
 /// `panic.max_duration`: after this long in panic the new level is accepted (`0s` = never).
 pub const DEFAULT_PANIC_MAX_DURATION: Duration = Duration::from_secs(300);
 /// `classifier.drift`: CUSUM allowance per sample, in robust standard deviations.
-pub const DEFAULT_CLASSIFIER_DRIFT: f64 = 0.5;
+pub const DEFAULT_CLASSIFIER_DRIFT: f64 = ingero_stats::cusum::DEFAULT_DRIFT;
 /// `classifier.decision`: CUSUM decision interval, in robust standard deviations.
-pub const DEFAULT_CLASSIFIER_DECISION: f64 = 4.0;
+pub const DEFAULT_CLASSIFIER_DECISION: f64 = ingero_stats::cusum::DEFAULT_DECISION;
 /// `classifier.clear_margin`: a flagged node clears at once on a tick this many robust
 /// standard deviations above the threshold (halfway to the median at `threshold.k` 2).
-pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = 1.0;
+pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = ingero_stats::cusum::DEFAULT_CLEAR_MARGIN;
 /// `classifier.clear_holdoff`: unflagged ticks after a clear before the next episode may
 /// clear at once (a node that falls again sooner clears only by the CUSUM's drain).
-pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = 10;
+pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = ingero_stats::cusum::DEFAULT_CLEAR_HOLDOFF as u32;
 /// `classifier.evidence`: samples at the single-sample depth a flag needs; 0 picks 1 or 2
 /// per cluster from the tails of its own healthy noise (`classifier::TailEstimate`).
 pub const DEFAULT_CLASSIFIER_EVIDENCE: u32 = 0;
 /// `classifier.shallow_decision`: level of the shallow-drop sum (the residual against the
 /// cohort's median in units of its own spread) that flags; 0 turns that rule off.
-pub const DEFAULT_CLASSIFIER_SHALLOW_DECISION: f64 = 11.0;
+pub const DEFAULT_CLASSIFIER_SHALLOW_DECISION: f64 = ingero_stats::cusum::DEFAULT_SHALLOW_DECISION;
 /// `limits.max_clusters`.
 pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 /// `limits.max_nodes_per_cluster`.
