@@ -23,7 +23,7 @@ use ingero_agent::health::core::{CoreConfig, FleetView, HealthCore, TickInput};
 use ingero_agent::health::state::NodeState;
 use ingero_agent::health::threshold::CachedThreshold;
 use ingero_processor::IngeroConfig;
-use ingero_processor::classifier::{CusumParams, ShortfallCusum};
+use ingero_processor::classifier::ShortfallCusum;
 use ingero_processor::threshold::{CohortThreshold, ThresholdParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -107,7 +107,7 @@ fn run_with_recovery(
         .collect();
     let cfg = IngeroConfig::default();
     let tparams = ThresholdParams::from_config(&cfg);
-    let cparams = CusumParams::from_config(&cfg);
+    let cparams = ingero_processor::classifier::cusum_params(&cfg);
     let mut fleet = CohortThreshold::default();
     let mut published: Option<(f64, f64)> = None; // (threshold, sigma)
     let t0 = Timestamp::from_secs(1_000_000);
@@ -354,7 +354,7 @@ fn synchronous_training_names_the_slow_rank_from_barrier_waits() {
             .collect();
         let cfg = IngeroConfig::default();
         let tparams = ThresholdParams::from_config(&cfg);
-        let cparams = CusumParams::from_config(&cfg);
+        let cparams = ingero_processor::classifier::cusum_params(&cfg);
         let mut fleet = CohortThreshold::default();
         let mut fleet_cusum = [ShortfallCusum::default(); RANKS];
         let mut published = None;

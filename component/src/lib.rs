@@ -21,6 +21,7 @@ pub mod factory;
 pub mod listen_addr;
 pub mod middleware;
 pub mod otlp;
+pub mod range;
 pub mod recycle;
 pub mod telemetry;
 pub mod text;

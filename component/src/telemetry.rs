@@ -64,3 +64,114 @@ impl MetricFamily {
         });
     }
 }
+
+/// One self-metric family declared once: name, type, unit, help text and label names.
+/// A component lists its families with [`metric_set!`](crate::metric_set) and builds each
+/// scrape's [`MetricFamily`] from the spec, so the names, types and help text in the
+/// exposition cannot drift from the declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricSpec {
+    pub name: &'static str,
+    pub kind: MetricType,
+    /// UCUM-style unit (`1` for counts and ratios, `s` for seconds).
+    pub unit: &'static str,
+    pub help: &'static str,
+    /// Label names every sample carries, in order (empty for an unlabelled family).
+    pub labels: &'static [&'static str],
+}
+
+impl MetricSpec {
+    /// An empty family of this spec, to push samples into.
+    pub fn family(&self) -> MetricFamily {
+        MetricFamily {
+            name: self.name.to_string(),
+            help: self.help.to_string(),
+            kind: self.kind,
+            samples: Vec::new(),
+        }
+    }
+
+    /// `f` is a family of this spec: the same name, type and help, and every sample
+    /// carries exactly the declared labels, in order.
+    pub fn describes(&self, f: &MetricFamily) -> bool {
+        f.name == self.name
+            && f.kind == self.kind
+            && f.help == self.help
+            && f.samples.iter().all(|s| {
+                s.labels.len() == self.labels.len()
+                    && s.labels.iter().zip(self.labels).all(|((k, _), l)| k == l)
+            })
+    }
+
+    /// The type as the exposition writes it (`gauge`, `counter`).
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            MetricType::Gauge => "gauge",
+            MetricType::Counter => "counter",
+        }
+    }
+}
+
+/// Declare a component's self-metric families once. For each entry it defines a `&str`
+/// constant with the family's name (what code and tests refer to), a [`MetricSpec`] of the
+/// same name in the given specs module, and a slice of all specs in declaration order.
+///
+/// ```
+/// pub const LABEL_CLUSTER: &str = "cluster_id";
+///
+/// component::metric_set! {
+///     specs: pub mod spec;
+///     all: pub FAMILIES;
+///     /// Clusters tracked.
+///     CLUSTERS: gauge "demo_clusters", unit "1", labels [], help "Clusters tracked";
+///     POINTS: counter "demo_points_total", unit "1", labels [LABEL_CLUSTER], help "Points";
+/// }
+///
+/// fn main() {
+///     assert_eq!(CLUSTERS, "demo_clusters");
+///     assert_eq!(spec::POINTS.labels, ["cluster_id"]);
+///     assert_eq!(FAMILIES.len(), 2);
+///     let f = spec::POINTS.family().with(&[(LABEL_CLUSTER, "a")], 1.0);
+///     assert!(spec::POINTS.describes(&f));
+///     assert!(!spec::CLUSTERS.describes(&f));
+/// }
+/// ```
+#[macro_export]
+macro_rules! metric_set {
+    (@kind gauge) => { $crate::telemetry::MetricType::Gauge };
+    (@kind counter) => { $crate::telemetry::MetricType::Counter };
+    (
+        specs: $specs_vis:vis mod $specs:ident;
+        all: $all_vis:vis $all:ident;
+        $(
+            $(#[$meta:meta])*
+            $konst:ident : $kind:ident $name:literal,
+            unit $unit:literal,
+            labels [$($label:path),* $(,)?],
+            help $help:literal;
+        )*
+    ) => {
+        $(
+            $(#[$meta])*
+            pub const $konst: &str = $name;
+        )*
+
+        /// The declared spec of each family, under the same names as the name constants.
+        $specs_vis mod $specs {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                pub const $konst: $crate::telemetry::MetricSpec = $crate::telemetry::MetricSpec {
+                    name: $name,
+                    kind: $crate::metric_set!(@kind $kind),
+                    unit: $unit,
+                    help: $help,
+                    labels: &[$($label),*],
+                };
+            )*
+        }
+
+        /// Every family, in declaration order.
+        $all_vis const $all: &[$crate::telemetry::MetricSpec] = &[$($specs::$konst),*];
+    };
+}

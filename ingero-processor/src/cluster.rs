@@ -42,7 +42,7 @@ impl ClusterParams {
     pub fn from_config(cfg: &IngeroConfig) -> Self {
         ClusterParams {
             threshold: ThresholdParams::from_config(cfg),
-            cusum: CusumParams::from_config(cfg),
+            cusum: crate::classifier::cusum_params(cfg),
             evidence: cfg.classifier.evidence,
             cohorts_enabled: cfg.cohorts.enabled,
             coverage_fraction: cfg.quorum.coverage_fraction,

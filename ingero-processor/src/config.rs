@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use component::config::{ComponentConfig, ConfigErrors, check, duration, format_duration};
+use component::config::{ComponentConfig, ConfigErrors, duration, format_duration};
+use component::range::{Bound, DurationRange, FloatRange, IntRange, Ranged};
+use component::ranges;
 use serde::{Deserialize, Serialize};
 
 /// `threshold.k`: MAD multiplier (seed default).
@@ -17,7 +19,7 @@ pub const DEFAULT_K: f64 = 2.0;
 pub const DEFAULT_EMA_ALPHA: f64 = 0.2;
 /// `threshold.mad_floor`: the smallest MAD the threshold formula uses. With the default
 /// `k` the threshold is then never closer than `2 * 1.4826 * 0.01 = 0.0297` to the median.
-pub const DEFAULT_MAD_FLOOR: f64 = 0.01;
+pub const DEFAULT_MAD_FLOOR: f64 = ingero_stats::DEFAULT_MAD_FLOOR;
 /// `quorum.statistical_min`: active nodes needed for a trustworthy statistic (seed default).
 pub const DEFAULT_STATISTICAL_MIN: u64 = 5;
 /// `quorum.coverage_fraction`: coverage below this raises `coverage_low` (seed default).
@@ -42,21 +44,21 @@ pub const DEFAULT_PANIC_EXIT_FRACTION: f64 = 0.15;
 /// `panic.max_duration`: after this long in panic the new level is accepted (`0s` = never).
 pub const DEFAULT_PANIC_MAX_DURATION: Duration = Duration::from_secs(300);
 /// `classifier.drift`: CUSUM allowance per sample, in robust standard deviations.
-pub const DEFAULT_CLASSIFIER_DRIFT: f64 = 0.5;
+pub const DEFAULT_CLASSIFIER_DRIFT: f64 = ingero_stats::cusum::DEFAULT_DRIFT;
 /// `classifier.decision`: CUSUM decision interval, in robust standard deviations.
-pub const DEFAULT_CLASSIFIER_DECISION: f64 = 4.0;
+pub const DEFAULT_CLASSIFIER_DECISION: f64 = ingero_stats::cusum::DEFAULT_DECISION;
 /// `classifier.clear_margin`: a flagged node clears at once on a tick this many robust
 /// standard deviations above the threshold (halfway to the median at `threshold.k` 2).
-pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = 1.0;
+pub const DEFAULT_CLASSIFIER_CLEAR_MARGIN: f64 = ingero_stats::cusum::DEFAULT_CLEAR_MARGIN;
 /// `classifier.clear_holdoff`: unflagged ticks after a clear before the next episode may
 /// clear at once (a node that falls again sooner clears only by the CUSUM's drain).
-pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = 10;
+pub const DEFAULT_CLASSIFIER_CLEAR_HOLDOFF: u32 = ingero_stats::cusum::DEFAULT_CLEAR_HOLDOFF as u32;
 /// `classifier.evidence`: samples at the single-sample depth a flag needs; 0 picks 1 or 2
 /// per cluster from the tails of its own healthy noise (`classifier::TailEstimate`).
 pub const DEFAULT_CLASSIFIER_EVIDENCE: u32 = 0;
 /// `classifier.shallow_decision`: level of the shallow-drop sum (the residual against the
 /// cohort's median in units of its own spread) that flags; 0 turns that rule off.
-pub const DEFAULT_CLASSIFIER_SHALLOW_DECISION: f64 = 11.0;
+pub const DEFAULT_CLASSIFIER_SHALLOW_DECISION: f64 = ingero_stats::cusum::DEFAULT_SHALLOW_DECISION;
 /// `limits.max_clusters`.
 pub const DEFAULT_MAX_CLUSTERS: u32 = 64;
 /// `limits.max_nodes_per_cluster`.
@@ -286,79 +288,72 @@ impl IngeroConfig {
     }
 }
 
-fn u32_range(errs: &mut ConfigErrors, path: &str, v: u32, lo: u32, hi: u32) {
-    if v < lo || v > hi {
-        errs.push(path, format!("must be in [{lo}, {hi}], got {v}"));
-    }
-}
+// The plain ranges of each section, declared once; `validate` runs these tables and keeps
+// the rules that relate keys to each other.
+
+ranges!(ThresholdConfig, |_t| {
+    k: FloatRange::open_closed(0.0, 10.0),
+    ema_alpha: FloatRange::open_closed(0.0, 1.0),
+    mad_floor: FloatRange::closed(0.0, 0.5),
+});
+
+ranges!(QuorumConfig, |_q| {
+    statistical_min: IntRange::closed(3, u64::from(MAX_NODES_LIMIT))
+        .because("median and MAD of fewer than 3 nodes cannot single out a straggler"),
+    coverage_fraction: FloatRange::open_closed(0.0, 1.0),
+});
+
+// The top-level keys (the sections have tables of their own).
+ranges!(IngeroConfig, |_c| {
+    push_interval: DurationRange::closed(Duration::from_secs(1), Duration::from_secs(3600))
+        .because("the agent's minimum push interval is 1s"),
+    ttl_multiplier: IntRange::closed(1, 1000),
+});
+
+ranges!(CohortConfig, |_c| {
+    max_per_cluster: IntRange::closed(1, u64::from(MAX_COHORTS_LIMIT)),
+});
+
+ranges!(PanicConfig, |_p| {
+    enter_fraction: FloatRange::open_closed(0.0, 1.0),
+    exit_fraction: FloatRange::closed(0.0, 1.0),
+});
+
+ranges!(ClassifierConfig, |_c| {
+    drift: FloatRange::closed(0.0, 10.0),
+    decision: FloatRange::open_closed(0.0, 100.0),
+    clear_margin: FloatRange::closed(0.0, 100.0),
+    clear_holdoff: IntRange::closed(0, u64::from(u8::MAX)),
+    evidence: IntRange::closed(0, 3),
+    shallow_decision: FloatRange::closed(0.0, 1000.0),
+});
+
+ranges!(LimitsConfig, |_l| {
+    max_clusters: IntRange::closed(1, u64::from(MAX_CLUSTERS_LIMIT)),
+    max_nodes_per_cluster: IntRange::closed(1, u64::from(MAX_NODES_LIMIT)),
+    max_nodes_total: IntRange::closed(1, u64::from(MAX_NODES_LIMIT)),
+});
+
+ranges!(DiagnosticsConfig, |_d| {
+    max_nodes_per_cluster: IntRange::closed(0, u64::from(MAX_NODES_LIMIT)),
+});
 
 impl ComponentConfig for IngeroConfig {
     fn validate(&self) -> Result<(), ConfigErrors> {
         let mut e = ConfigErrors::new();
-
-        // threshold
-        check::in_range(&mut e, "threshold.k", self.threshold.k, 0.0, 10.0, true);
-        check::in_range(
-            &mut e,
-            "threshold.ema_alpha",
-            self.threshold.ema_alpha,
-            0.0,
-            1.0,
-            true,
-        );
-        check::in_range(
-            &mut e,
-            "threshold.mad_floor",
-            self.threshold.mad_floor,
-            0.0,
-            0.5,
-            false,
-        );
-
-        // quorum
-        if self.quorum.statistical_min < 3
-            || self.quorum.statistical_min > u64::from(MAX_NODES_LIMIT)
-        {
-            e.push(
-                "quorum.statistical_min",
-                format!(
-                    "must be in [3, {MAX_NODES_LIMIT}] (median and MAD of fewer than 3 nodes \
-                     cannot single out a straggler), got {}",
-                    self.quorum.statistical_min
-                ),
-            );
-        }
-        check::in_range(
-            &mut e,
-            "quorum.coverage_fraction",
-            self.quorum.coverage_fraction,
-            0.0,
-            1.0,
-            true,
-        );
+        self.threshold.check_ranges(&mut e, "threshold");
+        self.quorum.check_ranges(&mut e, "quorum");
         for (cluster, n) in &self.quorum.expected_nodes {
-            let path = format!("quorum.expected_nodes.{cluster}");
             if cluster.is_empty() {
                 e.push("quorum.expected_nodes", "cluster id must not be empty");
             }
-            if *n == 0 || *n > u64::from(MAX_NODES_LIMIT) {
-                e.push(path, format!("must be in [1, {MAX_NODES_LIMIT}], got {n}"));
-            }
-        }
-
-        // timing
-        if self.push_interval < Duration::from_secs(1)
-            || self.push_interval > Duration::from_secs(3600)
-        {
-            e.push(
-                "push_interval",
-                format!(
-                    "must be in [1s, 1h] (the agent's minimum push interval is 1s), got {}",
-                    format_duration(self.push_interval)
-                ),
+            IntRange::closed(1, u64::from(MAX_NODES_LIMIT)).check(
+                &mut e,
+                &format!("quorum.expected_nodes.{cluster}"),
+                *n,
             );
         }
-        u32_range(&mut e, "ttl_multiplier", self.ttl_multiplier, 1, 1000);
+        self.check_ranges(&mut e, "");
         let ttl = self.node_ttl();
         if self.quorum.expected_window < ttl {
             e.push(
@@ -379,166 +374,59 @@ impl ComponentConfig for IngeroConfig {
                 ),
             );
         }
-
-        // cohorts
-        u32_range(
-            &mut e,
-            "cohorts.max_per_cluster",
-            self.cohorts.max_per_cluster,
-            1,
-            MAX_COHORTS_LIMIT,
-        );
-
-        // panic
-        check::in_range(
-            &mut e,
-            "panic.enter_fraction",
-            self.panic.enter_fraction,
-            0.0,
-            1.0,
-            true,
-        );
-        check::in_range(
-            &mut e,
-            "panic.exit_fraction",
-            self.panic.exit_fraction,
-            0.0,
-            1.0,
-            false,
-        );
-        if self.panic.exit_fraction.is_finite()
-            && self.panic.enter_fraction.is_finite()
-            && self.panic.exit_fraction >= self.panic.enter_fraction
-        {
+        self.cohorts.check_ranges(&mut e, "cohorts");
+        self.panic.check_ranges(&mut e, "panic");
+        let (enter, exit) = (self.panic.enter_fraction, self.panic.exit_fraction);
+        if exit.is_finite() && enter.is_finite() && exit >= enter {
             e.push(
                 "panic.exit_fraction",
-                format!(
-                    "must be < panic.enter_fraction ({}), got {}",
-                    self.panic.enter_fraction, self.panic.exit_fraction
-                ),
+                format!("must be < panic.enter_fraction ({enter}), got {exit}"),
             );
         }
-
-        // classifier
-        check::in_range(
-            &mut e,
-            "classifier.drift",
-            self.classifier.drift,
-            0.0,
-            10.0,
-            false,
-        );
-        check::in_range(
-            &mut e,
-            "classifier.decision",
-            self.classifier.decision,
-            0.0,
-            100.0,
-            true,
-        );
-        check::in_range(
-            &mut e,
-            "classifier.clear_margin",
-            self.classifier.clear_margin,
-            0.0,
-            100.0,
-            false,
-        );
-        u32_range(
-            &mut e,
-            "classifier.clear_holdoff",
-            self.classifier.clear_holdoff,
-            0,
-            u32::from(u8::MAX),
-        );
-        u32_range(
-            &mut e,
-            "classifier.evidence",
-            self.classifier.evidence,
-            0,
-            3,
-        );
-        check::in_range(
-            &mut e,
-            "classifier.shallow_decision",
-            self.classifier.shallow_decision,
-            0.0,
-            1000.0,
-            false,
-        );
-
-        // limits
-        u32_range(
-            &mut e,
-            "limits.max_clusters",
-            self.limits.max_clusters,
-            1,
-            MAX_CLUSTERS_LIMIT,
-        );
-        u32_range(
-            &mut e,
-            "limits.max_nodes_per_cluster",
-            self.limits.max_nodes_per_cluster,
-            1,
-            MAX_NODES_LIMIT,
-        );
-        u32_range(
-            &mut e,
-            "limits.max_nodes_total",
-            self.limits.max_nodes_total,
-            1,
-            MAX_NODES_LIMIT,
-        );
-        if let Some(r) = self.limits.reserved_nodes_per_cluster {
-            if r > self.limits.max_nodes_per_cluster {
+        self.classifier.check_ranges(&mut e, "classifier");
+        let l = &self.limits;
+        l.check_ranges(&mut e, "limits");
+        if let Some(r) = l.reserved_nodes_per_cluster {
+            if r > l.max_nodes_per_cluster {
                 e.push(
                     "limits.reserved_nodes_per_cluster",
                     format!(
                         "must be <= limits.max_nodes_per_cluster ({}), got {r}",
-                        self.limits.max_nodes_per_cluster
+                        l.max_nodes_per_cluster
                     ),
                 );
             }
-            if u64::from(r) * u64::from(self.limits.max_clusters)
-                > u64::from(self.limits.max_nodes_total)
-            {
+            if u64::from(r) * u64::from(l.max_clusters) > u64::from(l.max_nodes_total) {
                 e.push(
                     "limits.reserved_nodes_per_cluster",
                     format!(
                         "times limits.max_clusters ({}) must be <= limits.max_nodes_total ({}), got {r}",
-                        self.limits.max_clusters, self.limits.max_nodes_total
+                        l.max_clusters, l.max_nodes_total
                     ),
                 );
             }
         }
-        if let Some(t) = self.limits.max_clusters_per_tenant
-            && (t == 0 || t > self.limits.max_clusters)
+        if let Some(t) = l.max_clusters_per_tenant
+            && (t == 0 || t > l.max_clusters)
         {
             e.push(
                 "limits.max_clusters_per_tenant",
                 format!(
                     "must be between 1 and limits.max_clusters ({}), got {t}",
-                    self.limits.max_clusters
+                    l.max_clusters
                 ),
             );
         }
-        if u64::from(self.limits.max_nodes_per_cluster) < self.quorum.statistical_min {
+        if u64::from(l.max_nodes_per_cluster) < self.quorum.statistical_min {
             e.push(
                 "limits.max_nodes_per_cluster",
                 format!(
                     "must be >= quorum.statistical_min ({}), got {}",
-                    self.quorum.statistical_min, self.limits.max_nodes_per_cluster
+                    self.quorum.statistical_min, l.max_nodes_per_cluster
                 ),
             );
         }
-        u32_range(
-            &mut e,
-            "diagnostics.max_nodes_per_cluster",
-            self.diagnostics.max_nodes_per_cluster,
-            0,
-            MAX_NODES_LIMIT,
-        );
-
+        self.diagnostics.check_ranges(&mut e, "diagnostics");
         e.into_result()
     }
 }

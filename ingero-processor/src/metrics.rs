@@ -9,30 +9,54 @@ pub const NODE_STRAGGLER_UNIT: &str = "1";
 /// Instrumentation scope of tick-generated metrics.
 pub const SCOPE_NAME: &str = "ingero-processor";
 
-// Self-metrics (Prometheus names). Gauges carry `cluster_id` and `cgroup_path_hash`
-// (empty for the cluster-wide cohort).
-pub const THRESHOLD: &str = "ingero_fleet_threshold";
-pub const ACTIVE_NODES: &str = "ingero_fleet_active_nodes";
-pub const IDLE_NODES: &str = "ingero_fleet_idle_nodes";
-pub const CALIBRATING_NODES: &str = "ingero_fleet_calibrating_nodes";
-pub const EXPECTED_NODES: &str = "ingero_fleet_expected_nodes";
-pub const COVERAGE_LOW: &str = "ingero_fleet_coverage_low";
-pub const COVERAGE_RATIO: &str = "ingero_fleet_coverage_ratio";
-pub const PANIC_MODE: &str = "ingero_fleet_panic_mode";
-pub const QUORUM_MET: &str = "ingero_fleet_quorum_met";
-pub const MEDIAN: &str = "ingero_fleet_median";
-pub const MAD: &str = "ingero_fleet_mad";
-/// Stragglers per (cluster, cohort); not `_count`, which Prometheus reserves for histograms
-/// and summaries.
-pub const STRAGGLER_COUNT: &str = "ingero_fleet_stragglers";
-pub const CLUSTERS: &str = "ingero_fleet_clusters";
-pub const NODE_RECORDS: &str = "ingero_fleet_node_records";
-// Counters.
-pub const POINTS_TOTAL: &str = "ingero_fleet_points_total";
-pub const REJECTED_POINTS_TOTAL: &str = "ingero_fleet_rejected_points_total";
-pub const DROPPED_TOTAL: &str = "ingero_fleet_dropped_total";
-pub const STRAGGLER_TRANSITIONS_TOTAL: &str = "ingero_fleet_straggler_transitions_total";
-pub const PANIC_TRANSITIONS_TOTAL: &str = "ingero_fleet_panic_transitions_total";
+// Self-metric families (Prometheus names), declared once: the name constants, their specs
+// (`spec::*`: type, unit, help, labels) and `FAMILIES`, in exposition order. Per-cluster
+// gauges carry `cluster_id` and `cgroup_path_hash` (empty for the cluster-wide cohort).
+component::metric_set! {
+    specs: pub mod spec;
+    all: pub FAMILIES;
+    THRESHOLD: gauge "ingero_fleet_threshold", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "Smoothed straggler threshold (held when quorum is lost or in panic mode)";
+    ACTIVE_NODES: gauge "ingero_fleet_active_nodes", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT], help "Active nodes in the statistic";
+    IDLE_NODES: gauge "ingero_fleet_idle_nodes", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "Nodes reporting state idle";
+    CALIBRATING_NODES: gauge "ingero_fleet_calibrating_nodes", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT], help "Nodes reporting state calibrating";
+    EXPECTED_NODES: gauge "ingero_fleet_expected_nodes", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT], help "Nodes coverage is measured against";
+    COVERAGE_LOW: gauge "ingero_fleet_coverage_low", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "1 if active/expected is below quorum.coverage_fraction";
+    COVERAGE_RATIO: gauge "ingero_fleet_coverage_ratio", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT], help "Active nodes / expected nodes";
+    PANIC_MODE: gauge "ingero_fleet_panic_mode", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "1 if panic mode holds the last good threshold";
+    QUORUM_MET: gauge "ingero_fleet_quorum_met", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "1 if at least quorum.statistical_min active nodes";
+    MEDIAN: gauge "ingero_fleet_median", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "Median health score of active nodes";
+    MAD: gauge "ingero_fleet_mad", unit "1", labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "Median absolute deviation of active health scores (unscaled)";
+    /// Stragglers per (cluster, cohort); not `_count`, which Prometheus reserves for
+    /// histograms and summaries.
+    STRAGGLER_COUNT: gauge "ingero_fleet_stragglers", unit "1",
+        labels [LABEL_CLUSTER, LABEL_COHORT],
+        help "Nodes the server-side classifier flags as stragglers";
+    STRAGGLER_TRANSITIONS_TOTAL: counter "ingero_fleet_straggler_transitions_total", unit "1",
+        labels [LABEL_CLUSTER, LABEL_DIRECTION], help "Server-side straggler classification edges";
+    PANIC_TRANSITIONS_TOTAL: counter "ingero_fleet_panic_transitions_total", unit "1",
+        labels [LABEL_CLUSTER, LABEL_EVENT], help "Cluster-wide panic-mode edges";
+    POINTS_TOTAL: counter "ingero_fleet_points_total", unit "1", labels [LABEL_OUTCOME],
+        help "Health-score points by outcome";
+    REJECTED_POINTS_TOTAL: counter "ingero_fleet_rejected_points_total", unit "1",
+        labels [LABEL_REASON], help "Health-score points rejected, by reason";
+    DROPPED_TOTAL: counter "ingero_fleet_dropped_total", unit "1", labels [LABEL_REASON],
+        help "Points or keys refused by a cap, by reason";
+    CLUSTERS: gauge "ingero_fleet_clusters", unit "1", labels [], help "Clusters tracked";
+    NODE_RECORDS: gauge "ingero_fleet_node_records", unit "1", labels [],
+        help "Node records held across clusters";
+}
 
 // Label names.
 pub const LABEL_CLUSTER: &str = "cluster_id";

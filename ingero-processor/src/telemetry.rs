@@ -30,44 +30,20 @@ fn bit(v: bool) -> f64 {
 /// Append the self-metric families, in a fixed order: per-cluster and per-cohort gauges,
 /// transition counters, point counters, then the holdings.
 pub fn families(snap: &Snapshot, ctr: &Counters, held: Holdings, out: &mut Vec<MetricFamily>) {
-    let mut threshold = MetricFamily::gauge(
-        m::THRESHOLD,
-        "Smoothed straggler threshold (held when quorum is lost or in panic mode)",
-    );
-    let mut active = MetricFamily::gauge(m::ACTIVE_NODES, "Active nodes in the statistic");
-    let mut idle = MetricFamily::gauge(m::IDLE_NODES, "Nodes reporting state idle");
-    let mut calibrating =
-        MetricFamily::gauge(m::CALIBRATING_NODES, "Nodes reporting state calibrating");
-    let mut expected = MetricFamily::gauge(m::EXPECTED_NODES, "Nodes coverage is measured against");
-    let mut coverage_low = MetricFamily::gauge(
-        m::COVERAGE_LOW,
-        "1 if active/expected is below quorum.coverage_fraction",
-    );
-    let mut coverage_ratio =
-        MetricFamily::gauge(m::COVERAGE_RATIO, "Active nodes / expected nodes");
-    let mut panic = MetricFamily::gauge(
-        m::PANIC_MODE,
-        "1 if panic mode holds the last good threshold",
-    );
-    let mut quorum = MetricFamily::gauge(
-        m::QUORUM_MET,
-        "1 if at least quorum.statistical_min active nodes",
-    );
-    let mut median = MetricFamily::gauge(m::MEDIAN, "Median health score of active nodes");
-    let mut mad = MetricFamily::gauge(
-        m::MAD,
-        "Median absolute deviation of active health scores (unscaled)",
-    );
-    let mut stragglers = MetricFamily::gauge(
-        m::STRAGGLER_COUNT,
-        "Nodes the server-side classifier flags as stragglers",
-    );
-    let mut transitions = MetricFamily::counter(
-        m::STRAGGLER_TRANSITIONS_TOTAL,
-        "Server-side straggler classification edges",
-    );
-    let mut panic_tr =
-        MetricFamily::counter(m::PANIC_TRANSITIONS_TOTAL, "Cluster-wide panic-mode edges");
+    let mut threshold = m::spec::THRESHOLD.family();
+    let mut active = m::spec::ACTIVE_NODES.family();
+    let mut idle = m::spec::IDLE_NODES.family();
+    let mut calibrating = m::spec::CALIBRATING_NODES.family();
+    let mut expected = m::spec::EXPECTED_NODES.family();
+    let mut coverage_low = m::spec::COVERAGE_LOW.family();
+    let mut coverage_ratio = m::spec::COVERAGE_RATIO.family();
+    let mut panic = m::spec::PANIC_MODE.family();
+    let mut quorum = m::spec::QUORUM_MET.family();
+    let mut median = m::spec::MEDIAN.family();
+    let mut mad = m::spec::MAD.family();
+    let mut stragglers = m::spec::STRAGGLER_COUNT.family();
+    let mut transitions = m::spec::STRAGGLER_TRANSITIONS_TOTAL.family();
+    let mut panic_tr = m::spec::PANIC_TRANSITIONS_TOTAL.family();
 
     for c in &snap.clusters {
         let d = &c.diagnostics;
@@ -111,7 +87,7 @@ pub fn families(snap: &Snapshot, ctr: &Counters, held: Holdings, out: &mut Vec<M
         }
     }
 
-    let mut points = MetricFamily::counter(m::POINTS_TOTAL, "Health-score points by outcome");
+    let mut points = m::spec::POINTS_TOTAL.family();
     points.push(
         &[(m::LABEL_OUTCOME, "accepted")],
         ctr.accepted.load(Ordering::Relaxed) as f64,
@@ -128,23 +104,17 @@ pub fn families(snap: &Snapshot, ctr: &Counters, held: Holdings, out: &mut Vec<M
         &[(m::LABEL_OUTCOME, "dropped")],
         ctr.dropped_points.load(Ordering::Relaxed) as f64,
     );
-    let mut rejected = MetricFamily::counter(
-        m::REJECTED_POINTS_TOTAL,
-        "Health-score points rejected, by reason",
-    );
+    let mut rejected = m::spec::REJECTED_POINTS_TOTAL.family();
     for r in RejectReason::ALL {
         rejected.push(&[(m::LABEL_REASON, r.label())], ctr.rejected(r) as f64);
     }
-    let mut dropped = MetricFamily::counter(
-        m::DROPPED_TOTAL,
-        "Points or keys refused by a cap, by reason",
-    );
+    let mut dropped = m::spec::DROPPED_TOTAL.family();
     for r in DropReason::ALL {
         dropped.push(&[(m::LABEL_REASON, r.label())], ctr.dropped(r) as f64);
     }
-    let clusters =
-        MetricFamily::gauge(m::CLUSTERS, "Clusters tracked").with(&[], held.clusters as f64);
-    let records = MetricFamily::gauge(m::NODE_RECORDS, "Node records held across clusters")
+    let clusters = m::spec::CLUSTERS.family().with(&[], held.clusters as f64);
+    let records = m::spec::NODE_RECORDS
+        .family()
         .with(&[], held.node_records as f64);
 
     out.extend([

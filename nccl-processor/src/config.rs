@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use component::config::{ComponentConfig, ConfigErrors, check, duration};
+use component::config::{ComponentConfig, ConfigErrors, duration};
+use component::range::{Bound, DurationRange, FloatRange, IntRange, NonNegative, Ranged};
+use component::ranges;
 use serde::{Deserialize, Serialize};
 
 /// How often the host calls `tick` (flushes buckets past their grace period, drains output).
@@ -234,42 +236,65 @@ impl Default for LimitsConfig {
     }
 }
 
-fn duration_in(errs: &mut ConfigErrors, path: &str, d: Duration, min: Duration, max: Duration) {
-    if d < min || d > max {
-        errs.push(
-            path,
-            format!(
-                "must be between {} and {}, got {}",
-                component::config::format_duration(min),
-                component::config::format_duration(max),
-                component::config::format_duration(d)
-            ),
-        );
-    }
-}
+// The plain ranges of each section, declared once; `validate` runs these tables and keeps
+// the rules that relate keys to each other.
 
-fn u32_in(errs: &mut ConfigErrors, path: &str, v: u32, min: u32, max: u32) {
-    if v < min || v > max {
-        errs.push(path, format!("must be between {min} and {max}, got {v}"));
-    }
-}
+// The top-level keys (the sections have tables of their own).
+ranges!(NcclConfig, |_c| {
+    tick_interval: DurationRange::between(Duration::from_millis(10), Duration::from_secs(60)),
+});
+// `diagnostics_top_ranks` (checked last, where its error has always been listed).
+const DIAGNOSTICS_TOP_RANKS: IntRange = IntRange::between(1, 1024);
 
-fn non_negative_finite(errs: &mut ConfigErrors, path: &str, v: f64) {
-    if !v.is_finite() || v < 0.0 {
-        errs.push(path, format!("must be a finite number >= 0, got {v}"));
-    }
-}
+ranges!(AlignmentConfig, |_a| {
+    window: DurationRange::between(Duration::from_millis(1), Duration::from_secs(3600)),
+    skew_tolerance_fraction: FloatRange::closed_open(0.0, 1.0),
+    grace_period: DurationRange::between(Duration::from_millis(1), Duration::from_secs(3600)),
+    quorum_fraction: FloatRange::open_closed(0.0, 1.0),
+    min_ranks: IntRange::between(2, u64::from(MAX_RANKS_LIMIT)),
+});
+
+ranges!(LagConfig, |_l| {
+    min_lag_ms: NonNegative,
+    mad_k: NonNegative,
+});
+
+ranges!(ChronicConfig, |c| {
+    window_steps: IntRange::between(2, u64::from(MAX_WINDOW_STEPS)),
+    min_steps: IntRange::between(1, u64::from(c.window_steps.clamp(1, MAX_WINDOW_STEPS))),
+    behind_fraction: FloatRange::open_closed(0.0, 1.0),
+});
+
+ranges!(PeriodicConfig, |_p| {
+    match_fraction: FloatRange::open_closed(0.0, 1.0),
+});
+
+ranges!(MonotonicConfig, |_m| {
+    min_batches: IntRange::between(1, 1024),
+    offset_window: IntRange::between(1, 1024),
+    refine_quantile: FloatRange::closed(0.0, 0.5),
+});
+
+ranges!(LimitsConfig, |_l| {
+    max_clusters: IntRange::between(1, 1 << 16),
+    max_comms_per_cluster: IntRange::between(1, 1 << 20),
+    max_open_buckets_per_cluster: IntRange::between(1, 1 << 24),
+    max_buffered_points_per_cluster: IntRange::between(1, 1 << 28),
+    max_ranks: IntRange::between(2, u64::from(MAX_RANKS_LIMIT)),
+    max_nodes_per_cluster: IntRange::between(1, 1 << 20),
+    max_named_ranks_per_cluster: IntRange::between(0, 1 << 16),
+    max_pending_output: IntRange::between(1, 1 << 26),
+    max_rank_series_per_cluster: IntRange::between(0, 1 << 24),
+    comm_idle_timeout: DurationRange::between(
+        Duration::from_secs(1),
+        Duration::from_secs(7 * 24 * 3600)
+    ),
+});
 
 impl ComponentConfig for NcclConfig {
     fn validate(&self) -> Result<(), ConfigErrors> {
         let mut e = ConfigErrors::new();
-        duration_in(
-            &mut e,
-            "tick_interval",
-            self.tick_interval,
-            Duration::from_millis(10),
-            Duration::from_secs(60),
-        );
+        self.check_ranges(&mut e, "");
         if self.default_cluster_id.len() > 256
             || self.default_cluster_id.chars().any(char::is_control)
         {
@@ -301,191 +326,32 @@ impl ComponentConfig for NcclConfig {
                 e.push(format!("op_types.{i}"), format!("duplicate entry {op:?}"));
             }
         }
-
-        let a = &self.alignment;
-        duration_in(
-            &mut e,
-            "alignment.window",
-            a.window,
-            Duration::from_millis(1),
-            Duration::from_secs(3600),
-        );
-        if !a.skew_tolerance_fraction.is_finite()
-            || !(0.0..1.0).contains(&a.skew_tolerance_fraction)
-        {
-            e.push(
-                "alignment.skew_tolerance_fraction",
-                format!("must be in [0, 1), got {}", a.skew_tolerance_fraction),
-            );
-        }
-        duration_in(
-            &mut e,
-            "alignment.grace_period",
-            a.grace_period,
-            Duration::from_millis(1),
-            Duration::from_secs(3600),
-        );
-        check::in_range(
-            &mut e,
-            "alignment.quorum_fraction",
-            a.quorum_fraction,
-            0.0,
-            1.0,
-            true,
-        );
-        u32_in(
-            &mut e,
-            "alignment.min_ranks",
-            a.min_ranks,
-            2,
-            MAX_RANKS_LIMIT,
-        );
-
-        non_negative_finite(&mut e, "lag.min_lag_ms", self.lag.min_lag_ms);
-        non_negative_finite(&mut e, "lag.mad_k", self.lag.mad_k);
-
-        let c = &self.chronic;
-        u32_in(
-            &mut e,
-            "chronic.window_steps",
-            c.window_steps,
-            2,
-            MAX_WINDOW_STEPS,
-        );
-        u32_in(
-            &mut e,
-            "chronic.min_steps",
-            c.min_steps,
-            1,
-            c.window_steps.clamp(1, MAX_WINDOW_STEPS),
-        );
-        check::in_range(
-            &mut e,
-            "chronic.behind_fraction",
-            c.behind_fraction,
-            0.0,
-            1.0,
-            true,
-        );
-
-        let p = &self.periodic;
-        u32_in(
+        self.alignment.check_ranges(&mut e, "alignment");
+        self.lag.check_ranges(&mut e, "lag");
+        self.chronic.check_ranges(&mut e, "chronic");
+        let steps = self.chronic.window_steps.clamp(3, MAX_WINDOW_STEPS);
+        IntRange::between(3, u64::from(steps)).check(
             &mut e,
             "periodic.min_repeats",
-            p.min_repeats,
-            3,
-            c.window_steps.clamp(3, MAX_WINDOW_STEPS),
+            self.periodic.min_repeats,
         );
-        check::in_range(
-            &mut e,
-            "periodic.match_fraction",
-            p.match_fraction,
-            0.0,
-            1.0,
-            true,
-        );
-
-        u32_in(
-            &mut e,
-            "monotonic.min_batches",
-            self.monotonic.min_batches,
-            1,
-            1024,
-        );
-        u32_in(
-            &mut e,
-            "monotonic.offset_window",
-            self.monotonic.offset_window,
-            1,
-            1024,
-        );
-        check::in_range(
-            &mut e,
-            "monotonic.refine_quantile",
-            self.monotonic.refine_quantile,
-            0.0,
-            0.5,
-            false,
-        );
-
-        let l = &self.limits;
-        u32_in(&mut e, "limits.max_clusters", l.max_clusters, 1, 1 << 16);
-        u32_in(
-            &mut e,
-            "limits.max_comms_per_cluster",
-            l.max_comms_per_cluster,
-            1,
-            1 << 20,
-        );
-        u32_in(
-            &mut e,
-            "limits.max_open_buckets_per_cluster",
-            l.max_open_buckets_per_cluster,
-            1,
-            1 << 24,
-        );
-        u32_in(
-            &mut e,
-            "limits.max_buffered_points_per_cluster",
-            l.max_buffered_points_per_cluster,
-            1,
-            1 << 28,
-        );
-        u32_in(&mut e, "limits.max_ranks", l.max_ranks, 2, MAX_RANKS_LIMIT);
+        self.periodic.check_ranges(&mut e, "periodic");
+        self.monotonic.check_ranges(&mut e, "monotonic");
+        let (a, l) = (&self.alignment, &self.limits);
+        l.check_ranges(&mut e, "limits");
         if a.min_ranks > l.max_ranks {
             e.push(
                 "alignment.min_ranks",
                 format!("must not exceed limits.max_ranks ({})", l.max_ranks),
             );
         }
-        u32_in(
-            &mut e,
-            "limits.max_nodes_per_cluster",
-            l.max_nodes_per_cluster,
-            1,
-            1 << 20,
-        );
-        u32_in(
-            &mut e,
-            "limits.max_named_ranks_per_cluster",
-            l.max_named_ranks_per_cluster,
-            0,
-            1 << 16,
-        );
-        u32_in(
-            &mut e,
-            "limits.max_pending_output",
-            l.max_pending_output,
-            1,
-            1 << 26,
-        );
-        u32_in(
-            &mut e,
-            "limits.max_rank_series_per_cluster",
-            l.max_rank_series_per_cluster,
-            0,
-            1 << 24,
-        );
-        duration_in(
-            &mut e,
-            "limits.comm_idle_timeout",
-            l.comm_idle_timeout,
-            Duration::from_secs(1),
-            Duration::from_secs(7 * 24 * 3600),
-        );
         if l.comm_idle_timeout < a.grace_period {
             e.push(
                 "limits.comm_idle_timeout",
                 "must be at least alignment.grace_period",
             );
         }
-        u32_in(
-            &mut e,
-            "diagnostics_top_ranks",
-            self.diagnostics_top_ranks,
-            1,
-            1024,
-        );
+        DIAGNOSTICS_TOP_RANKS.check(&mut e, "diagnostics_top_ranks", self.diagnostics_top_ranks);
         e.into_result()
     }
 }

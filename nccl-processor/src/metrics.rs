@@ -19,21 +19,45 @@ pub const ATTR_LAG_CLOCK: &str = "nccl.peer_lag.clock";
 pub const CLOCK_WALL: &str = "wall";
 pub const CLOCK_MONOTONIC: &str = "monotonic_estimated";
 
-pub const POINTS_TOTAL: &str = "ingero_nccl_points_total";
-pub const DROPPED_TOTAL: &str = "ingero_nccl_dropped_total";
-pub const CLUSTER_FALLBACK_TOTAL: &str = "ingero_nccl_cluster_fallback_total";
-pub const COLLECTIVES_TOTAL: &str = "ingero_nccl_collectives_total";
-pub const LAG_POINTS_TOTAL: &str = "ingero_nccl_lag_points_total";
-pub const TRACKED_COMMS: &str = "ingero_nccl_tracked_comms";
-pub const OPEN_BUCKETS: &str = "ingero_nccl_open_buckets";
-pub const BUFFERED_POINTS: &str = "ingero_nccl_buffered_points";
-pub const RANK_SERIES: &str = "ingero_nccl_rank_series";
-pub const MONOTONIC_CLOCKS: &str = "ingero_nccl_monotonic_clocks";
-/// Median lag of a named rank, in seconds (Prometheus base unit; the OTLP lag output and
-/// the diagnostics stay in milliseconds, as the wire contract names them).
-pub const RANK_LAG_SECONDS: &str = "ingero_nccl_rank_lag_seconds";
-pub const RANK_BEHIND_RATIO: &str = "ingero_nccl_rank_behind_ratio";
-pub const RANK_LAG_PERIOD_STEPS: &str = "ingero_nccl_rank_lag_period_steps";
+// Self-metric families (Prometheus names), declared once: the name constants, their specs
+// (`spec::*`: type, unit, help, labels) and `FAMILIES`, in exposition order.
+component::metric_set! {
+    specs: pub mod spec;
+    all: pub FAMILIES;
+    POINTS_TOTAL: counter "ingero_nccl_points_total", unit "1", labels [LABEL_OUTCOME],
+        help "NCCL points seen by the nccl_peer_lag processor, by outcome.";
+    DROPPED_TOTAL: counter "ingero_nccl_dropped_total", unit "1", labels [LABEL_REASON],
+        help "NCCL points discarded by the nccl_peer_lag processor, by reason.";
+    CLUSTER_FALLBACK_TOTAL: counter "ingero_nccl_cluster_fallback_total", unit "1",
+        labels [LABEL_SOURCE],
+        help "NCCL points whose cluster came from the request or from default_cluster_id.";
+    COLLECTIVES_TOTAL: counter "ingero_nccl_collectives_total", unit "1", labels [LABEL_OUTCOME],
+        help "Collective instances closed, by outcome (complete, partial, under_quorum).";
+    LAG_POINTS_TOTAL: counter "ingero_nccl_lag_points_total", unit "1", labels [],
+        help "nccl.collective.peer_lag_ms points emitted.";
+    TRACKED_COMMS: gauge "ingero_nccl_tracked_comms", unit "1", labels [LABEL_CLUSTER_ID],
+        help "Communicators tracked per cluster (capped by limits.max_comms_per_cluster).";
+    OPEN_BUCKETS: gauge "ingero_nccl_open_buckets", unit "1", labels [LABEL_CLUSTER_ID],
+        help "Open collective instances (time buckets and op_seq instances) per cluster.";
+    BUFFERED_POINTS: gauge "ingero_nccl_buffered_points", unit "1", labels [LABEL_CLUSTER_ID],
+        help "NCCL points held in open instances per cluster.";
+    RANK_SERIES: gauge "ingero_nccl_rank_series", unit "1", labels [LABEL_CLUSTER_ID],
+        help "Rolling per-rank windows held per cluster (capped by limits.max_rank_series_per_cluster).";
+    MONOTONIC_CLOCKS: gauge "ingero_nccl_monotonic_clocks", unit "1",
+        labels [LABEL_CLUSTER_ID, LABEL_STATE],
+        help "Nodes with monotonic NCCL clocks per cluster, by calibration state.";
+    /// Median lag of a named rank, in seconds (Prometheus base unit; the OTLP lag output and
+    /// the diagnostics stay in milliseconds, as the wire contract names them).
+    RANK_LAG_SECONDS: gauge "ingero_nccl_rank_lag_seconds", unit "s",
+        labels [LABEL_CLUSTER_ID, LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK],
+        help "Median lag (seconds) over the behind steps of ranks named chronic or periodic.";
+    RANK_BEHIND_RATIO: gauge "ingero_nccl_rank_behind_ratio", unit "1",
+        labels [LABEL_CLUSTER_ID, LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK],
+        help "Fraction of the recent steps a named rank was behind on.";
+    RANK_LAG_PERIOD_STEPS: gauge "ingero_nccl_rank_lag_period_steps", unit "1",
+        labels [LABEL_CLUSTER_ID, LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK],
+        help "Steps between recurring lag episodes of a named rank, when periodic.";
+}
 
 pub const LABEL_OUTCOME: &str = "outcome";
 pub const LABEL_REASON: &str = "reason";
@@ -270,51 +294,39 @@ impl Counters {
     /// see the series before the first event).
     pub fn families(&self, out: &mut Vec<MetricFamily>) {
         let s = self.snapshot();
-        let mut points = MetricFamily::counter(
-            POINTS_TOTAL,
-            "NCCL points seen by the nccl_peer_lag processor, by outcome.",
-        );
+        let mut points = spec::POINTS_TOTAL.family();
         for o in Outcome::ALL {
             points.push(&[(LABEL_OUTCOME, o.label())], s.outcomes[o as usize] as f64);
         }
         out.push(points);
-        let mut dropped = MetricFamily::counter(
-            DROPPED_TOTAL,
-            "NCCL points discarded by the nccl_peer_lag processor, by reason.",
-        );
+        let mut dropped = spec::DROPPED_TOTAL.family();
         for r in DropReason::ALL {
             dropped.push(&[(LABEL_REASON, r.label())], s.dropped(r) as f64);
         }
         out.push(dropped);
         out.push(
-            MetricFamily::counter(
-                CLUSTER_FALLBACK_TOTAL,
-                "NCCL points whose cluster came from the request or from default_cluster_id.",
-            )
-            .with(
-                &[(LABEL_SOURCE, "batch_context")],
-                self.fallback_count(ClusterSource::BatchContext) as f64,
-            )
-            .with(
-                &[(LABEL_SOURCE, "default")],
-                self.fallback_count(ClusterSource::Default) as f64,
-            ),
+            spec::CLUSTER_FALLBACK_TOTAL
+                .family()
+                .with(
+                    &[(LABEL_SOURCE, "batch_context")],
+                    self.fallback_count(ClusterSource::BatchContext) as f64,
+                )
+                .with(
+                    &[(LABEL_SOURCE, "default")],
+                    self.fallback_count(ClusterSource::Default) as f64,
+                ),
         );
         out.push(
-            MetricFamily::counter(
-                COLLECTIVES_TOTAL,
-                "Collective instances closed, by outcome (complete, partial, under_quorum).",
-            )
-            .with(&[(LABEL_OUTCOME, "complete")], s.collectives[0] as f64)
-            .with(&[(LABEL_OUTCOME, "partial")], s.collectives[1] as f64)
-            .with(&[(LABEL_OUTCOME, "under_quorum")], s.collectives[2] as f64),
+            spec::COLLECTIVES_TOTAL
+                .family()
+                .with(&[(LABEL_OUTCOME, "complete")], s.collectives[0] as f64)
+                .with(&[(LABEL_OUTCOME, "partial")], s.collectives[1] as f64)
+                .with(&[(LABEL_OUTCOME, "under_quorum")], s.collectives[2] as f64),
         );
         out.push(
-            MetricFamily::counter(
-                LAG_POINTS_TOTAL,
-                "nccl.collective.peer_lag_ms points emitted.",
-            )
-            .with(&[], s.lag_points as f64),
+            spec::LAG_POINTS_TOTAL
+                .family()
+                .with(&[], s.lag_points as f64),
         );
     }
 }

@@ -17,9 +17,8 @@ use serde_json::json;
 use crate::config::NcclConfig;
 use crate::ingest::{NcclPoint, collect_points, format_comm_hash, is_nccl_metric};
 use crate::metrics::{
-    BUFFERED_POINTS, ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID,
-    LABEL_COMM_ID_HASH, LABEL_OP_TYPE, LABEL_RANK, LABEL_STATE, MONOTONIC_CLOCKS, OPEN_BUCKETS,
-    RANK_BEHIND_RATIO, RANK_LAG_PERIOD_STEPS, RANK_LAG_SECONDS, RANK_SERIES, TRACKED_COMMS,
+    ClusterSource, Counters, Counts, DropReason, LABEL_CLUSTER_ID, LABEL_COMM_ID_HASH,
+    LABEL_OP_TYPE, LABEL_RANK, LABEL_STATE,
 };
 use crate::output;
 use crate::report::{comm_reports, named_ranks, peer_lag_view};
@@ -268,38 +267,14 @@ impl Processor for NcclPeerLagProcessor {
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {
         self.counters.families(out);
-        let mut comms = MetricFamily::gauge(
-            TRACKED_COMMS,
-            "Communicators tracked per cluster (capped by limits.max_comms_per_cluster).",
-        );
-        let mut open = MetricFamily::gauge(
-            OPEN_BUCKETS,
-            "Open collective instances (time buckets and op_seq instances) per cluster.",
-        );
-        let mut buffered = MetricFamily::gauge(
-            BUFFERED_POINTS,
-            "NCCL points held in open instances per cluster.",
-        );
-        let mut series = MetricFamily::gauge(
-            RANK_SERIES,
-            "Rolling per-rank windows held per cluster (capped by limits.max_rank_series_per_cluster).",
-        );
-        let mut clocks = MetricFamily::gauge(
-            MONOTONIC_CLOCKS,
-            "Nodes with monotonic NCCL clocks per cluster, by calibration state.",
-        );
-        let mut lag = MetricFamily::gauge(
-            RANK_LAG_SECONDS,
-            "Median lag (seconds) over the behind steps of ranks named chronic or periodic.",
-        );
-        let mut ratio = MetricFamily::gauge(
-            RANK_BEHIND_RATIO,
-            "Fraction of the recent steps a named rank was behind on.",
-        );
-        let mut period = MetricFamily::gauge(
-            RANK_LAG_PERIOD_STEPS,
-            "Steps between recurring lag episodes of a named rank, when periodic.",
-        );
+        let mut comms = crate::metrics::spec::TRACKED_COMMS.family();
+        let mut open = crate::metrics::spec::OPEN_BUCKETS.family();
+        let mut buffered = crate::metrics::spec::BUFFERED_POINTS.family();
+        let mut series = crate::metrics::spec::RANK_SERIES.family();
+        let mut clocks = crate::metrics::spec::MONOTONIC_CLOCKS.family();
+        let mut lag = crate::metrics::spec::RANK_LAG_SECONDS.family();
+        let mut ratio = crate::metrics::spec::RANK_BEHIND_RATIO.family();
+        let mut period = crate::metrics::spec::RANK_LAG_PERIOD_STEPS.family();
         for (cluster, tracker) in self.trackers() {
             let (n_comms, n_open, n_buffered, n_series, settled, calibrating, named) = {
                 let t = tracker.lock();

@@ -331,3 +331,134 @@ fn diagnostics_json_summarises_every_cluster_and_the_counters() {
     assert!(empty["sink"].is_null());
     assert_eq!(empty["clusters"], serde_json::json!([]));
 }
+
+/// The exposition's names, types and help texts, in order, exactly as they were written
+/// out by hand before the families were declared once (`metrics::FAMILIES`).
+#[test]
+fn the_families_are_the_declared_ones_with_unchanged_names_types_and_help() {
+    let fams = all_families();
+    let got: Vec<(&str, MetricType, &str)> = fams
+        .iter()
+        .map(|f| (f.name.as_str(), f.kind, f.help.as_str()))
+        .collect();
+    use MetricType::{Counter, Gauge};
+    let want = [
+        (
+            "ingero_fleet_threshold",
+            Gauge,
+            "Smoothed straggler threshold (held when quorum is lost or in panic mode)",
+        ),
+        (
+            "ingero_fleet_active_nodes",
+            Gauge,
+            "Active nodes in the statistic",
+        ),
+        (
+            "ingero_fleet_idle_nodes",
+            Gauge,
+            "Nodes reporting state idle",
+        ),
+        (
+            "ingero_fleet_calibrating_nodes",
+            Gauge,
+            "Nodes reporting state calibrating",
+        ),
+        (
+            "ingero_fleet_expected_nodes",
+            Gauge,
+            "Nodes coverage is measured against",
+        ),
+        (
+            "ingero_fleet_coverage_low",
+            Gauge,
+            "1 if active/expected is below quorum.coverage_fraction",
+        ),
+        (
+            "ingero_fleet_coverage_ratio",
+            Gauge,
+            "Active nodes / expected nodes",
+        ),
+        (
+            "ingero_fleet_panic_mode",
+            Gauge,
+            "1 if panic mode holds the last good threshold",
+        ),
+        (
+            "ingero_fleet_quorum_met",
+            Gauge,
+            "1 if at least quorum.statistical_min active nodes",
+        ),
+        (
+            "ingero_fleet_median",
+            Gauge,
+            "Median health score of active nodes",
+        ),
+        (
+            "ingero_fleet_mad",
+            Gauge,
+            "Median absolute deviation of active health scores (unscaled)",
+        ),
+        (
+            "ingero_fleet_stragglers",
+            Gauge,
+            "Nodes the server-side classifier flags as stragglers",
+        ),
+        (
+            "ingero_fleet_straggler_transitions_total",
+            Counter,
+            "Server-side straggler classification edges",
+        ),
+        (
+            "ingero_fleet_panic_transitions_total",
+            Counter,
+            "Cluster-wide panic-mode edges",
+        ),
+        (
+            "ingero_fleet_points_total",
+            Counter,
+            "Health-score points by outcome",
+        ),
+        (
+            "ingero_fleet_rejected_points_total",
+            Counter,
+            "Health-score points rejected, by reason",
+        ),
+        (
+            "ingero_fleet_dropped_total",
+            Counter,
+            "Points or keys refused by a cap, by reason",
+        ),
+        ("ingero_fleet_clusters", Gauge, "Clusters tracked"),
+        (
+            "ingero_fleet_node_records",
+            Gauge,
+            "Node records held across clusters",
+        ),
+    ];
+    assert_eq!(got, want);
+    // Each family is its declaration, labels included, in the declared order.
+    assert_eq!(fams.len(), m::FAMILIES.len());
+    for (f, spec) in fams.iter().zip(m::FAMILIES) {
+        assert!(
+            !f.samples.is_empty(),
+            "{}: the snapshot fills every family",
+            f.name
+        );
+        assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+    }
+}
+
+/// The crate README's telemetry table lists every declared family with its type.
+#[test]
+fn the_readme_lists_every_declared_family_with_its_type() {
+    let readme = include_str!("../../README.md");
+    for spec in m::FAMILIES {
+        let name = format!("`{}`", spec.name);
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with("| ") && l.split('|').nth(1).is_some_and(|c| c.contains(&name)))
+            .unwrap_or_else(|| panic!("README has no telemetry row for {}", spec.name));
+        let kind = row.split('|').nth(2).map(str::trim);
+        assert_eq!(kind, Some(spec.kind_name()), "{row}");
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! Two rules, chosen by `health.classifier`:
 //!
-//! - `cusum` (default): Fleet's persistence-aware rule, the very code `ingero-processor`
-//!   runs server-side ([`ingero_processor::classifier::ShortfallCusum`], same defaults:
+//! - `cusum` (default): Fleet's persistence-aware rule, the very code Fleet's `ingero`
+//!   processor runs server-side ([`ingero_stats::cusum::ShortfallCusum`], same defaults:
 //!   drift 0.5, decision 4.0, clear margin 1.0, clear hold-off 10 ticks). The shortfall
 //!   below the threshold is measured in units of `sigma = max(1.4826 * 0.01, own noise)`:
 //!   the first term is Fleet's smallest robust sigma (its default MAD floor), the second
@@ -19,7 +19,7 @@
 //!   unless the node fell again within 10 ticks of its last clear (`clear_holdoff`); else
 //!   when the sum is back at 0.
 //!   Shallow drops: beside that sum the rule keeps Fleet's shallow-drop sum
-//!   ([`ingero_processor::classifier`], "Shallow drops"), on the residual against where this
+//!   ([`ingero_stats::cusum`], "Shallow drops"), on the residual against where this
 //!   node usually sits relative to the threshold: `gap`, a running mean of `score -
 //!   threshold` learned from samples that are not evidence of a drop. A node that falls
 //!   alone moves away from the threshold and accumulates; a cohort that moves together
@@ -30,7 +30,7 @@
 //! - `one-sample` (the spec's rule, 4.1): straggler when `score + eps < threshold`, healthy
 //!   again at `score + eps >= threshold + h`. One sample flips either way.
 
-use ingero_processor::classifier::{
+use ingero_stats::cusum::{
     CusumParams, MIN_SIGMA, SHALLOW_MIN_GAP, SHALLOW_REFERENCE, ShortfallCusum,
 };
 
@@ -64,7 +64,7 @@ impl Verdict {
 }
 
 /// Fleet's smallest robust sigma: `1.4826 * threshold.mad_floor` at its default.
-pub const SIGMA_FLOOR: f64 = 1.4826 * ingero_processor::config::DEFAULT_MAD_FLOOR;
+pub const SIGMA_FLOOR: f64 = ingero_stats::MAD_SCALE * ingero_stats::DEFAULT_MAD_FLOOR;
 /// Weight of a new sample in the running score level and absolute-deviation estimates.
 pub const NOISE_ALPHA: f64 = 0.05;
 /// Mean absolute deviation of a normal distribution times this is its standard deviation.
@@ -313,7 +313,7 @@ pub fn dominant_signal_str(current: &SignalSet, baseline: &SignalSet) -> &'stati
 mod tests {
     use super::*;
 
-    /// The cases of `ingero-processor`'s classifier tests, run through the agent's wrapper
+    /// The cases of the shared classifier's tests (`ingero-stats`), run through the agent's wrapper
     /// with a sigma at the floor (a node without noise of its own).
     #[test]
     fn the_cusum_rule_with_one_sample_of_evidence_behaves_like_fleets() {
@@ -392,7 +392,7 @@ mod tests {
             (1..=10).find(|_| c.classify(0.94 - 0.044, t).straggler)
         };
         assert_eq!(
-            first_flag(ingero_processor::config::DEFAULT_CLASSIFIER_SHALLOW_DECISION),
+            first_flag(ingero_stats::cusum::DEFAULT_SHALLOW_DECISION),
             Some(3)
         );
         assert_eq!(first_flag(0.0), None);

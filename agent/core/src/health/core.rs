@@ -43,7 +43,7 @@ impl Default for CoreConfig {
             hysteresis: super::classifier::DEFAULT_HYSTERESIS,
             rule: Rule::default(),
             evidence: super::classifier::AGENT_EVIDENCE,
-            shallow_decision: ingero_processor::config::DEFAULT_CLASSIFIER_SHALLOW_DECISION,
+            shallow_decision: ingero_stats::cusum::DEFAULT_SHALLOW_DECISION,
             settle_ticks: 1,
         }
     }
