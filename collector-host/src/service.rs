@@ -130,15 +130,23 @@ impl Listeners {
     }
 }
 
-/// Default server options with a configured connection cap.
-fn capped(name: &str, max_connections: usize) -> Option<ServerOptions> {
+/// Default server options with configured connection caps (in all, and per client
+/// address).
+fn capped(
+    name: &str,
+    max_connections: usize,
+    max_connections_per_client: usize,
+) -> Option<ServerOptions> {
     Some(ServerOptions {
         name: name.to_string(),
         header_read_timeout: Duration::from_secs(10),
         max_connections,
         // Set from the plan by `Listeners::http`.
         tls: None,
-        lifecycle: Default::default(),
+        lifecycle: crate::conn_guard::Lifecycle {
+            max_connections_per_client,
+            ..Default::default()
+        },
     })
 }
 
@@ -384,7 +392,7 @@ async fn start_extensions(
                             &format!("extensions.{id}.{}", l.endpoint_key),
                             &l.endpoint,
                             handler,
-                            capped(&name, l.max_connections),
+                            capped(&name, l.max_connections, l.max_connections_per_client),
                             open,
                         )
                         .await?;
@@ -402,7 +410,11 @@ async fn start_extensions(
                         &format!("extensions.{id}.endpoint"),
                         &c.endpoint,
                         handler,
-                        capped(&id.to_string(), c.max_connections),
+                        capped(
+                            &id.to_string(),
+                            c.max_connections,
+                            c.max_connections_per_client,
+                        ),
                         c.auth.is_none(),
                     )
                     .await?;
@@ -512,7 +524,11 @@ async fn build_exporters(
                         &format!("exporters.{id}.endpoint"),
                         &c.endpoint,
                         handler,
-                        capped(&id.to_string(), c.max_connections),
+                        capped(
+                            &id.to_string(),
+                            c.max_connections,
+                            c.max_connections_per_client,
+                        ),
                         c.auth.is_none(),
                     )
                     .await?;
@@ -834,7 +850,7 @@ async fn serve_self_telemetry(
                 "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
                 &format!("{}:{}", p.host, p.port),
                 handler,
-                None,
+                capped("telemetry", 1024, p.max_connections_per_client),
                 p.auth.is_none(),
             )
             .await?;

@@ -77,6 +77,9 @@ pub struct ApiListener {
     pub endpoint_key: &'static str,
     pub endpoint: String,
     pub max_connections: usize,
+    /// Connections open at once from one client address (0 = unlimited); beyond it a
+    /// new connection evicts that address's least recently used idle one.
+    pub max_connections_per_client: usize,
     /// Behind `auth`: an admin listener's requests are diagnostics reads and need a token
     /// scoped to every cluster unless they name one; otherwise threshold reads.
     pub admin: bool,

@@ -563,3 +563,92 @@ fn a_grpc_connection_answering_pings_is_closed_after_the_idle_timeout() {
             .unwrap();
     });
 }
+
+/// One `GET path` from `src` on a new connection; the status (0 when the connection was
+/// closed without an answer).
+fn get_from(src: &str, to: SocketAddr, path: &str) -> u16 {
+    let mut s = connect_from(src, to);
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: fleet\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    if buf.is_empty() {
+        return 0;
+    }
+    parse_response(&buf).status
+}
+
+#[test]
+fn every_other_listener_takes_its_per_client_cap_and_evicts_idle_connections_for_new_ones() {
+    // Two connections per client address on the threshold, health, exporter and
+    // self-telemetry listeners (four in all on the first three).
+    let caps = "    max_connections: 4\n    max_connections_per_client: 2\n";
+    let cfg = test_config("1s", &[])
+        .replace(
+            "    admin_endpoint: 127.0.0.1:0\n",
+            &format!("    admin_endpoint: 127.0.0.1:0\n{caps}"),
+        )
+        .replace(
+            "  health_check:\n    endpoint: 127.0.0.1:0\n",
+            &format!("  health_check:\n    endpoint: 127.0.0.1:0\n{caps}"),
+        )
+        .replace(
+            "  prometheus:\n    endpoint: 127.0.0.1:0\n",
+            &format!("  prometheus:\n    endpoint: 127.0.0.1:0\n{caps}"),
+        )
+        .replace(
+            "                port: 0\n",
+            "                port: 0\n                max_connections_per_client: 2\n",
+        );
+    assert_eq!(cfg.matches("max_connections_per_client: 2").count(), 4);
+    let f = Fleet::start_with(&cfg, &[]);
+    let listeners = [
+        (
+            "ingero_threshold/agent",
+            f.agent_api(),
+            "/api/v1/threshold?cluster_id=c",
+        ),
+        (
+            "ingero_threshold/admin",
+            f.admin_api(),
+            "/api/v1/diagnostics?cluster_id=c",
+        ),
+        ("health_check", f.addr("health_check"), "/"),
+        ("prometheus", f.prometheus(), "/metrics"),
+        ("telemetry", f.telemetry(), "/metrics"),
+    ];
+    for (name, addr, path) in listeners {
+        // An attacker on 127.0.0.3 opens six connections and sends nothing: each new one
+        // evicts the address's oldest idle one, so it never holds more than two.
+        let mut held: Vec<TcpStream> = (0..6).map(|_| hold_from("127.0.0.3", addr, true)).collect();
+        let closed = wait_for(Duration::from_secs(10), || {
+            let n = held
+                .iter_mut()
+                .filter_map(|s| is_closed(s).then_some(()))
+                .count();
+            (n >= 4).then_some(n)
+        });
+        assert_eq!(closed, Some(4), "{name}: the attacker keeps at most two");
+        // A client behind the attacker's address is answered (it evicts an idle one), and
+        // so is a client on another address.
+        assert_ne!(get_from("127.0.0.3", addr, path), 0, "{name}: same address");
+        assert_ne!(
+            get_from("127.0.0.2", addr, path),
+            0,
+            "{name}: other address"
+        );
+        // Evictions are counted per listener; nothing was refused (there was always an
+        // idle connection to evict).
+        let evicted = telemetry_value(
+            &f,
+            &format!(
+                "ingero_fleet_connections_closed_total{{listener=\"{name}\",reason=\"evicted\"}}"
+            ),
+        );
+        assert!(evicted >= 5.0, "{name}: evictions counted: {evicted}");
+        drop(held);
+    }
+}

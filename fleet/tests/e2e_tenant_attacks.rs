@@ -686,13 +686,14 @@ fn self_telemetry_takes_the_same_auth_as_the_exporter() {
     );
 }
 
+/// 4 clusters x 8 reserved nodes = 32 of 40: a shared pool of 8, of which one tenant may
+/// hold 6 (the default three quarters).
+const NODE_POOL_LIMITS: &str = "    limits:\n      max_clusters: 4\n      max_nodes_per_cluster: 40\n      \
+     max_nodes_total: 40\n      reserved_nodes_per_cluster: 8\n";
+
 #[test]
 fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
-    // 4 clusters x 8 reserved nodes = 32 of 40: a shared pool of 8.
-    let (_dir, f) = start(
-        "    limits:\n      max_clusters: 4\n      max_nodes_per_cluster: 40\n      \
-         max_nodes_total: 40\n      reserved_nodes_per_cluster: 8\n",
-    );
+    let (_dir, f) = start(NODE_POOL_LIMITS);
     // alpha tries to register 40 nodes before beta's agents start.
     let mut refused = 0;
     for i in 0..40 {
@@ -704,14 +705,18 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
         );
         assert_eq!(r.status, 200);
         if rejected(&r) > 0 {
-            assert!(error_message(&r).contains("limits.max_nodes_total = 40"));
+            assert!(
+                error_message(&r).contains("limits.max_pool_nodes_per_tenant = 6"),
+                "{}",
+                error_message(&r)
+            );
             refused += 1;
         }
     }
     assert_eq!(
         refused,
-        40 - 16,
-        "alpha gets its reserve and the shared pool"
+        40 - 14,
+        "alpha gets its reserve and its share of the shared pool"
     );
     // beta's seven agents are all accepted (beta_round asserts it) and get a threshold.
     let t = beta_threshold(&f);
@@ -721,10 +726,87 @@ fn a_tenant_filling_the_node_budget_leaves_other_clusters_their_reserve() {
         drops
             .lines()
             .any(|l| l.starts_with("ingero_fleet_dropped_total")
-                && l.contains("cap_nodes_total")
-                && l.ends_with(" 24")),
+                && l.contains("cap_nodes_per_tenant")
+                && l.ends_with(" 26")),
         "the refused alpha nodes are counted"
     );
+}
+
+#[test]
+fn a_tenant_filling_nodes_as_fast_as_it_may_leaves_the_others_room_beyond_their_reserve() {
+    let (_dir, f) = start(NODE_POOL_LIMITS);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (alpha_stored, beta_new) = std::thread::scope(|s| {
+        // Two clients of token A push new alpha nodes back to back until beta is done.
+        let flood: Vec<_> = (0..2)
+            .map(|c| {
+                let (f, done) = (&f, &done);
+                s.spawn(move || {
+                    let mut stored = 0;
+                    let mut i = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) || i < 40 {
+                        let node = format!("a{c}-{i}");
+                        let r = push_as(
+                            f,
+                            TOKEN_A,
+                            "alpha",
+                            &AgentPush::new("alpha", &node, 0.9).to_json(),
+                        );
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        if rejected(&r) == 0 {
+                            stored += 1;
+                        } else {
+                            // Its share, or the total once beta took the pool's rest.
+                            let m = error_message(&r);
+                            assert!(
+                                m.contains("limits.max_pool_nodes_per_tenant = 6")
+                                    || m.contains("limits.max_nodes_total = 40"),
+                                "{m}"
+                            );
+                        }
+                        i += 1;
+                    }
+                    stored
+                })
+            })
+            .collect();
+        // Meanwhile beta's seven agents come up and get a threshold, then beta adds three
+        // nodes: the last of its reserve, and two from the quarter of the pool alpha
+        // cannot take.
+        let t = beta_threshold(&f);
+        assert!(!t.is_empty());
+        let mut beta_new = Vec::new();
+        for node in ["b7", "b8", "b9"] {
+            let r = push_as(
+                &f,
+                TOKEN_B,
+                "beta",
+                &AgentPush::new("beta", node, 0.95).to_json(),
+            );
+            assert_eq!(r.status, 200);
+            beta_new.push((node, rejected(&r), error_message(&r)));
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let stored: i32 = flood.into_iter().map(|h| h.join().unwrap()).sum();
+        (stored, beta_new)
+    });
+    for (node, rejected, msg) in &beta_new {
+        assert_eq!(*rejected, 0, "beta's {node} refused: {msg}");
+    }
+    assert_eq!(
+        alpha_stored,
+        8 + 6,
+        "alpha holds its reserve and its share of the pool"
+    );
+    // The pool is now full: beta's next node meets the total, not a tenant share.
+    let r = push_as(
+        &f,
+        TOKEN_B,
+        "beta",
+        &AgentPush::new("beta", "b10", 0.95).to_json(),
+    );
+    assert_eq!(rejected(&r), 1);
+    assert!(error_message(&r).contains("limits.max_nodes_total = 40"));
 }
 
 #[test]

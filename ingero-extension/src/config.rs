@@ -24,6 +24,8 @@ pub const DEFAULT_ADMIN_ENDPOINT: &str = "127.0.0.1:8081";
 pub const DEFAULT_MAX_CLUSTERS: usize = 100_000;
 /// Open connections per listener by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Connections per client address per listener by default.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 1024;
 /// Upper bound accepted for `max_connections`.
 pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
 /// Upper bound accepted for `max_clusters`.
@@ -47,6 +49,10 @@ pub struct ThresholdExtensionConfig {
     /// Open connections per listener (agent and admin each) beyond which new ones are
     /// closed at accept (`ingero-fleet`; 1 to 1,000,000).
     pub max_connections: usize,
+    /// Connections open at once from one client address, per listener (`ingero-fleet`;
+    /// 0 = unlimited): beyond it a new connection evicts that address's least recently
+    /// used idle connection, or is closed at accept when none is idle.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for ThresholdExtensionConfig {
@@ -57,6 +63,7 @@ impl Default for ThresholdExtensionConfig {
             max_clusters: DEFAULT_MAX_CLUSTERS,
             auth: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
         }
     }
 }

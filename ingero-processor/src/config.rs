@@ -160,6 +160,12 @@ pub struct LimitsConfig {
     /// unset: [`LimitsConfig::clusters_per_tenant`]'s default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_clusters_per_tenant: Option<u32>,
+    /// Records of the shared node pool (what the reserves leave of `max_nodes_total`)
+    /// the clusters of one tenant may hold together, so that one tenant cannot take the
+    /// whole pool from the others' clusters beyond their reserve; unset:
+    /// [`LimitsConfig::pool_nodes_per_tenant`]'s default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pool_nodes_per_tenant: Option<u32>,
 }
 
 impl LimitsConfig {
@@ -170,6 +176,23 @@ impl LimitsConfig {
         self.max_clusters_per_tenant
             .unwrap_or(self.max_clusters - self.max_clusters / DEFAULT_TENANT_LEFT_DIVISOR)
             .clamp(1, self.max_clusters.max(1))
+    }
+
+    /// The shared node pool: what the reserves of `max_clusters` clusters leave of
+    /// `max_nodes_total`.
+    pub fn node_pool(&self) -> u32 {
+        self.max_nodes_total
+            .saturating_sub(self.reserved_nodes().saturating_mul(self.max_clusters))
+    }
+
+    /// The effective `max_pool_nodes_per_tenant`: the configured value, else three
+    /// quarters of the pool (147,456 of 196,608 with the defaults), so a quarter of it is
+    /// always left to the other tenants' clusters.
+    pub fn pool_nodes_per_tenant(&self) -> u32 {
+        self.max_pool_nodes_per_tenant.unwrap_or_else(|| {
+            let pool = self.node_pool();
+            pool - pool / DEFAULT_TENANT_LEFT_DIVISOR
+        })
     }
 
     /// The effective `reserved_nodes_per_cluster`: the configured value, else
@@ -268,6 +291,7 @@ impl Default for LimitsConfig {
             max_nodes_total: DEFAULT_MAX_NODES_TOTAL,
             reserved_nodes_per_cluster: None,
             max_clusters_per_tenant: None,
+            max_pool_nodes_per_tenant: None,
         }
     }
 }
@@ -414,6 +438,18 @@ impl ComponentConfig for IngeroConfig {
                 format!(
                     "must be between 1 and limits.max_clusters ({}), got {t}",
                     l.max_clusters
+                ),
+            );
+        }
+        if let Some(t) = self.limits.max_pool_nodes_per_tenant
+            && t > self.limits.node_pool()
+        {
+            e.push(
+                "limits.max_pool_nodes_per_tenant",
+                format!(
+                    "must be <= the shared node pool (limits.max_nodes_total less \
+                     limits.max_clusters x limits.reserved_nodes_per_cluster = {}), got {t}",
+                    self.limits.node_pool()
                 ),
             );
         }

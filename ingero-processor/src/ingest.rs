@@ -17,7 +17,9 @@ use component::{BatchContext, ProcessOutcome, Timestamp};
 use parking_lot::{Mutex, RwLock};
 
 use crate::metrics::{Counters, DropReason, RejectReason};
-use crate::table::{NodeBudget, NodeState, NodeTable, RecordOutcome, ScoreUpdate, TableLimits};
+use crate::table::{
+    NodeBudget, NodeState, NodeTable, RecordOutcome, ScoreUpdate, TableLimits, TenantNodes,
+};
 
 /// Longest accepted `ingero.cluster.id` / `ingero.node.id`, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -45,6 +47,9 @@ pub struct IngestLimits {
     pub max_nodes_total: u32,
     /// The effective `limits.reserved_nodes_per_cluster`.
     pub reserved_nodes_per_cluster: u32,
+    /// The effective `limits.max_pool_nodes_per_tenant`: records of the shared pool the
+    /// clusters of one tenant may hold together.
+    pub max_pool_nodes_per_tenant: u32,
 }
 
 /// The cluster map and counters of the push path. Every method takes `&self`: a read lock
@@ -62,30 +67,50 @@ pub struct Ingest {
     suppressed_reject_logs: AtomicU64,
 }
 
-/// The tenant that created each tracked cluster, and the clusters each tenant holds.
+/// The tenant that created each tracked cluster, and the clusters and pool node records
+/// each tenant holds.
 #[derive(Debug, Default)]
 struct Owners {
     of: HashMap<Arc<str>, Arc<str>>,
-    held: HashMap<Arc<str>, u32>,
+    held: HashMap<Arc<str>, Held>,
+}
+
+/// What one tenant holds: its clusters, and the counter of pool records every table of
+/// those clusters charges.
+#[derive(Debug, Default)]
+struct Held {
+    clusters: u32,
+    nodes: TenantNodes,
 }
 
 impl Owners {
     fn held(&self, tenant: &str) -> u32 {
-        self.held.get(tenant).copied().unwrap_or(0)
+        self.held.get(tenant).map_or(0, |h| h.clusters)
     }
 
-    fn add(&mut self, cluster: Arc<str>, tenant: Arc<str>) {
-        *self.held.entry(tenant.clone()).or_insert(0) += 1;
+    fn pool_nodes(&self, tenant: &str) -> usize {
+        self.held
+            .get(tenant)
+            .map_or(0, |h| h.nodes.load(Ordering::Acquire))
+    }
+
+    /// Record `cluster` as `tenant`'s; returns the counter its table charges.
+    fn add(&mut self, cluster: Arc<str>, tenant: Arc<str>) -> TenantNodes {
+        let h = self.held.entry(tenant.clone()).or_default();
+        h.clusters += 1;
+        let nodes = h.nodes.clone();
         self.of.insert(cluster, tenant);
+        nodes
     }
 
+    /// Forget `cluster` (its table is empty, so it charges its tenant nothing).
     fn remove(&mut self, cluster: &str) {
         let Some(tenant) = self.of.remove(cluster) else {
             return;
         };
-        if let Some(n) = self.held.get_mut(&tenant) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(h) = self.held.get_mut(&tenant) {
+            h.clusters -= 1;
+            if h.clusters == 0 {
                 self.held.remove(&tenant);
             }
         }
@@ -167,7 +192,8 @@ impl Ingest {
                 to_usize(limits.max_nodes_total),
                 to_usize(limits.reserved_nodes_per_cluster),
                 to_usize(limits.max_clusters),
-            ),
+            )
+            .with_tenant_share(to_usize(limits.max_pool_nodes_per_tenant)),
             limits,
             clusters: RwLock::new(HashMap::new()),
             owners: Mutex::new(Owners::default()),
@@ -245,15 +271,20 @@ impl Ingest {
             return Err(DropReason::CapClustersPerTenant);
         }
         let id: Arc<str> = Arc::from(cluster_id);
-        let e: SharedTable = Arc::new(Mutex::new(NodeTable::default()));
-        map.insert(id.clone(), e.clone());
-        owners.add(id, Arc::from(tenant));
+        let nodes = owners.add(id.clone(), Arc::from(tenant));
+        let e: SharedTable = Arc::new(Mutex::new(NodeTable::for_tenant(nodes)));
+        map.insert(id, e.clone());
         Ok(e)
     }
 
     /// Clusters `tenant` created and still holds (`None`: requests without a token).
     pub fn tenant_clusters(&self, tenant: Option<&str>) -> u32 {
         self.owners.lock().held(tenant.unwrap_or(""))
+    }
+
+    /// Records of the shared node pool the clusters `tenant` created hold together.
+    pub fn tenant_pool_nodes(&self, tenant: Option<&str>) -> usize {
+        self.owners.lock().pool_nodes(tenant.unwrap_or(""))
     }
 
     fn log_reject(&self, now: Timestamp, reason: RejectReason, message: &str, n: u64) {
@@ -447,6 +478,17 @@ impl Ingest {
                         format!(
                             "node cap reached (limits.max_nodes_per_cluster = {}) in cluster {:?}",
                             self.limits.max_nodes_per_cluster, cluster_id
+                        )
+                    });
+                }
+                RecordOutcome::TenantCap => {
+                    self.counters.drop(DropReason::CapNodesPerTenant, 1);
+                    self.counters.dropped_points.fetch_add(1, Ordering::Relaxed);
+                    out.reject(1, || {
+                        format!(
+                            "this tenant's share of the node pool is used up \
+                             (limits.max_pool_nodes_per_tenant = {}): new node in cluster {:?} not tracked",
+                            self.limits.max_pool_nodes_per_tenant, cluster_id
                         )
                     });
                 }

@@ -119,17 +119,21 @@ pub enum DropReason {
     CapNodes,
     /// A point for a new node beyond `limits.max_nodes_total`.
     CapNodesTotal,
+    /// A point for a new node of a cluster whose tenant holds
+    /// `limits.max_pool_nodes_per_tenant` records of the shared pool.
+    CapNodesPerTenant,
     /// A new cohort key beyond `cohorts.max_per_cluster` (the point is kept, in the
     /// cluster-wide cohort).
     CapCohorts,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::CapClusters,
         DropReason::CapClustersPerTenant,
         DropReason::CapNodes,
         DropReason::CapNodesTotal,
+        DropReason::CapNodesPerTenant,
         DropReason::CapCohorts,
     ];
 
@@ -139,6 +143,7 @@ impl DropReason {
             DropReason::CapClustersPerTenant => "cap_clusters_per_tenant",
             DropReason::CapNodes => "cap_nodes",
             DropReason::CapNodesTotal => "cap_nodes_total",
+            DropReason::CapNodesPerTenant => "cap_nodes_per_tenant",
             DropReason::CapCohorts => "cap_cohorts",
         }
     }
@@ -150,7 +155,7 @@ pub struct Counters {
     pub accepted: AtomicU64,
     pub superseded: AtomicU64,
     rejected: [AtomicU64; 8],
-    dropped: [AtomicU64; 5],
+    dropped: [AtomicU64; 6],
     /// Points refused by a node or cluster cap (subset of `dropped`, in points).
     pub dropped_points: AtomicU64,
 }

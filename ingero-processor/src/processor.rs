@@ -64,6 +64,7 @@ impl IngeroProcessor {
             max_nodes_per_cluster: cfg.limits.max_nodes_per_cluster,
             max_nodes_total: cfg.limits.max_nodes_total,
             reserved_nodes_per_cluster: cfg.limits.reserved_nodes(),
+            max_pool_nodes_per_tenant: cfg.limits.pool_nodes_per_tenant(),
         };
         Ok(IngeroProcessor {
             settings,

@@ -59,16 +59,34 @@ pub const CLUSTER_WIDE_COHORT: CohortId = 0;
 /// reservations of `max_clusters` clusters leave of `max_nodes_total`, so the total never
 /// exceeds `max_nodes_total`. Which part a node uses depends only on its cluster's count
 /// (the first `reserved` are reserved), so taking and giving back stay consistent.
+///
+/// The records one tenant's clusters take from the pool together are bounded too
+/// (`limits.max_pool_nodes_per_tenant`), so one tenant filling nodes as fast as it may
+/// always leaves part of the pool to the others' clusters beyond their reserve.
 #[derive(Debug)]
 pub struct NodeBudget {
     used: AtomicUsize,
     shared_used: AtomicUsize,
     shared_max: usize,
     reserved: usize,
+    per_tenant: usize,
+}
+
+/// The pool records the clusters of one tenant hold together; every table of a cluster
+/// that tenant created holds the same counter.
+pub type TenantNodes = Arc<AtomicUsize>;
+
+/// Why a record could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// The shared pool (`max_nodes_total`) is used up.
+    Total,
+    /// The cluster's tenant holds its share of the pool.
+    Tenant,
 }
 
 impl NodeBudget {
-    /// A budget of `max` records, all shared (no reservation).
+    /// A budget of `max` records, all shared (no reservation, no tenant share).
     pub fn new(max: usize) -> Self {
         NodeBudget::with_reserve(max, 0, 0)
     }
@@ -81,32 +99,52 @@ impl NodeBudget {
             shared_used: AtomicUsize::new(0),
             shared_max: max.saturating_sub(reserved.saturating_mul(clusters)),
             reserved,
+            per_tenant: usize::MAX,
         }
     }
 
-    /// Take a record for a new node of a cluster holding `held` nodes.
-    fn try_take(&self, held: usize) -> bool {
-        if held >= self.reserved
-            && self
-                .shared_used
+    /// At most `per_tenant` pool records for the clusters of one tenant together.
+    pub fn with_tenant_share(mut self, per_tenant: usize) -> Self {
+        self.per_tenant = per_tenant;
+        self
+    }
+
+    /// Records of the shared pool (what the reservations leave of the total).
+    pub fn pool(&self) -> usize {
+        self.shared_max
+    }
+
+    /// Take a record for a new node of a cluster holding `held` nodes, whose tenant holds
+    /// `tenant` pool records.
+    fn try_take(&self, held: usize, tenant: &AtomicUsize) -> Result<(), Refused> {
+        if held >= self.reserved {
+            self.shared_used
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                     (u < self.shared_max).then_some(u + 1)
                 })
+                .map_err(|_| Refused::Total)?;
+            if tenant
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                    (u < self.per_tenant).then_some(u + 1)
+                })
                 .is_err()
-        {
-            return false;
+            {
+                self.shared_used.fetch_sub(1, Ordering::AcqRel);
+                return Err(Refused::Tenant);
+            }
         }
         self.used.fetch_add(1, Ordering::AcqRel);
-        true
+        Ok(())
     }
 
     /// Give back the record of one node of a cluster that held `held` nodes with it.
-    fn give_back(&self, held: usize) {
+    fn give_back(&self, held: usize, tenant: &AtomicUsize) {
         if held == 0 {
             return;
         }
         if held > self.reserved {
             self.shared_used.fetch_sub(1, Ordering::AcqRel);
+            tenant.fetch_sub(1, Ordering::AcqRel);
         }
         self.used.fetch_sub(1, Ordering::AcqRel);
     }
@@ -147,6 +185,8 @@ pub enum RecordOutcome {
     NodeCap,
     /// New node refused: `limits.max_nodes_total` reached.
     TotalCap,
+    /// New node refused: the cluster's tenant holds `limits.max_pool_nodes_per_tenant`.
+    TenantCap,
 }
 
 /// The hot part of a node (24 bytes); its id lives in a parallel vector so the tick's
@@ -460,6 +500,8 @@ pub struct NodeTable {
     cohorts: CohortInterner,
     /// Records past their TTL at the last tick (eviction candidates at the node cap).
     evictable_hint: usize,
+    /// The pool records of this cluster's tenant (shared with its other clusters).
+    tenant: TenantNodes,
 }
 
 impl Default for NodeTable {
@@ -470,6 +512,11 @@ impl Default for NodeTable {
 
 impl NodeTable {
     pub fn new() -> Self {
+        NodeTable::for_tenant(TenantNodes::default())
+    }
+
+    /// A table whose pool records count against `tenant`'s share.
+    pub fn for_tenant(tenant: TenantNodes) -> Self {
         NodeTable {
             index: HashMap::new(),
             slots: Vec::new(),
@@ -477,6 +524,7 @@ impl NodeTable {
             free: Vec::new(),
             cohorts: CohortInterner::new(),
             evictable_hint: 0,
+            tenant,
         }
     }
 
@@ -536,11 +584,18 @@ impl NodeTable {
         {
             return RecordOutcome::NodeCap;
         }
-        if !budget.try_take(self.index.len())
-            && (!self.evict_one(u.received_at.saturating_sub(limits.ttl_nanos), budget)
-                || !budget.try_take(self.index.len()))
-        {
-            return RecordOutcome::TotalCap;
+        if let Err(first) = budget.try_take(self.index.len(), &self.tenant) {
+            let retried = if self.evict_one(u.received_at.saturating_sub(limits.ttl_nanos), budget)
+            {
+                budget.try_take(self.index.len(), &self.tenant)
+            } else {
+                Err(first)
+            };
+            match retried {
+                Ok(()) => {}
+                Err(Refused::Total) => return RecordOutcome::TotalCap,
+                Err(Refused::Tenant) => return RecordOutcome::TenantCap,
+            }
         }
         let (cohort, cohort_capped) = if limits.cohorts_enabled {
             match self.cohorts.acquire(u.cohort, limits.max_cohorts) {
@@ -555,7 +610,7 @@ impl NodeTable {
             Some(s) => s,
             None => {
                 let Ok(s) = u32::try_from(self.slots.len()) else {
-                    budget.give_back(self.index.len() + 1);
+                    budget.give_back(self.index.len() + 1, &self.tenant);
                     return RecordOutcome::NodeCap;
                 };
                 self.slots.push(NodeRecord {
@@ -615,7 +670,7 @@ impl NodeTable {
             if let Ok(slot) = u32::try_from(slot) {
                 self.free.push(slot);
             }
-            budget.give_back(held);
+            budget.give_back(held, &self.tenant);
         }
     }
 
@@ -891,25 +946,81 @@ mod tests {
     fn reserved_records_do_not_count_against_the_shared_pool() {
         // 10 in all, 3 reserved for each of 2 clusters: a pool of 4.
         let b = NodeBudget::with_reserve(10, 3, 2);
+        let (t1, t2) = (AtomicUsize::new(0), AtomicUsize::new(0));
         // Cluster one: 3 reserved, then 4 from the pool, then refused.
         for held in 0..7 {
-            assert!(b.try_take(held), "held {held}");
+            assert_eq!(b.try_take(held, &t1), Ok(()), "held {held}");
         }
-        assert!(!b.try_take(7));
+        assert_eq!(b.try_take(7, &t1), Err(Refused::Total));
         // Cluster two still has its 3.
         for held in 0..3 {
-            assert!(b.try_take(held));
+            assert_eq!(b.try_take(held, &t2), Ok(()));
         }
-        assert!(!b.try_take(3));
+        assert_eq!(b.try_take(3, &t2), Err(Refused::Total));
         assert_eq!(b.used(), 10);
+        // A refused pool record is not left charged to the tenant.
+        assert_eq!(
+            (t1.load(Ordering::Acquire), t2.load(Ordering::Acquire)),
+            (4, 0)
+        );
         // Cluster one gives back a pooled record: cluster two may take it.
-        b.give_back(7);
-        assert!(b.try_take(3));
+        b.give_back(7, &t1);
+        assert_eq!(b.try_take(3, &t2), Ok(()));
         assert_eq!(b.used(), 10);
         // Giving back reserved records leaves the pool as it is.
-        b.give_back(3);
-        assert!(!b.try_take(4));
+        b.give_back(3, &t2);
+        assert_eq!(b.try_take(4, &t1), Err(Refused::Total));
         assert_eq!(b.used(), 9);
+    }
+
+    #[test]
+    fn a_tenant_holds_at_most_its_share_of_the_pool_across_its_clusters() {
+        // 20 in all, 2 reserved for each of 4 clusters: a pool of 12, 9 per tenant.
+        let b = NodeBudget::with_reserve(20, 2, 4).with_tenant_share(9);
+        assert_eq!(b.pool(), 12);
+        let l = TableLimits {
+            max_nodes: 100,
+            ..limits()
+        };
+        let greedy = TenantNodes::default();
+        let (mut g1, mut g2) = (
+            NodeTable::for_tenant(greedy.clone()),
+            NodeTable::for_tenant(greedy.clone()),
+        );
+        let mut stored = 0;
+        for i in 0..20 {
+            for t in [&mut g1, &mut g2] {
+                match t.record(&up(&format!("n{i}"), "", 0.9, 0), &l, &b) {
+                    RecordOutcome::Stored { .. } => stored += 1,
+                    other => assert_eq!(other, RecordOutcome::TenantCap),
+                }
+            }
+        }
+        // Both reserves (2 + 2) and the tenant's 9 of the pool.
+        assert_eq!(stored, 13);
+        assert_eq!(greedy.load(Ordering::Acquire), 9);
+        // Another tenant's cluster takes its reserve and the 3 left in the pool.
+        let mut other = NodeTable::for_tenant(TenantNodes::default());
+        for i in 0..5 {
+            assert!(matches!(
+                other.record(&up(&format!("o{i}"), "", 0.9, 0), &l, &b),
+                RecordOutcome::Stored { .. }
+            ));
+        }
+        assert_eq!(
+            other.record(&up("o5", "", 0.9, 0), &l, &b),
+            RecordOutcome::TotalCap
+        );
+        // Forgetting one of the greedy tenant's clusters (2 reserved nodes and 5 of the
+        // pool: the two took pool records in turn) gives its pool records back.
+        let empty = snap(&mut g1, 10_000, &b);
+        assert!(empty.iter().all(|s| s.is_vacant()));
+        assert_eq!(greedy.load(Ordering::Acquire), 4);
+        assert_eq!(b.used(), 18 - 7);
+        assert!(matches!(
+            g2.record(&up("again", "", 0.9, 10_000), &l, &b),
+            RecordOutcome::Stored { .. }
+        ));
     }
 
     #[test]

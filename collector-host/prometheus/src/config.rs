@@ -132,6 +132,10 @@ pub struct PrometheusExporterConfig {
     pub auth: Option<component::config::AuthRef>,
     /// Open scrape connections beyond which new ones are closed at accept (0 = unlimited).
     pub max_connections: usize,
+    /// Scrape connections open at once from one client address (0 = unlimited); beyond it
+    /// a new connection evicts that address's least recently used idle one, or is closed
+    /// at accept when none is idle.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for PrometheusExporterConfig {
@@ -153,6 +157,7 @@ impl Default for PrometheusExporterConfig {
             max_bytes_per_tenant: None,
             auth: None,
             max_connections: 1024,
+            max_connections_per_client: 1024,
         }
     }
 }

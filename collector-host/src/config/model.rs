@@ -494,6 +494,10 @@ pub struct HealthCheckConfig {
     pub auth: Option<AuthRef>,
     /// Open connections beyond which new ones are closed at accept (0 = unlimited).
     pub max_connections: usize,
+    /// Connections open at once from one client address (0 = unlimited); beyond it a new
+    /// connection evicts that address's least recently used idle one, or is closed at
+    /// accept when none is idle.
+    pub max_connections_per_client: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
 }
@@ -505,6 +509,7 @@ impl Default for HealthCheckConfig {
             path: "/".into(),
             auth: None,
             max_connections: 1024,
+            max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             tls: None,
         }
     }
@@ -576,6 +581,10 @@ pub struct PromPullExporter {
     /// on the prometheus exporter, a scrape needs a token scoped to every cluster (`"*"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthRef>,
+    /// Connections open at once from one client address (an Ingero addition; 0 =
+    /// unlimited); beyond it a new connection evicts that address's least recently used
+    /// idle one, or is closed at accept when none is idle.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for PromPullExporter {
@@ -585,6 +594,7 @@ impl Default for PromPullExporter {
             port: 8888,
             tls: None,
             auth: None,
+            max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
         }
     }
 }

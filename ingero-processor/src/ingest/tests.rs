@@ -19,6 +19,7 @@ fn limits(max_clusters: u32, max_nodes: u32, max_total: u32) -> IngestLimits {
         max_nodes_per_cluster: max_nodes,
         max_nodes_total: max_total,
         reserved_nodes_per_cluster: 0,
+        max_pool_nodes_per_tenant: max_total,
     }
 }
 
@@ -523,4 +524,62 @@ fn a_tenant_at_its_cluster_share_leaves_new_clusters_to_other_tenants() {
     assert_eq!(ing.forget_empty(&[id]).len(), 1);
     assert_eq!(ing.tenant_clusters(Some("A")), 2);
     assert_eq!(push("a4", Some("A")).rejected_points, 0);
+}
+
+#[test]
+fn a_tenant_at_its_share_of_the_node_pool_leaves_the_rest_to_other_tenants() {
+    // 4 clusters x 4 reserved of 40: a pool of 24, of which one tenant may hold 18.
+    let mut l = limits(4, 100, 40);
+    l.reserved_nodes_per_cluster = 4;
+    l.max_pool_nodes_per_tenant = 18;
+    let ing = Ingest::new(l);
+    let push = |cluster: &str, node: &str, tenant: Option<&str>| {
+        let mut out = ProcessOutcome::default();
+        ing.resource(
+            &active(cluster, node, 0.9),
+            &tenant_ctx(cluster, tenant),
+            &mut out,
+        );
+        out
+    };
+    // A fills two clusters as far as it may: 4 + 4 reserved, then 18 of the pool.
+    let mut stored = 0;
+    let mut last = None;
+    for i in 0..30 {
+        for c in ["a1", "a2"] {
+            let out = push(c, &format!("n{i}"), Some("A"));
+            if out.rejected_points == 0 {
+                stored += 1;
+            } else {
+                last = out.message;
+            }
+        }
+    }
+    assert_eq!(stored, 8 + 18);
+    assert_eq!(
+        last.as_deref(),
+        Some(
+            "this tenant's share of the node pool is used up (limits.max_pool_nodes_per_tenant = 18): new node in cluster \"a2\" not tracked"
+        )
+    );
+    assert_eq!(
+        ing.counters().dropped(DropReason::CapNodesPerTenant),
+        60 - 26
+    );
+    assert_eq!(ing.tenant_pool_nodes(Some("A")), 18);
+    // A's known nodes keep updating.
+    assert_eq!(push("a1", "n0", Some("A")).rejected_points, 0);
+    // B's cluster gets its reserve and the 6 left in the pool, then the total cap.
+    for i in 0..10 {
+        assert_eq!(
+            push("b1", &format!("n{i}"), Some("B")).rejected_points,
+            0,
+            "{i}"
+        );
+    }
+    let out = push("b1", "n10", Some("B"));
+    assert_eq!(out.rejected_points, 1);
+    assert!(out.message.unwrap().contains("limits.max_nodes_total = 40"));
+    assert_eq!(ing.tenant_pool_nodes(Some("B")), 6);
+    assert_eq!(ing.budget().used(), 40 - 4);
 }
