@@ -199,8 +199,22 @@ pub fn single_param<'a>(query: Option<&'a str>, key: &str) -> Param<'a> {
         return Param::Missing;
     };
     let mut found = Param::Missing;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+    // Split at the ASCII bytes `&` and `=` by position (a query is short: the general
+    // pattern searchers cost more to set up than the scan).
+    let pairs = query
+        .as_bytes()
+        .split(|&b| b == b'&')
+        .scan(0usize, |start, p| {
+            let pair = &query[*start..*start + p.len()];
+            *start += p.len() + 1;
+            Some(pair)
+        })
+        .filter(|p| !p.is_empty());
+    for pair in pairs {
+        let (k, v) = match pair.bytes().position(|b| b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, ""),
+        };
         let matches = match form_decode(k) {
             Ok(k) => k == key,
             Err(_) => false,
@@ -218,6 +232,53 @@ pub fn single_param<'a>(query: Option<&'a str>, key: &str) -> Param<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`single_param`] as `str::split` spells it: the reference the byte scan must match.
+    fn single_param_by_split<'a>(query: Option<&'a str>, key: &str) -> Param<'a> {
+        let Some(query) = query else {
+            return Param::Missing;
+        };
+        let mut found = Param::Missing;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if form_decode(k).is_ok_and(|k| k == key) {
+                found = match found {
+                    Param::Missing => Param::One(v),
+                    _ => return Param::Repeated,
+                };
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_query_scan_agrees_with_splitting() {
+        for q in [
+            "",
+            "&",
+            "&&",
+            "cluster_id",
+            "cluster_id=",
+            "cluster_id=a",
+            "cluster_id=a=b",
+            "x=1&cluster_id=a",
+            "cluster_id=a&&x=1&",
+            "cluster_id=a&cluster_id=b",
+            "cluster%5Fid=a",
+            "cluster%zzid=a&cluster_id=b",
+            "=a&cluster_id",
+            "\u{e9}=\u{e9}&cluster_id=\u{30af}",
+        ] {
+            for key in ["cluster_id", "x", ""] {
+                assert_eq!(
+                    single_param(Some(q), key),
+                    single_param_by_split(Some(q), key),
+                    "{q:?} {key:?}"
+                );
+            }
+        }
+        assert_eq!(single_param(None, "cluster_id"), Param::Missing);
+    }
 
     #[test]
     fn ordinary_ids_are_valid() {

@@ -27,6 +27,7 @@ const LABEL: &[u8] = b"ingero_cluster_id";
 /// Whether `key` becomes the Prometheus label `ingero_cluster_id` (every character outside
 /// `[a-zA-Z0-9_]` turns into `_`, as the exporter sanitises label names):
 /// `ingero.cluster.id`, `ingero_cluster_id`, `ingero-cluster/id`, `ingero cluster id`, ...
+#[inline]
 pub fn is_cluster_id_key(key: &str) -> bool {
     let b = key.as_bytes();
     // The first six characters map to themselves, so they are these six bytes; this and
@@ -43,9 +44,14 @@ pub fn is_cluster_id_key(key: &str) -> bool {
         return sep(b[6]) && &b[7..14] == b"cluster" && sep(b[14]) && &b[15..] == b"id";
     }
     // Longer: only non-ASCII characters (each one `_`) can make it match.
-    if key.is_ascii() {
-        return false;
-    }
+    !key.is_ascii() && maps_to_label_char_by_char(key)
+}
+
+/// The rule of [`is_cluster_id_key`] one character at a time, for keys longer than the
+/// label that hold non-ASCII characters (rare: kept out of the inlined check).
+#[cold]
+#[inline(never)]
+fn maps_to_label_char_by_char(key: &str) -> bool {
     let mut n = 0;
     for c in key.chars() {
         let Some(&want) = LABEL.get(n) else {
@@ -249,7 +255,14 @@ mod tests {
             "",
             "..",
         ];
-        let mut keys = vec![String::new(), label.to_string()];
+        let mut keys = vec![
+            String::new(),
+            label.to_string(),
+            "ingero.workload.type".to_string(),
+            "ingero.cgroup.path_hash".to_string(),
+            "ingero.cluster.identity".to_string(),
+            "ingero.clusterXid\u{e9}".to_string(),
+        ];
         // Every position replaced (or removed, or doubled) by every swap, and every swap
         // added at either end.
         for i in 0..label.len() {

@@ -126,10 +126,17 @@ fn short(key: &str) -> &str {
 }
 
 /// Size of an attribute value as the limit counts it, stopping once past `max`.
+#[inline]
 fn value_size(v: Option<&AnyValue>, max: usize) -> usize {
-    let Some(kind) = v.and_then(|v| v.value.as_ref()) else {
-        return 0;
-    };
+    match v.and_then(|v| v.value.as_ref()) {
+        None => 0,
+        Some(AnyValueKind::StringValue(s)) => s.len(),
+        Some(kind) => kind_size(kind, max),
+    }
+}
+
+/// [`value_size`] of a value that is set (nested values count their members).
+fn kind_size(kind: &AnyValueKind, max: usize) -> usize {
     match kind {
         AnyValueKind::StringValue(s) => s.len(),
         AnyValueKind::BytesValue(b) => b.len(),
@@ -204,6 +211,46 @@ fn check_attrs(
         cluster_key |= cluster_identity::is_cluster_id_key(&kv.key);
     }
     Ok(cluster_key)
+}
+
+/// Whether `attrs` passes [`check_attrs`] with no cluster-id key: the same checks, without
+/// building the refusal.
+#[inline]
+fn attrs_pass(attrs: &[KeyValue], inherited: usize, l: &PayloadLimits) -> bool {
+    attrs.len().saturating_add(inherited) <= l.max_attributes_per_series
+        && attrs.iter().all(|kv| {
+            kv.key.len() <= l.max_attribute_key_bytes
+                && value_size(kv.value.as_ref(), l.max_attribute_value_bytes)
+                    <= l.max_attribute_value_bytes
+                && !cluster_identity::is_cluster_id_key(&kv.key)
+        })
+}
+
+/// Whether every metric of `rm` passes [`check_metric`] and every data point
+/// [`attrs_pass`] (`inherited`: the resource's attribute count): then the per-point pass
+/// of [`metrics`] would keep everything and change nothing. The common case, checked
+/// without that pass's bookkeeping.
+fn metrics_pass(rm: &component::ResourceMetrics, inherited: usize, l: &PayloadLimits) -> bool {
+    macro_rules! points_pass {
+        ($points:expr) => {
+            $points
+                .iter()
+                .all(|p| attrs_pass(&p.attributes, inherited, l))
+        };
+    }
+    rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).all(|m| {
+        m.name.len() <= l.max_metric_name_bytes
+            && m.unit.len() <= l.max_metric_unit_bytes
+            && m.description.len() <= l.max_metric_description_bytes
+            && match &m.data {
+                Some(MetricKind::Gauge(g)) => points_pass!(g.data_points),
+                Some(MetricKind::Sum(s)) => points_pass!(s.data_points),
+                Some(MetricKind::Histogram(h)) => points_pass!(h.data_points),
+                Some(MetricKind::ExponentialHistogram(h)) => points_pass!(h.data_points),
+                Some(MetricKind::Summary(s)) => points_pass!(s.data_points),
+                None => true,
+            }
+    })
 }
 
 /// Check a metric's name, unit and description.
@@ -322,6 +369,9 @@ pub fn metrics(
         } else {
             request_cluster
         };
+        if metrics_pass(rm, inherited, limits) {
+            return true;
+        }
         for sm in &mut rm.scope_metrics {
             sm.metrics.retain_mut(|m| {
                 if let Err((reason, why)) = check_metric(m, limits) {
@@ -587,6 +637,107 @@ mod tests {
             check_attrs(&[array(5)], 0, &l).unwrap_err().0,
             "attribute_value_too_long"
         );
+    }
+
+    /// The fast path's predicate says yes exactly when the full check passes without a
+    /// cluster-id key, at every limit boundary.
+    #[test]
+    fn the_fast_attribute_check_agrees_with_the_full_one() {
+        let l = PayloadLimits {
+            max_attributes_per_series: 3,
+            max_attribute_key_bytes: 8,
+            max_attribute_value_bytes: 16,
+            ..PayloadLimits::default()
+        };
+        let nested = |n: usize| KeyValue {
+            key: "arr".into(),
+            value: Some(AnyValue {
+                value: Some(AnyValueKind::ArrayValue(
+                    opentelemetry_proto::tonic::common::v1::ArrayValue {
+                        values: vec![
+                            AnyValue {
+                                value: Some(AnyValueKind::StringValue("x".repeat(n))),
+                            };
+                            2
+                        ],
+                    },
+                )),
+            }),
+            ..Default::default()
+        };
+        let unset = KeyValue {
+            key: "none".into(),
+            value: None,
+            ..Default::default()
+        };
+        let attrs: Vec<Vec<KeyValue>> = vec![
+            vec![],
+            vec![kv_str("k", "v")],
+            vec![kv_str(&"k".repeat(8), "v")],
+            vec![kv_str(&"k".repeat(9), "v")],
+            vec![kv_str("k", "v".repeat(16))],
+            vec![kv_str("k", "v".repeat(17))],
+            vec![kv_i64("k", 1), unset.clone()],
+            vec![nested(8)],
+            vec![nested(9)],
+            vec![kv_str("a", "1"), kv_str("b", "2"), kv_str("c", "3")],
+            vec![
+                kv_str("a", "1"),
+                kv_str("b", "2"),
+                kv_str("c", "3"),
+                kv_str("d", "4"),
+            ],
+            vec![kv_str("k", "v"), kv_str(CLUSTER_ID, "a")],
+        ];
+        let l_long_keys = PayloadLimits {
+            max_attribute_key_bytes: 64,
+            ..l.clone()
+        };
+        for limits in [&l, &l_long_keys] {
+            for a in &attrs {
+                for inherited in 0..3 {
+                    assert_eq!(
+                        attrs_pass(a, inherited, limits),
+                        matches!(check_attrs(a, inherited, limits), Ok(false)),
+                        "{a:?} inherited {inherited}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A clean resource takes the fast path and comes out exactly as it went in; one bad
+    /// point anywhere sends it through the full pass.
+    #[test]
+    fn clean_resources_pass_unchanged_and_one_bad_point_is_still_found() {
+        let l = PayloadLimits::default();
+        let clean = push(
+            vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1")],
+            vec![vec![kv_str("ingero.node.state", "active")], vec![]],
+        );
+        assert!(metrics_pass(&clean, 2, &l));
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![clean.clone()],
+        };
+        assert_eq!(metrics(&mut req, Some("a"), &l).dropped, 0);
+        assert_eq!(req.resource_metrics, std::slice::from_ref(&clean));
+
+        let mut bad = clean.clone();
+        let mut m = bad.scope_metrics[0].metrics[0].clone();
+        m.name = "second".into();
+        if let Some(MetricKind::Gauge(g)) = &mut m.data {
+            g.data_points[1]
+                .attributes
+                .push(kv_str("k", "v".repeat(l.max_attribute_value_bytes + 1)));
+        }
+        bad.scope_metrics[0].metrics.push(m);
+        assert!(!metrics_pass(&bad, 2, &l));
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![bad],
+        };
+        let s = metrics(&mut req, Some("a"), &l);
+        assert_eq!(s.by_reason, [("attribute_value_too_long", 1)]);
+        assert_eq!(component::otlp::count_points(&req.resource_metrics), 3);
     }
 
     #[test]

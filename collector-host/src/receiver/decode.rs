@@ -26,11 +26,20 @@ pub enum BodyEncoding {
 impl BodyEncoding {
     /// From a `Content-Type` header value (parameters such as `charset` ignored).
     pub fn from_content_type(ct: Option<&str>) -> Option<Self> {
-        let ct = ct?.split(';').next()?.trim().to_ascii_lowercase();
-        match ct.as_str() {
-            "application/x-protobuf" | "application/protobuf" => Some(BodyEncoding::Protobuf),
-            "application/json" => Some(BodyEncoding::Json),
-            _ => None,
+        let ct = ct?;
+        let ct = match ct.bytes().position(|b| b == b';') {
+            Some(i) => &ct[..i],
+            None => ct,
+        }
+        .trim();
+        if ct.eq_ignore_ascii_case("application/x-protobuf")
+            || ct.eq_ignore_ascii_case("application/protobuf")
+        {
+            Some(BodyEncoding::Protobuf)
+        } else if ct.eq_ignore_ascii_case("application/json") {
+            Some(BodyEncoding::Json)
+        } else {
+            None
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use component::middleware::{Refusal, Signal};
 use component::wire::http as wire_http;
-use http::{HeaderMap, Method, Request, Response};
+use http::{HeaderMap, HeaderName, Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -286,9 +286,32 @@ impl HttpReceiver {
     /// Attach the response middlewares' headers (the threshold pair: both or neither).
     fn with_metadata(&self, mut r: Response<Body>, cluster: Option<&str>) -> Response<Body> {
         self.ingest.response_metadata(cluster, &mut |name, value| {
-            r.headers_mut().insert(name, value.clone());
+            match known_header(name) {
+                Some(known) => r.headers_mut().insert(known.clone(), value.clone()),
+                None => r.headers_mut().insert(name, value.clone()),
+            };
         });
         r
+    }
+}
+
+/// The threshold headers' names, parsed once (a name given as a string is parsed and
+/// lower-cased on every insert); a test checks them against the wire names.
+static THRESHOLD_HEADER: HeaderName = HeaderName::from_static("x-ingero-threshold");
+static QUORUM_MET_HEADER: HeaderName = HeaderName::from_static("x-ingero-quorum-met");
+/// The request header naming the cluster, parsed once.
+static CLUSTER_ID_HEADER: HeaderName =
+    HeaderName::from_static(wire_http::REQUEST_HEADER_CLUSTER_ID);
+
+/// The parsed name of a response header a middleware names, when it is one of the
+/// threshold pair.
+fn known_header(name: &str) -> Option<&'static HeaderName> {
+    if name == wire_http::HEADER_THRESHOLD {
+        Some(&THRESHOLD_HEADER)
+    } else if name == wire_http::HEADER_QUORUM_MET {
+        Some(&QUORUM_MET_HEADER)
+    } else {
+        None
     }
 }
 
@@ -303,9 +326,7 @@ pub fn request_cluster(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<str>>, String> {
-    let header = headers
-        .get(wire_http::REQUEST_HEADER_CLUSTER_ID)
-        .map(|h| h.as_bytes());
+    let header = headers.get(&CLUSTER_ID_HEADER).map(|h| h.as_bytes());
     component::cluster_id::push_cluster(query, header).map(|c| c.map(|c| Arc::from(c.as_ref())))
 }
 
@@ -357,6 +378,26 @@ mod tests {
                 .as_deref(),
             Some("q")
         );
+    }
+
+    #[test]
+    fn parsed_header_names_are_the_wire_names() {
+        for (parsed, wire) in [
+            (&THRESHOLD_HEADER, wire_http::HEADER_THRESHOLD),
+            (&QUORUM_MET_HEADER, wire_http::HEADER_QUORUM_MET),
+            (&CLUSTER_ID_HEADER, wire_http::REQUEST_HEADER_CLUSTER_ID),
+        ] {
+            assert_eq!(*parsed, HeaderName::from_bytes(wire.as_bytes()).unwrap());
+        }
+        assert_eq!(
+            known_header(wire_http::HEADER_THRESHOLD),
+            Some(&THRESHOLD_HEADER)
+        );
+        assert_eq!(
+            known_header(wire_http::HEADER_QUORUM_MET),
+            Some(&QUORUM_MET_HEADER)
+        );
+        assert_eq!(known_header("x-other"), None);
     }
 
     #[test]

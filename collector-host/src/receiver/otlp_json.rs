@@ -91,8 +91,8 @@ pub const MAX_ANY_VALUE_DEPTH: usize = 32;
 pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRequest, JsonError> {
     // The whole body must be UTF-8, including values that are skipped unread; checked
     // once here, so the lexer can slice strings out of it without checking again.
-    let text = std::str::from_utf8(body)
-        .map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
+    let text =
+        body_text(body).map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
     let mut r = Reader::new(text);
     r.pool = component::recycle::take_thread_pool();
     let req = read_message::<ExportMetricsServiceRequest>(&mut r).and_then(|req| {
@@ -101,6 +101,30 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
     });
     component::recycle::put_thread_pool(std::mem::take(&mut r.pool));
     req
+}
+
+/// The body as text: `str::from_utf8`, with a cheaper check first for a body of ASCII
+/// bytes alone (an agent's push): one bit test per 64 bytes instead of decoding.
+fn body_text(body: &[u8]) -> std::result::Result<&str, std::str::Utf8Error> {
+    if is_ascii(body) {
+        // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(body) });
+    }
+    std::str::from_utf8(body)
+}
+
+/// Whether every byte is ASCII: 64-byte blocks ORed together as words (which the compiler
+/// turns into vector ORs), one test of the high bits at the end, then the tail.
+fn is_ascii(body: &[u8]) -> bool {
+    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+    let mut blocks = body.chunks_exact(64);
+    let mut seen = 0u64;
+    for block in &mut blocks {
+        for word in block.chunks_exact(8) {
+            seen |= u64::from_le_bytes(word.try_into().unwrap_or_default());
+        }
+    }
+    seen & HIGH_BITS == 0 && blocks.remainder().is_ascii()
 }
 
 /// Give a finished batch's strings and vectors to this thread's pool, for the next

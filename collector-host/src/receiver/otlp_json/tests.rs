@@ -838,3 +838,26 @@ fn metric_counts_around_the_initial_capacity_decode_alike() {
         assert_eq!(req.resource_metrics[0].scope_metrics[0].metrics.len(), n);
     }
 }
+
+/// The ASCII pre-check finds one high byte at any offset, in a block or in the tail, and
+/// a body with multi-byte UTF-8 still decodes (through `str::from_utf8`).
+#[test]
+fn the_ascii_check_sees_every_byte() {
+    let clean = vec![b'a'; 200];
+    assert!(super::is_ascii(&clean));
+    assert!(super::is_ascii(b""));
+    for at in 0..clean.len() {
+        for high in [0x80u8, 0xc3, 0xff] {
+            let mut b = clean.clone();
+            b[at] = high;
+            assert!(!super::is_ascii(&b), "byte {high:#x} at {at}");
+        }
+    }
+    let body = one_attr(r#"{"stringValue":"ünïcödé-クラスタ"}"#);
+    assert!(!super::is_ascii(body.as_bytes()));
+    let req = decode_metrics(body.as_bytes()).unwrap();
+    assert_eq!(
+        req,
+        serde_json::from_str::<ExportMetricsServiceRequest>(&body).unwrap()
+    );
+}
