@@ -21,6 +21,36 @@ from echo_e2e import free_port, wait_healthy  # noqa: E402
 TOKEN = "schemathesis-all-clusters-0123456789abcdef0123"
 
 
+def push_straggler_events(port):
+    """Straggler events as both agents send them: the Go agent's without causal chains, the
+    Rust agent's with an episode id and its chains, so event_history answers carry both."""
+    ts = time.time_ns()
+    chains = json.dumps([{"id": "cpu", "severity": "HIGH", "causes": ["cpu.runqueue_delay"],
+                          "summary": "sync p99 9x median", "root_cause": "CPU contention",
+                          "recommendations": ["pin the process"], "cuda_op": "cudaStreamSynchronize",
+                          "cuda_p99_us": 48210, "tail_ratio": 9.25}], separators=(",", ":"))
+
+    def event(node, event_id, extra):
+        attrs = [{"key": "ingero.event.id", "value": {"stringValue": event_id}},
+                 {"key": "threshold", "value": {"doubleValue": 0.8}},
+                 {"key": "score", "value": {"doubleValue": 0.6}},
+                 {"key": "dominant_signal", "value": {"stringValue": "cpu"}}] + extra
+        res = [{"key": "ingero.cluster.id", "value": {"stringValue": "prod"}},
+               {"key": "ingero.node.id", "value": {"stringValue": node}}]
+        return {"resourceMetrics": [{"resource": {"attributes": res}, "scopeMetrics": [{"metrics": [
+            {"name": "ingero.node.straggler_event", "gauge": {"dataPoints": [
+                {"timeUnixNano": str(ts), "asInt": "1", "attributes": attrs}]}}]}]}]}
+
+    episode = f"node-2:{ts // 1_000_000}"
+    for body in (event("node-1", "go-1", []),
+                 event("node-2", "rust-1", [{"key": "ingero.causal_chain_id", "value": {"stringValue": episode}},
+                                            {"key": "ingero.causal_chains", "value": {"stringValue": chains}}])):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/metrics", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200, r.status
+
+
 def main():
     echo_bin, st_bin, examples = sys.argv[1], sys.argv[2], sys.argv[3]
     work = tempfile.mkdtemp(prefix="echo-schemathesis-")
@@ -56,6 +86,7 @@ service:
         wait_healthy(p["health"], "ingero-echo", echo)
         for n in range(4):
             push(p["http"], "prod", f"node-{n}", 0.6 if n == 2 else 0.95)
+        push_straggler_events(p["http"])
         rc = subprocess.run([st_bin, "run", f"http://127.0.0.1:{p['api']}/openapi.json",
                              "--checks", "all", "--exclude-checks", "positive_data_acceptance",
                              "-H", f"Authorization: Bearer {TOKEN}", "--max-examples", examples,

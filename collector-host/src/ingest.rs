@@ -284,7 +284,10 @@ impl Ingest {
                 m.accepted.fetch_add(points - rejected, Relaxed);
                 m.refused.fetch_add(rejected, Relaxed);
                 let mut msg = ExportMetricsServiceResponse::default();
-                if rejected > 0 {
+                // A message with nothing rejected is OTLP's warning form of partial
+                // success: stored, with something the sender should know (an exporter
+                // that dropped an attribute it could not use).
+                if rejected > 0 || outcome.message.is_some() {
                     let message = match (screened.message(), outcome.message) {
                         (Some(a), Some(b)) => format!("{a}; {b}"),
                         (a, b) => a.or(b).unwrap_or_default(),

@@ -80,6 +80,26 @@ impl EchoExporter {
     }
 }
 
+impl EchoExporter {
+    /// Count the `ingero.causal_chains` attributes refused in `rows`; the warning for the
+    /// client when there were any.
+    fn count_rejected_chains(&self, rows: &rows::Rows) -> Option<String> {
+        let n = rows.rejected_chains;
+        if n == 0 {
+            return None;
+        }
+        if let Some(s) = self.store.get() {
+            s.stats
+                .rejected_causal_chains
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Some(format!(
+            "the causal chains of {n} event(s) were dropped ({}); the events are stored",
+            rows.chains_error.as_deref().unwrap_or("malformed")
+        ))
+    }
+}
+
 impl Exporter for EchoExporter {
     fn consume_metrics(&self, data: &[ResourceMetrics]) {
         let _ = self.deliver_metrics(data);
@@ -99,11 +119,17 @@ impl Exporter for EchoExporter {
                 format!("{n} data points with a NaN or infinite value (or score or threshold) were dropped")
             });
         }
+        if let Some(m) = self.count_rejected_chains(&rows) {
+            // The points are stored; only their chains are not: a warning (0 rejected).
+            outcome.reject(0, || m);
+        }
         (outcome, self.deliver(|| rows))
     }
 
     fn deliver_traces(&self, data: &ExportTraceServiceRequest) -> Delivery {
-        self.deliver(|| rows::from_traces(data, None, now_ns()))
+        let rows = rows::from_traces(data, None, now_ns());
+        let _ = self.count_rejected_chains(&rows);
+        self.deliver(|| rows)
     }
 
     fn deliver_logs(&self, data: &ExportLogsServiceRequest) -> Delivery {
@@ -168,6 +194,11 @@ impl Exporter for EchoExporter {
             "ingero_echo_rejected_nonfinite_points_total",
             "Metric points dropped at ingest because a value was NaN or infinite (answered as partial success).",
             st.rejected_nonfinite.load(Relaxed),
+        ));
+        out.push(c(
+            "ingero_echo_rejected_causal_chains_total",
+            "ingero.causal_chains attributes dropped at ingest as malformed (the event or span itself is stored).",
+            st.rejected_causal_chains.load(Relaxed),
         ));
         out.push(c(
             "ingero_echo_retention_deleted_rows_total",

@@ -15,6 +15,7 @@
 //! - Scoped tokens see only their clusters; arbitrary SQL needs a token scoped to `"*"`
 //!   ([`query`]).
 
+pub mod chains;
 pub mod config;
 pub mod exporter;
 pub mod extension;

@@ -3,13 +3,13 @@
 //! cluster outside it answers exactly as an unknown cluster, listings leave it out, and
 //! `run_analysis` (arbitrary SQL) needs a token scoped to every cluster.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use duckdb::types::ValueRef;
-use duckdb::{Connection, params_from_iter};
+use duckdb::{Connection, params, params_from_iter};
 use gpu_rates::provider::ProviderAliases;
 use gpu_rates::rates::RateTable;
 use serde::Deserialize;
@@ -756,30 +756,127 @@ impl Tools {
             ""
         };
         let sql = format!(
-            "SELECT ts_ns, node_id, source, event_id, value, threshold, score, dominant_signal, detection_mode, rank FROM ( \
-               SELECT ts_ns, node_id, 'straggler_event' AS source, event_id, value, threshold, score, dominant_signal, detection_mode, rank \
+            "SELECT ts_ns, node_id, source, event_id, value, threshold, score, dominant_signal, detection_mode, rank, causal_chain_id FROM ( \
+               SELECT ts_ns, node_id, 'straggler_event' AS source, event_id, value, threshold, score, dominant_signal, detection_mode, rank, causal_chain_id \
                FROM straggler_events WHERE cluster_id = ? AND ts_ns >= ? {node_filter} \
                UNION ALL \
-               SELECT ts_ns, node_id, 'fleet_straggler', NULL, value::BIGINT, NULL, NULL, NULL, NULL, NULL \
+               SELECT ts_ns, node_id, 'fleet_straggler', NULL, value::BIGINT, NULL, NULL, NULL, NULL, NULL, NULL \
                FROM fleet_stragglers WHERE cluster_id = ? AND ts_ns >= ? {node_filter}) \
              ORDER BY ts_ns DESC, node_id LIMIT ?"
         );
-        let mut p: Vec<Box<dyn duckdb::ToSql>> =
-            vec![Box::new(cluster.to_string()), Box::new(since)];
-        if let Some(n) = node {
-            p.push(Box::new(n.to_string()));
-        }
-        p.push(Box::new(cluster.to_string()));
-        p.push(Box::new(since));
-        if let Some(n) = node {
-            p.push(Box::new(n.to_string()));
-        }
+        let filter = |p: &mut Vec<Box<dyn duckdb::ToSql>>| {
+            p.push(Box::new(cluster.to_string()));
+            p.push(Box::new(since));
+            if let Some(n) = node {
+                p.push(Box::new(n.to_string()));
+            }
+        };
+        let mut p: Vec<Box<dyn duckdb::ToSql>> = Vec::new();
+        filter(&mut p);
+        filter(&mut p);
         p.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
         let budget = self.budget(limit);
-        let (events, truncated) = self.store.with_reader(|c| rows_json(c, &sql, p, budget))?;
+        // The chains of the episodes of the answered events only (stored once per episode,
+        // at its first event carrying them, which may lie before the window), so their
+        // number is bounded by the events' (at most 3 per event).
+        let (mut events, mut truncated) =
+            self.store.with_reader(|c| rows_json(c, &sql, p, budget))?;
+        let episodes: Vec<String> = events
+            .iter()
+            .filter_map(|ev| ev.get("causal_chain_id").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let mut chains = Vec::new();
+        for part in episodes.chunks(500) {
+            let marks = vec!["?"; part.len()].join(", ");
+            let chains_sql = format!(
+                "SELECT * FROM causal_chains WHERE cluster_id = ? AND causal_chain_id IN ({marks}) \
+                 ORDER BY causal_chain_id, position"
+            );
+            let mut cp: Vec<Box<dyn duckdb::ToSql>> = vec![Box::new(cluster.to_string())];
+            cp.extend(
+                part.iter()
+                    .map(|id| Box::new(id.clone()) as Box<dyn duckdb::ToSql>),
+            );
+            let (rows, _) = self.store.with_reader(|c| {
+                rows_json(
+                    c,
+                    &chains_sql,
+                    cp,
+                    Budget {
+                        rows: part.len() * crate::chains::MAX_CHAINS,
+                        bytes: usize::MAX,
+                    },
+                )
+            })?;
+            chains.extend(rows);
+        }
+        let by_episode = chains_by_episode(chains);
+        let mut bytes = 0usize;
+        let mut keep = events.len();
+        for (i, ev) in events.iter_mut().enumerate() {
+            let list = ev
+                .get("causal_chain_id")
+                .and_then(Value::as_str)
+                .and_then(|id| by_episode.get(id))
+                .cloned()
+                .unwrap_or_default();
+            ev["causal_chains"] = Value::Array(list);
+            bytes = bytes.saturating_add(crate::sandbox::json_size(ev));
+            if bytes > budget.bytes {
+                keep = i;
+                break;
+            }
+        }
+        if keep < events.len() {
+            events.truncate(keep);
+            truncated = true;
+        }
         Ok(
             json!({"cluster_id": cluster, "window_seconds": w.as_secs(), "events": events, "truncated": truncated}),
         )
+    }
+
+    /// The causal chains of `cluster`'s latest straggler episode in the window that has
+    /// any (the agent's order: most severe first), and how many episodes of the window
+    /// have chains. For the `investigate` prompt; the cluster must be visible to `scope`.
+    pub fn latest_chains(
+        self: &Arc<Self>,
+        cluster: &str,
+        window: &str,
+        scope: &Scope,
+    ) -> Result<(Vec<Value>, i64), ToolError> {
+        let w = self.window(Some(window))?;
+        let _slot = self.admit(scope)?;
+        self.check_cluster(cluster, scope)?;
+        let since = Self::since(w);
+        let id = self.store.begin_query();
+        let out = self.store.with_reader(|c| {
+            let episodes: i64 = c.query_row(
+                "SELECT count(DISTINCT causal_chain_id) FROM causal_chains WHERE cluster_id = ? AND ts_ns >= ?",
+                params![cluster, since],
+                |r| r.get(0),
+            )?;
+            let (rows, _) = rows_json(
+                c,
+                "SELECT * FROM causal_chains WHERE cluster_id = ? AND causal_chain_id = ( \
+                   SELECT causal_chain_id FROM causal_chains WHERE cluster_id = ? AND ts_ns >= ? \
+                   ORDER BY ts_ns DESC, causal_chain_id LIMIT 1) \
+                 ORDER BY position",
+                vec![
+                    Box::new(cluster.to_string()),
+                    Box::new(cluster.to_string()),
+                    Box::new(since),
+                ],
+                self.budget(crate::chains::MAX_CHAINS),
+            )?;
+            Ok((rows, episodes))
+        });
+        self.store.end_query(id);
+        let (rows, episodes) = out?;
+        Ok((rows.into_iter().map(chain_json).collect(), episodes))
     }
 
     fn find_outlier_nodes(
@@ -1174,6 +1271,31 @@ impl Tools {
             bytes: self.cfg.max_result_bytes,
         }
     }
+}
+
+/// A `causal_chains` row as answered: `causes` and `recommendations` as arrays.
+fn chain_json(mut row: Value) -> Value {
+    for k in ["causes", "recommendations"] {
+        if let Some(text) = row.get(k).and_then(Value::as_str) {
+            let list = serde_json::from_str::<Value>(text).unwrap_or_else(|_| json!([]));
+            row[k] = list;
+        }
+    }
+    if let Some(o) = row.as_object_mut() {
+        o.remove("cluster_id");
+    }
+    row
+}
+
+/// Chain rows grouped by episode, each list in position order.
+fn chains_by_episode(rows: Vec<Value>) -> HashMap<String, Vec<Value>> {
+    let mut m: HashMap<String, Vec<Value>> = HashMap::new();
+    for r in rows {
+        if let Some(id) = r.get("causal_chain_id").and_then(Value::as_str) {
+            m.entry(id.to_string()).or_default().push(chain_json(r));
+        }
+    }
+    m
 }
 
 /// The most rows and (about) bytes of values one list of an answer carries.

@@ -1,12 +1,15 @@
 //! OTLP batches to rows: every data point, span and log record becomes one row of the
 //! catch-all tables (`points`, `spans`, `logs`, attributes kept as JSON), and the points the
 //! common questions read also become rows of the typed tables (`health_scores`,
-//! `straggler_events`, `fleet_stragglers`, `nccl`, `node_info`). Pure: no I/O.
+//! `straggler_events`, `fleet_stragglers`, `nccl`, `node_info`), and the causal chains a
+//! straggler event or detection span carries become rows of `causal_chains`. Pure: no I/O.
 
 use component::otlp::{
     AnyValueKind, KeyValue, MetricKind, NumberValue, Resource, get_f64, get_i64, get_str,
 };
 use component::wire::{attr, metric, resource};
+
+use crate::chains;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
@@ -56,6 +59,23 @@ pub struct EventRow {
     pub dominant_signal: Option<String>,
     pub detection_mode: Option<String>,
     pub rank: Option<i64>,
+    /// The straggler episode's id (`ingero.causal_chain_id`), keying its causal chains.
+    pub causal_chain_id: Option<String>,
+}
+
+/// One causal chain of a straggler episode (see [`chains`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainRow {
+    /// The episode (`ingero.causal_chain_id`).
+    pub causal_chain_id: String,
+    /// 0 for the most severe chain of the event, then 1, 2.
+    pub position: i32,
+    pub ts_ns: i64,
+    pub cluster_id: Option<String>,
+    pub node_id: Option<String>,
+    /// The `ingero.event.id` of the event (or span) that carried the chains.
+    pub event_id: Option<String>,
+    pub chain: chains::Chain,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,9 +156,14 @@ pub struct Rows {
     pub info: Vec<InfoRow>,
     pub spans: Vec<SpanRow>,
     pub logs: Vec<LogRow>,
+    pub chains: Vec<ChainRow>,
     /// Metric points dropped because a value they carry is NaN or infinite (answered as
     /// partial success; no answer could carry them as JSON numbers).
     pub rejected_nonfinite: u64,
+    /// `ingero.causal_chains` attributes refused (the event or span itself is stored).
+    pub rejected_chains: u64,
+    /// Why the first of them was refused.
+    pub chains_error: Option<String>,
 }
 
 impl Rows {
@@ -156,6 +181,7 @@ impl Rows {
             + self.info.len()
             + self.spans.len()
             + self.logs.len()
+            + self.chains.len()
     }
 
     pub fn append(&mut self, mut other: Rows) {
@@ -167,7 +193,12 @@ impl Rows {
         self.info.append(&mut other.info);
         self.spans.append(&mut other.spans);
         self.logs.append(&mut other.logs);
+        self.chains.append(&mut other.chains);
         self.rejected_nonfinite += other.rejected_nonfinite;
+        self.rejected_chains += other.rejected_chains;
+        if self.chains_error.is_none() {
+            self.chains_error = other.chains_error;
+        }
     }
 }
 
@@ -219,6 +250,50 @@ fn causal(attrs: &[KeyValue]) -> Option<String> {
         .iter()
         .find_map(|k| get_str(attrs, k))
         .map(str::to_string)
+}
+
+/// The chains `attrs` carry (`ingero.causal_chains` under `ingero.causal_chain_id`) as
+/// rows; refused ones are counted in `out` and leave nothing behind.
+fn chain_rows(
+    out: &mut Rows,
+    attrs: &[KeyValue],
+    ts_ns: i64,
+    origin: &Origin,
+    event_id: Option<&str>,
+) {
+    let Some(value) = component::otlp::find(attrs, chains::CHAINS_KEY) else {
+        return;
+    };
+    let text = match value {
+        AnyValueKind::StringValue(s) => Some(s.as_str()),
+        _ => None,
+    };
+    let parsed = chains::parse(text).and_then(|c| match causal(attrs) {
+        _ if c.is_empty() => Ok((String::new(), c)),
+        Some(id) if chains::valid_episode_id(&id) => Ok((id, c)),
+        _ => Err(chains::ChainError::NoEpisodeId),
+    });
+    match parsed {
+        Ok((episode, list)) => {
+            for (i, chain) in list.into_iter().enumerate() {
+                out.chains.push(ChainRow {
+                    causal_chain_id: episode.clone(),
+                    position: i32::try_from(i).unwrap_or(i32::MAX),
+                    ts_ns,
+                    cluster_id: origin.cluster.clone(),
+                    node_id: origin.node.clone(),
+                    event_id: event_id.map(str::to_string),
+                    chain,
+                });
+            }
+        }
+        Err(e) => {
+            out.rejected_chains += 1;
+            if out.chains_error.is_none() {
+                out.chains_error = Some(e.to_string());
+            }
+        }
+    }
 }
 
 fn ts(t: u64, received_ns: i64) -> i64 {
@@ -377,6 +452,7 @@ fn typed(
             return;
         }
         metric::STRAGGLER_EVENT => {
+            chain_rows(out, attrs, ts_ns, origin, get_str(attrs, attr::EVENT_ID));
             let event_id = get_str(attrs, attr::EVENT_ID)
                 .map(str::to_string)
                 .unwrap_or_else(|| {
@@ -397,6 +473,7 @@ fn typed(
                 dominant_signal: owned(get_str(attrs, attr::DOMINANT_SIGNAL)),
                 detection_mode: owned(get_str(attrs, attr::DETECTION_MODE)),
                 rank: get_i64(attrs, "rank").or_else(|| get_i64(attrs, resource::NODE_RANK)),
+                causal_chain_id: causal(attrs),
             });
             return;
         }
@@ -456,8 +533,18 @@ pub fn from_traces(
         let (origin, _) = Origin::of(rs.resource.as_ref(), request_cluster);
         for ss in &rs.scope_spans {
             for s in &ss.spans {
+                let ts_ns = ts(s.start_time_unix_nano, received_ns);
+                if s.name == chains::DETECTION_SPAN {
+                    chain_rows(
+                        &mut out,
+                        &s.attributes,
+                        ts_ns,
+                        &origin,
+                        get_str(&s.attributes, attr::EVENT_ID),
+                    );
+                }
                 out.spans.push(SpanRow {
-                    ts_ns: ts(s.start_time_unix_nano, received_ns),
+                    ts_ns,
                     end_ns: ts(s.end_time_unix_nano, received_ns),
                     cluster_id: origin.cluster.clone(),
                     node_id: origin.node.clone(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use duckdb::ffi;
 
 use crate::rollup;
-use crate::store::{SCHEMA, Store, StoreError};
+use crate::store::{MIGRATIONS, SCHEMA, Store, StoreError, VIEWS};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SandboxError {
@@ -118,10 +118,12 @@ impl Parser {
         // Every table and view SQL users are told about, as `Store::open` leaves them.
         let schema = [
             SCHEMA,
+            MIGRATIONS,
             rollup::SCHEMA,
             rollup::SEQ_COLUMN,
             ";",
             rollup::VIEWS,
+            VIEWS,
         ]
         .concat();
         let schema = c_string(&schema).map_err(|e| e.to_string())?;

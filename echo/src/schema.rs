@@ -19,11 +19,34 @@ fn window() -> Value {
 }
 
 fn cluster() -> Value {
-    json!({"type": "string", "description": "The cluster (ingero.cluster.id).", "minLength": 1})
+    json!({"type": "string", "description": "The cluster (ingero.cluster.id).", "minLength": 1, "examples": ["prod"]})
 }
 
 fn num() -> Value {
     json!({"type": ["number", "null"]})
+}
+
+/// One stored causal chain as the tools answer it.
+fn causal_chain() -> Value {
+    let text = || json!({"type": "string"});
+    let texts = || json!({"type": "array", "items": {"type": "string"}});
+    json!({"type": "object", "required": ["causal_chain_id", "position", "chain_id", "severity", "root_cause", "causes", "recommendations"], "properties": {
+        "causal_chain_id": text(),
+        "position": {"type": "integer", "minimum": 0, "description": "0 for the most severe chain."},
+        "ts_ns": {"type": "integer", "description": "When the event carrying the chains was recorded."},
+        "node_id": {"type": ["string", "null"]},
+        "event_id": {"type": ["string", "null"], "description": "The ingero.event.id of the event (or span) that carried the chains."},
+        "chain_id": text(),
+        "severity": {"type": "string", "enum": crate::chains::SEVERITIES},
+        "summary": text(),
+        "root_cause": text(),
+        "explanation": {"type": ["string", "null"]},
+        "causes": texts(),
+        "recommendations": texts(),
+        "cuda_op": text(),
+        "cuda_p99_us": {"type": "integer", "minimum": 0},
+        "tail_ratio": {"type": "number", "minimum": 0}
+    }})
 }
 
 fn cluster_input(extra: Value) -> Value {
@@ -68,7 +91,7 @@ pub fn tools() -> Vec<ToolMeta> {
         },
         ToolMeta {
             name: query::EVENT_HISTORY,
-            description: "Straggler events (agent `ingero.node.straggler_event`, with `ingero.event.id`) and Fleet's straggler flags of a cluster, newest first.",
+            description: "Straggler events (agent `ingero.node.straggler_event`, with `ingero.event.id`) and Fleet's straggler flags of a cluster, newest first; each agent event with the causal chains its node's agent attached to the straggler episode (`causal_chain_id`).",
             input: cluster_input(json!({"node_id": {"type": "string"}, "limit": limit()})),
             output: json!({
                 "type": "object",
@@ -86,7 +109,9 @@ pub fn tools() -> Vec<ToolMeta> {
                         "score": num(),
                         "dominant_signal": {"type": ["string", "null"]},
                         "detection_mode": {"type": ["string", "null"]},
-                        "rank": {"type": ["integer", "null"]}
+                        "rank": {"type": ["integer", "null"]},
+                        "causal_chain_id": {"type": ["string", "null"], "description": "The straggler episode (ingero.causal_chain_id): the same on every event of one episode."},
+                        "causal_chains": {"type": "array", "description": "The causal chains the node's agent attached to the episode, most severe first (empty when it sent none).", "items": causal_chain()}
                     }}},
                     "truncated": {"type": "boolean", "description": "More events existed than query.max_result_bytes allows."}
                 }
@@ -154,7 +179,7 @@ pub fn tools() -> Vec<ToolMeta> {
         },
         ToolMeta {
             name: query::RUN_ANALYSIS,
-            description: "One read-only SQL SELECT over the store (tables: points, health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), health_minute_totals (a view of health_minutes with the partial rows added up, plus avg_score), straggler_events, fleet_stragglers, nccl, node_info, spans, logs, clusters, rollup_state; times are ts_ns, Unix nanoseconds; attributes and resource columns are JSON text that json_extract and json_extract_string read). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
+            description: "One read-only SQL SELECT over the store (tables: points (also as the view events, with value as value_double), health_scores, health_minutes (per cluster, node and minute: samples, score_sum, score_min, last_ns; partial rows to add up; covers the health_scores rows with seq <= rollup_state.flushed_seq), health_minute_totals (a view of health_minutes with the partial rows added up, plus avg_score), straggler_events (causal_chain_id: the episode), fleet_stragglers, nccl, node_info, causal_chains (one row per chain and straggler episode: causal_chain_id, position 0 = most severe, severity, summary, root_cause, explanation, causes and recommendations as JSON arrays, cuda_op, cuda_p99_us, tail_ratio), spans, logs, clusters, rollup_state, and the view node_metrics (one row per cluster and node: points, first_ns, last_ns, health_samples, avg_score, min_score, last_score, straggler_events, last_straggler_ns, chain_episodes, provider, gpu_model, gpu_count); times are ts_ns, Unix nanoseconds; attributes and resource columns are JSON text that json_extract and json_extract_string read). Needs a token scoped to every cluster. Other statements, several statements, file and network access are refused.",
             input: json!({"type": "object", "properties": {
                 "sql": {"type": "string", "minLength": 1, "description": "One SELECT statement. It runs as SELECT * FROM (<sql>) LIMIT max_rows + 1."},
                 "max_rows": {"type": "integer", "minimum": 1}

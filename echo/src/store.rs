@@ -26,7 +26,7 @@ use crate::rows::Rows;
 pub const DB_FILE: &str = "echo.duckdb";
 
 /// Every table, each with a `ts_ns` column (retention reads it).
-pub const TABLES: [&str; 10] = [
+pub const TABLES: [&str; 11] = [
     "points",
     "health_scores",
     "straggler_events",
@@ -35,6 +35,7 @@ pub const TABLES: [&str; 10] = [
     "node_info",
     "spans",
     "logs",
+    "causal_chains",
     "health_minutes",
     "clusters",
 ];
@@ -42,8 +43,8 @@ pub const TABLES: [&str; 10] = [
 /// The writer connection's staging table for straggler events: appended to, then moved
 /// into `straggler_events` with one `INSERT OR IGNORE ... SELECT` per commit. A prepared
 /// single-row insert checked the primary key row by row at about 4 ms per event.
-const EVENTS_STAGING: &str =
-    "CREATE TEMP TABLE straggler_events_in AS SELECT * FROM straggler_events LIMIT 0";
+const EVENTS_STAGING: &str = "CREATE TEMP TABLE straggler_events_in AS SELECT * FROM straggler_events LIMIT 0; \
+     CREATE TEMP TABLE causal_chains_in AS SELECT * FROM causal_chains LIMIT 0";
 
 /// The schema (idempotent). Times are Unix nanoseconds (`ts_ns`); attributes and
 /// resources are JSON object text.
@@ -58,7 +59,7 @@ CREATE TABLE IF NOT EXISTS health_scores (
 CREATE TABLE IF NOT EXISTS straggler_events (
     event_id VARCHAR PRIMARY KEY, ts_ns BIGINT NOT NULL, cluster_id VARCHAR,
     node_id VARCHAR, value BIGINT NOT NULL, threshold DOUBLE, score DOUBLE,
-    dominant_signal VARCHAR, detection_mode VARCHAR, rank BIGINT);
+    dominant_signal VARCHAR, detection_mode VARCHAR, rank BIGINT, causal_chain_id VARCHAR);
 CREATE TABLE IF NOT EXISTS fleet_stragglers (
     ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, value DOUBLE NOT NULL);
 CREATE TABLE IF NOT EXISTS nccl (
@@ -76,6 +77,55 @@ CREATE TABLE IF NOT EXISTS logs (
     ts_ns BIGINT NOT NULL, cluster_id VARCHAR, node_id VARCHAR, severity_number INTEGER,
     severity_text VARCHAR, body VARCHAR, trace_id VARCHAR, span_id VARCHAR,
     event_id VARCHAR, causal_chain_id VARCHAR, attributes VARCHAR, resource VARCHAR);
+CREATE TABLE IF NOT EXISTS causal_chains (
+    causal_chain_id VARCHAR NOT NULL, position INTEGER NOT NULL, ts_ns BIGINT NOT NULL,
+    cluster_id VARCHAR, node_id VARCHAR, event_id VARCHAR, chain_id VARCHAR NOT NULL,
+    severity VARCHAR NOT NULL, summary VARCHAR NOT NULL, root_cause VARCHAR NOT NULL,
+    explanation VARCHAR, causes VARCHAR NOT NULL, recommendations VARCHAR NOT NULL,
+    cuda_op VARCHAR NOT NULL, cuda_p99_us BIGINT NOT NULL, tail_ratio DOUBLE NOT NULL,
+    PRIMARY KEY (causal_chain_id, position));
+";
+
+/// Columns added after a table first shipped (idempotent; run after [`SCHEMA`]).
+pub const MIGRATIONS: &str =
+    "ALTER TABLE straggler_events ADD COLUMN IF NOT EXISTS causal_chain_id VARCHAR;";
+
+/// The seeds' names for the stored data, as views (nothing stored twice):
+/// - `events`: every metric data point (`points`) with its value as `value_double`;
+/// - `node_metrics`: one row per cluster and node: how many points it sent and when
+///   (`points`, `first_ns`, `last_ns`), its health scores (`health_samples`, `avg_score`,
+///   `min_score`, `last_score`), its straggler events (`straggler_events`: value 1,
+///   `last_straggler_ns`), the episodes with causal chains (`chain_episodes`) and its latest
+///   `provider`, `gpu_model` and `gpu_count`.
+pub const VIEWS: &str = "
+CREATE OR REPLACE VIEW events AS
+SELECT ts_ns, cluster_id, node_id, metric, kind, value AS value_double, causal_chain_id,
+       attributes, resource
+FROM points;
+CREATE OR REPLACE VIEW node_metrics AS
+WITH p AS (SELECT cluster_id, node_id, count(*) AS points, min(ts_ns) AS first_ns,
+                  max(ts_ns) AS last_ns
+           FROM points GROUP BY cluster_id, node_id),
+     h AS (SELECT cluster_id, node_id, count(*) AS health_samples, avg(score) AS avg_score,
+                  min(score) AS min_score, arg_max(score, ts_ns) AS last_score
+           FROM health_scores GROUP BY cluster_id, node_id),
+     e AS (SELECT cluster_id, node_id, count(*) FILTER (WHERE value = 1) AS straggler_events,
+                  max(ts_ns) FILTER (WHERE value = 1) AS last_straggler_ns
+           FROM straggler_events GROUP BY cluster_id, node_id),
+     c AS (SELECT cluster_id, node_id, count(DISTINCT causal_chain_id) AS chain_episodes
+           FROM causal_chains GROUP BY cluster_id, node_id),
+     i AS (SELECT cluster_id, node_id, arg_max(provider, ts_ns) AS provider,
+                  arg_max(gpu_model, ts_ns) AS gpu_model, arg_max(gpu_count, ts_ns) AS gpu_count
+           FROM node_info GROUP BY cluster_id, node_id)
+SELECT p.cluster_id, p.node_id, p.points, p.first_ns, p.last_ns,
+       coalesce(h.health_samples, 0) AS health_samples, h.avg_score, h.min_score, h.last_score,
+       coalesce(e.straggler_events, 0) AS straggler_events, e.last_straggler_ns,
+       coalesce(c.chain_episodes, 0) AS chain_episodes, i.provider, i.gpu_model, i.gpu_count
+FROM p
+LEFT JOIN h ON h.cluster_id IS NOT DISTINCT FROM p.cluster_id AND h.node_id IS NOT DISTINCT FROM p.node_id
+LEFT JOIN e ON e.cluster_id IS NOT DISTINCT FROM p.cluster_id AND e.node_id IS NOT DISTINCT FROM p.node_id
+LEFT JOIN c ON c.cluster_id IS NOT DISTINCT FROM p.cluster_id AND c.node_id IS NOT DISTINCT FROM p.node_id
+LEFT JOIN i ON i.cluster_id IS NOT DISTINCT FROM p.cluster_id AND i.node_id IS NOT DISTINCT FROM p.node_id;
 ";
 
 /// Reader connections kept for reuse.
@@ -182,6 +232,8 @@ pub struct StoreStats {
     pub refused_full: AtomicU64,
     /// Metric points dropped at ingest for a NaN or infinite value.
     pub rejected_nonfinite: AtomicU64,
+    /// `ingero.causal_chains` attributes refused at ingest (malformed or hostile).
+    pub rejected_causal_chains: AtomicU64,
     pub retention_runs: AtomicU64,
     pub retention_deleted_rows: AtomicU64,
     pub retention_failures: AtomicU64,
@@ -315,7 +367,9 @@ impl Store {
             owner_only(&path);
         }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        conn.execute_batch(MIGRATIONS).map_err(open_err)?;
         rollup::migrate(&conn).map_err(open_err)?;
+        conn.execute_batch(VIEWS).map_err(open_err)?;
         let (flushed_seq, recovered) = rollup::recover(&conn).map_err(open_err)?;
         let mut pending = rollup::Pending::default();
         if let Some(r) = recovered {
@@ -808,7 +862,8 @@ impl Writer {
                     r.score,
                     r.dominant_signal,
                     r.detection_mode,
-                    r.rank
+                    r.rank,
+                    r.causal_chain_id
                 ])?;
             }
             a.flush()?;
@@ -818,6 +873,9 @@ impl Writer {
                  SELECT DISTINCT ON (event_id) * FROM straggler_events_in; \
                  DELETE FROM straggler_events_in;",
             )?;
+        }
+        if !rows.chains.is_empty() {
+            self.append_chains(&rows.chains)?;
         }
         if !rows.flags.is_empty() {
             let mut a = c.appender("fleet_stragglers")?;
@@ -901,6 +959,49 @@ impl Writer {
             a.flush()?;
         }
         Ok(())
+    }
+
+    /// Store the chains of each episode once: first wins. Of the events in this commit
+    /// that carry chains for an episode, the first one's chains are kept, and only when
+    /// the table holds none of that episode yet; the same chains repeated on every tick of
+    /// the episode (or a retried batch) add nothing, and a later event cannot replace or
+    /// mix into what is stored.
+    fn append_chains(&self, chains: &[crate::rows::ChainRow]) -> Result<(), duckdb::Error> {
+        let c = &self.conn;
+        let mut first: HashMap<&str, (i64, Option<&str>, Option<&str>)> = HashMap::new();
+        let mut a = c.appender_to_catalog_and_db("causal_chains_in", "temp", "main")?;
+        for r in chains {
+            let key = (r.ts_ns, r.event_id.as_deref(), r.node_id.as_deref());
+            if *first.entry(r.causal_chain_id.as_str()).or_insert(key) != key {
+                continue;
+            }
+            let ch = &r.chain;
+            a.append_row(params![
+                r.causal_chain_id,
+                r.position,
+                r.ts_ns,
+                r.cluster_id,
+                r.node_id,
+                r.event_id,
+                ch.id,
+                ch.severity,
+                ch.summary,
+                ch.root_cause,
+                ch.explanation,
+                serde_json::to_string(&ch.causes).unwrap_or_else(|_| "[]".into()),
+                serde_json::to_string(&ch.recommendations).unwrap_or_else(|_| "[]".into()),
+                ch.cuda_op,
+                ch.cuda_p99_us,
+                ch.tail_ratio
+            ])?;
+        }
+        a.flush()?;
+        drop(a);
+        c.execute_batch(
+            "INSERT OR IGNORE INTO causal_chains SELECT * FROM causal_chains_in \
+             WHERE causal_chain_id NOT IN (SELECT causal_chain_id FROM causal_chains); \
+             DELETE FROM causal_chains_in;",
+        )
     }
 
     /// Delete rows older than `max_age`, then, while the database uses more than

@@ -52,7 +52,10 @@ pub fn now_ns() -> u64 {
 /// A running Echo.
 pub struct Echo {
     pub otlp_http: u16,
+    pub otlp_grpc: u16,
     pub api: u16,
+    /// The self-telemetry port (served only with [`Opts::telemetry`]).
+    pub telemetry: u16,
     pub dir: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -68,9 +71,17 @@ pub struct Opts {
     pub data_dir: Option<PathBuf>,
     /// Merged into `extensions.echo_api` (e.g. a `tls` block).
     pub api: Value,
+    /// Serve the self-telemetry (Prometheus) on [`Echo::telemetry`].
+    pub telemetry: bool,
 }
 
 pub fn config(o: &Opts, dir: &Path, http: u16, grpc: u16, api: u16) -> Value {
+    config_with_telemetry(o, dir, [http, grpc, api, 0])
+}
+
+/// [`config`], with the self-telemetry on `ports[3]` when `o.telemetry`.
+pub fn config_with_telemetry(o: &Opts, dir: &Path, ports: [u16; 4]) -> Value {
+    let [http, grpc, api, telemetry] = ports;
     let mut store = json!({"data_dir": dir.display().to_string(), "memory_limit": "512MB"});
     if let (Some(s), Some(extra)) = (store.as_object_mut(), o.store.as_object()) {
         for (k, v) in extra {
@@ -108,6 +119,11 @@ pub fn config(o: &Opts, dir: &Path, http: u16, grpc: u16, api: u16) -> Value {
         enabled.insert(0, "ingero_auth".into());
     }
     extensions["echo_api"] = api_cfg;
+    let metrics = if o.telemetry {
+        json!({"level": "normal", "readers": [{"pull": {"exporter": {"prometheus": {"host": "127.0.0.1", "port": telemetry}}}}]})
+    } else {
+        json!({"level": "none"})
+    };
     json!({
         "receivers": {"otlp": {"protocols": {
             "http": {"endpoint": format!("127.0.0.1:{http}")},
@@ -122,7 +138,7 @@ pub fn config(o: &Opts, dir: &Path, http: u16, grpc: u16, api: u16) -> Value {
                 "traces": {"receivers": ["otlp"], "exporters": ["echo"]},
                 "logs": {"receivers": ["otlp"], "exporters": ["echo"]}
             },
-            "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "warn"}}
+            "telemetry": {"metrics": metrics, "logs": {"level": "warn"}}
         }
     })
 }
@@ -144,8 +160,8 @@ impl Echo {
     /// Plan and run; `Err` carries a start failure (e.g. the data directory's lock).
     pub async fn try_start(o: Opts) -> anyhow::Result<Echo> {
         let dir = o.data_dir.clone().unwrap_or_else(|| temp_dir("data"));
-        let [http, grpc, api] = free_ports::<3>();
-        let cfg = config(&o, &dir, http, grpc, api);
+        let [http, grpc, api, telemetry] = free_ports::<4>();
+        let cfg = config_with_telemetry(&o, &dir, [http, grpc, api, telemetry]);
         let plan = Plan::build_with(&cfg, &ingero_echo::components()).map_err(|e| {
             anyhow::anyhow!("{:?}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>())
         })?;
@@ -162,7 +178,9 @@ impl Echo {
         ));
         let mut echo = Echo {
             otlp_http: http,
+            otlp_grpc: grpc,
             api,
+            telemetry,
             dir,
             stop: Some(tx),
             handle: Some(handle),

@@ -3,11 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod chains;
 mod common;
 mod hostile;
 mod misc;
 mod nulls;
 mod scale;
+mod seeds;
 mod tls;
 
 use common::*;
