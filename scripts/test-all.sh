@@ -152,6 +152,14 @@ if [ "$(id -u)" = 0 ]; then
     > "$TARGET_DIR/gpu-e2e-fake-sync.json" || { cat "$TARGET_DIR/gpu-e2e-fake-sync.json"; exit 1; }
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({"verdict": r["verdict"]["checks"], "stall": r["injections"][0]}))' \
     "$TARGET_DIR/gpu-e2e-fake-sync/report.json"
+  # The straggler arrives with its cause: six agents with their stores on loops of the fake
+  # CUDA libraries, Fleet forwarding to Echo; node-0's loop gets a CPU hog on its CPU and a
+  # 1 % CPU quota. Judged: the view (JSON and headless Chromium) shows node-0 with a cause
+  # naming CPU contention, Echo's event_history returns its chains (cpu_contention) and the
+  # MCP investigate prompt names them.
+  log "the straggler arrives with its cause: agents -> Fleet -> Echo, the view in Chromium (scripts/chains-e2e.sh)"
+  scripts/chains-e2e.sh > "$TARGET_DIR/chains-e2e.json" || { cat "$TARGET_DIR/chains-e2e.json"; exit 1; }
+  tail -n 1 "$TARGET_DIR/chains-e2e.json"
 fi
 # ---- packaging: archives, units, images, charts (docs/deploy.md) -------------------------
 # All on the debug binaries the tests built: release.sh's dev profile packages them (only

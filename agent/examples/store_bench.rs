@@ -1,5 +1,6 @@
 //! Event-store benchmarks (numbers in docs/benchmarks.md): the writer's cost per stored
-//! event and `explain` over a store of N events.
+//! event, `explain` over a store of N events, and the agent's per-episode explain (the
+//! straggler edge's run over the episode's range) for a few episode lengths.
 //!
 //! `cargo run --release -p ingero-agent --example store_bench -- [events] [dir]`
 //! (default 1,000,000 events, the system temporary directory).
@@ -9,6 +10,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use ingero_agent::investigate::episode;
 use ingero_agent::investigate::explain::{ExplainOptions, explain, render};
 use ingero_agent::store::schema::{op, source};
 use ingero_agent::store::{AggregateRow, EventRow, Store, StoreOptions};
@@ -104,5 +106,28 @@ fn main() {
         r.chains.len()
     );
     print!("{}", render(&r));
+
+    // The straggler edge's run: explain over the episode's range (a lead before its start
+    // to the newest record), as the agent runs it off the tick. Median of 5.
+    for episode_s in [10u64, 120, 450] {
+        let range = episode::range_for(Duration::from_secs(episode_s));
+        let mut took = Vec::new();
+        let mut found = None;
+        for _ in 0..5 {
+            let start = Instant::now();
+            found = episode::explain_store(&path, range).unwrap();
+            took.push(start.elapsed());
+        }
+        took.sort();
+        println!(
+            "episode explain: episode {episode_s} s, range {} s ({} events): median {:.1} ms (min {:.1}, max {:.1}); chains JSON: {} bytes",
+            range.as_secs(),
+            (range.as_secs() as i64 * rate).min(n),
+            took[2].as_secs_f64() * 1e3,
+            took[0].as_secs_f64() * 1e3,
+            took[4].as_secs_f64() * 1e3,
+            found.map_or(0, |s| s.len())
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

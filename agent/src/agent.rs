@@ -98,6 +98,8 @@ pub struct Agent {
     /// The last tick's barrier-wait share and the collectives with a wait since start.
     last_sync_wait: f64,
     barrier_waits: u64,
+    /// Runs `explain` over the store for the current straggler episode (with a store).
+    explainer: Option<crate::investigate::episode::EpisodeExplainer>,
 }
 
 /// Most NCCL points kept for the barrier-wait share.
@@ -178,7 +180,13 @@ impl Agent {
             },
             last_sync_wait: 0.0,
             barrier_waits: 0,
+            explainer: None,
         }
+    }
+
+    /// Attach the cause of each straggler episode, found by `explain` over this store.
+    pub fn set_episode_explainer(&mut self, x: crate::investigate::episode::EpisodeExplainer) {
+        self.explainer = Some(x);
     }
 
     /// A GPU utilization reader (NVML): utilization above 0 keeps the node out of IDLE.
@@ -309,9 +317,14 @@ impl Agent {
                 "straggler_state transition"
             );
         }
+        // The episode's cause, as far as explain has found it by now (never waited for).
+        let cause = self
+            .explainer
+            .as_mut()
+            .and_then(|x| x.on_emission(e.straggler, now));
         let mut result = None;
         if let Some(push) = &self.push {
-            let req = payload::straggler_request(&self.identity, e, &event_id, now);
+            let req = payload::straggler_request(&self.identity, e, &event_id, cause.as_ref(), now);
             let r = push.push(PushKind::StragglerEvent, &req).await;
             if !r.ok() {
                 tracing::debug!(
@@ -337,6 +350,10 @@ impl Agent {
                     event_id: &event_id,
                     rank,
                     world_size,
+                    causal_chain_id: cause.as_ref().map(|c| c.chain_id.as_str()),
+                    causal_chains: cause
+                        .as_ref()
+                        .and_then(|c| serde_json::from_str(&c.chains_json).ok()),
                 })
                 .await;
             } else {

@@ -575,6 +575,13 @@ async fn run_agent(
     if let Some(nvml) = nvml {
         agent.set_gpu_activity(Box::new(move || nvml.gpu_utilization()));
     }
+    if store.is_some() {
+        // Each straggler episode is sent with its cause, found in this store.
+        agent.set_episode_explainer(ingero_agent::investigate::episode::EpisodeExplainer::new(
+            cfg.store.path.clone(),
+            agent_identity(&cfg),
+        ));
+    }
     agent.restore_baseline(cfg.fleet.persist_stale_age);
     if cfg.fleet.provider == ProviderSetting::Auto && built.push.is_some() {
         let cell = built.provider.clone();

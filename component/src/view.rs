@@ -84,6 +84,23 @@ pub struct WaitingCostView {
     pub computed_at_unix_nano: u64,
 }
 
+/// The top causal chain of one straggler episode, as the node's agent last sent it on its
+/// straggler event (`ingero.causal_chain_id`, `ingero.causal_chains`: this project's
+/// extension; the Go agent sends none).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StragglerCause {
+    pub node_id: Arc<str>,
+    pub causal_chain_id: Arc<str>,
+    /// `HIGH`, `MEDIUM` or `LOW` as the agent sent it.
+    pub severity: Arc<str>,
+    pub summary: Arc<str>,
+    pub root_cause: Arc<str>,
+    /// Chains the event carried (the first, most severe, is the one shown).
+    pub chains: u32,
+    /// When Fleet received it, Unix nanoseconds.
+    pub received_at_unix_nano: u64,
+}
+
 /// A processor's current per-cluster state for the view. Every method has a default, so a
 /// source implements only what it knows.
 pub trait ClusterViewSource: Send + Sync {
@@ -95,6 +112,11 @@ pub trait ClusterViewSource: Send + Sync {
     /// The cost of waiting in `cluster` now, `None` when this source knows nothing of it.
     fn waiting_cost(&self, _cluster: &str) -> Option<WaitingCostView> {
         None
+    }
+
+    /// The known cause of each straggler of `cluster` that has one.
+    fn straggler_causes(&self, _cluster: &str) -> Vec<StragglerCause> {
+        Vec::new()
     }
 }
 

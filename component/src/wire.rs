@@ -67,6 +67,12 @@ pub mod attr {
     pub const NCCL_PEER_RANK: &str = "nccl.peer_rank";
     /// Added by this project's agent: per-communicator operation sequence number.
     pub const NCCL_OP_SEQ: &str = "nccl.op_seq";
+    /// Added by this project's agent on a straggler event of value 1 (and its detection
+    /// span): one id per straggler episode, `<node id>:<episode start, Unix ms>`.
+    pub const CAUSAL_CHAIN_ID: &str = "ingero.causal_chain_id";
+    /// Added by this project's agent beside [`CAUSAL_CHAIN_ID`]: the episode's top causal
+    /// chains as a compact JSON array (at most 3, at most 4,000 bytes).
+    pub const CAUSAL_CHAINS: &str = "ingero.causal_chains";
 }
 
 /// Values of `ingero.node.state`.

@@ -37,8 +37,60 @@ fn node(i: usize) -> String {
     format!("gpu-node-{i:02}")
 }
 
-/// One health push per node; `straggler` scores far below its peers.
+/// The cause the straggler's agent sends: hostile text in every field the page shows.
+const HOSTILE_SUMMARY: &str =
+    "cudaStreamSynchronize 3x slower <img src=x onerror=\"window.__pwned=1\">";
+const HOSTILE_ROOT: &str = "CPU contention </td><script>window.__pwned=2</script>";
+
+fn episode_id(node_id: &str) -> String {
+    format!("{node_id}:1700000000000")
+}
+
+/// This project's agent's straggler event (value 1) with its episode's causal chains.
+fn push_straggler_event(addr: SocketAddr, node_id: &str) {
+    let chains = serde_json::json!([{
+        "id": format!("{node_id}:cpu-cudaStreamSynchronize"),
+        "severity": "HIGH",
+        "causes": ["cpu_contention"],
+        "summary": HOSTILE_SUMMARY,
+        "root_cause": HOSTILE_ROOT,
+        "recommendations": ["Pin the training process to dedicated cores"],
+        "cuda_op": "cudaStreamSynchronize",
+        "cuda_p99_us": 4200,
+        "tail_ratio": 12.5
+    }])
+    .to_string();
+    let s = |k: &str, v: &str| serde_json::json!({"key": k, "value": {"stringValue": v}});
+    let body = serde_json::json!({"resourceMetrics": [{
+        "resource": {"attributes": [s("ingero.node.id", node_id), s("ingero.cluster.id", CLUSTER)]},
+        "scopeMetrics": [{
+            "scope": {"name": "ingero.health", "version": "0.10.0"},
+            "metrics": [{
+                "name": "ingero.node.straggler_event",
+                "unit": "1",
+                "gauge": {"dataPoints": [{
+                    "timeUnixNano": now_ns().to_string(),
+                    "asInt": "1",
+                    "attributes": [
+                        s("ingero.detection_mode", "fleet"),
+                        s("dominant_signal", "cpu"),
+                        s("ingero.event.id", "6f1c0d7e-0000-4000-8000-000000000001"),
+                        s("ingero.causal_chain_id", &episode_id(node_id)),
+                        s("ingero.causal_chains", &chains),
+                    ]
+                }]}
+            }]
+        }]
+    }]});
+    let r = push_json(addr, CLUSTER, &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.text().contains("rejected"), "{}", r.text());
+}
+
+/// One health push per node; `straggler` scores far below its peers and its agent sends
+/// its straggler event with the cause.
 fn push_health(addr: SocketAddr, straggler: usize) {
+    push_straggler_event(addr, &node(straggler));
     for i in 0..NODES {
         let score = if i == straggler {
             0.55
@@ -250,6 +302,20 @@ fn view_page_and_json_show_the_straggler_its_since_history_nccl_and_cost() {
             assert_eq!(n["straggler_since_unix_nano"], Value::Null, "{n}");
         }
     }
+    // The cause beside the straggler, as its agent sent it (text, unescaped: the page
+    // escapes); none for the others.
+    for n in v["nodes"].as_array().unwrap() {
+        if n["node_id"] == node(6) {
+            let c = &n["cause"];
+            assert_eq!(c["causal_chain_id"], episode_id(&node(6)), "{n}");
+            assert_eq!(c["severity"], "HIGH");
+            assert_eq!(c["summary"], HOSTILE_SUMMARY);
+            assert_eq!(c["root_cause"], HOSTILE_ROOT);
+            assert_eq!(c["chains"], 1);
+        } else {
+            assert_eq!(n["cause"], Value::Null, "{n}");
+        }
+    }
     let last = history.last().unwrap();
     assert_eq!(last["t_unix_nano"].as_u64(), Some(published));
     assert_eq!(last["threshold"], v["threshold"]);
@@ -312,6 +378,22 @@ fn view_page_and_json_show_the_straggler_its_since_history_nccl_and_cost() {
         .unwrap();
     assert!(since2 > since6);
     assert!(v2["generation"].as_u64() > v["generation"].as_u64());
+    // Node 6's agent no longer sends: its cause expires with it; node 2's is shown.
+    let cause_of = |v: &Value, i: usize| {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node_id"] == node(i))
+            .map(|n| n["cause"].clone())
+            .unwrap_or(Value::Null)
+    };
+    wait_for(Duration::from_secs(15), || {
+        let v = view_json(admin).json();
+        (cause_of(&v, 6).is_null() && cause_of(&v, 2)["causal_chain_id"] == episode_id(&node(2)))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("node 6's cause never cleared: {}", view_json(admin).text()));
     drop(pusher);
 
     // Bad requests: clear errors, nothing echoed.
@@ -506,6 +588,8 @@ fn view_in_headless_chromium_shows_the_straggler_and_follows_changes() {
         .env("FIRST_STRAGGLER", node(6))
         .env("SECOND_STRAGGLER", node(2))
         .env("LATE_RANK", LATE_RANK.to_string())
+        .env("CAUSE_SUMMARY", HOSTILE_SUMMARY)
+        .env("CAUSE_ROOT", HOSTILE_ROOT)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1,6 +1,7 @@
 // Drives the live cluster view in headless Chromium for fleet/tests/e2e_view.rs.
 // Env: VIEW_URL, CHROMIUM, PLAYWRIGHT_CORE (directory), OUT_DIR, FIRST_STRAGGLER,
-// SECOND_STRAGGLER, LATE_RANK. Prints "PHASE1 OK", waits for "next" on stdin (the test
+// SECOND_STRAGGLER, LATE_RANK, CAUSE_SUMMARY, CAUSE_ROOT (the hostile cause text the first
+// straggler's agent sent). Prints "PHASE1 OK", waits for "next" on stdin (the test
 // changes the data), prints "PHASE2 OK". Any page error or console error fails the run
 // (a Content-Security-Policy violation is one).
 "use strict";
@@ -48,6 +49,20 @@ function nextLine() {
     const cells = await page.$$eval(row(first) + " td", (tds) => tds.map((t) => t.textContent));
     if (cells[0] !== first) throw new Error("straggler row names " + cells[0]);
     if (cells[3] === "-" || cells[4] === "-") throw new Error("no straggler-since: " + cells.join(" | "));
+    // The cause beside the straggler: the hostile text shown as text, nothing executed or
+    // turned into elements.
+    const cause = await page.$eval(row(first) + " td.cause", (td) => ({
+      sev: td.querySelector(".sev").textContent,
+      summary: td.querySelector(".summary").textContent,
+      root: td.querySelector(".root").textContent,
+      elements: td.querySelectorAll("img, script").length,
+    }));
+    if (cause.sev !== "HIGH") throw new Error("cause severity: " + JSON.stringify(cause));
+    if (cause.summary !== env("CAUSE_SUMMARY")) throw new Error("cause summary: " + JSON.stringify(cause));
+    if (cause.root !== "root cause: " + env("CAUSE_ROOT")) throw new Error("cause root: " + JSON.stringify(cause));
+    if (cause.elements !== 0) throw new Error("cause text became elements: " + JSON.stringify(cause));
+    const pwned = await page.evaluate(() => window.__pwned);
+    if (pwned !== undefined) throw new Error("hostile cause text executed: " + pwned);
     await page.waitForSelector(`#nccl .late[data-rank="${lateRank}"]`, { timeout: 30000 });
     const late = await page.textContent(`#nccl .late[data-rank="${lateRank}"]`);
     if (!/ms behind/.test(late)) throw new Error("late rank text: " + late);

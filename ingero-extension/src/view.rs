@@ -20,7 +20,9 @@ use std::sync::Arc;
 use component::Timestamp;
 use component::api::ApiResponse;
 use component::threshold::{ClusterReport, CohortDiagnostics};
-use component::view::{ClusterViewSource, PeerLagStream, ViewBoard, WaitingCostView};
+use component::view::{
+    ClusterViewSource, PeerLagStream, StragglerCause, ViewBoard, WaitingCostView,
+};
 use parking_lot::RwLock;
 use serde::Serialize;
 
@@ -183,12 +185,16 @@ impl SourceBoard {
         self.len() == 0
     }
 
-    fn collect(&self, cluster: &str) -> (Vec<PeerLagStream>, usize, Vec<WaitingCostView>) {
+    fn collect(&self, cluster: &str) -> Collected {
         let sources = self.sources.read().clone();
         let mut streams = Vec::new();
         let mut left_out = 0;
         let mut cost = Vec::new();
+        let mut causes = HashMap::new();
         for s in &sources {
+            for c in s.straggler_causes(cluster) {
+                causes.insert(c.node_id.clone(), c);
+            }
             if let Some(p) = s.peer_lag(cluster) {
                 streams.extend(p.streams);
                 left_out += p.streams_left_out;
@@ -197,9 +203,18 @@ impl SourceBoard {
                 cost.push(c);
             }
         }
-        (streams, left_out, cost)
+        (streams, left_out, cost, causes)
     }
 }
+
+/// What the sources say of one cluster: peer-lag streams and those left out, waiting cost,
+/// and the known cause per straggler node.
+type Collected = (
+    Vec<PeerLagStream>,
+    usize,
+    Vec<WaitingCostView>,
+    HashMap<Arc<str>, StragglerCause>,
+);
 
 /// One node in the view.
 #[derive(Serialize)]
@@ -212,6 +227,20 @@ struct ViewNode<'a> {
     /// First publish of the current straggler streak; `null` for a healthy node.
     straggler_since_unix_nano: Option<u64>,
     last_seen_unix_nano: u64,
+    /// The top causal chain the node's agent sent with its straggler event; `null` when
+    /// none is known (always, for the Go agent).
+    cause: Option<NodeCause>,
+}
+
+/// [`StragglerCause`] without the node id its row already shows.
+#[derive(Serialize)]
+struct NodeCause {
+    causal_chain_id: Arc<str>,
+    severity: Arc<str>,
+    summary: Arc<str>,
+    root_cause: Arc<str>,
+    chains: u32,
+    received_at_unix_nano: u64,
 }
 
 /// The body of `GET /api/v1/view?cluster_id=ID`.
@@ -243,6 +272,8 @@ pub(crate) fn cluster_view(
         (h.points(&report.cluster_id), h.since(&report.cluster_id))
     };
     let d = &report.diagnostics;
+    let (peer_lag, peer_lag_streams_left_out, waiting_cost, mut causes) =
+        board.collect(&report.cluster_id);
     let nodes = d
         .nodes
         .iter()
@@ -258,9 +289,16 @@ pub(crate) fn cluster_view(
                 None
             },
             last_seen_unix_nano: n.last_seen_unix_nano,
+            cause: causes.remove(&n.node_id).map(|c| NodeCause {
+                causal_chain_id: c.causal_chain_id,
+                severity: c.severity,
+                summary: c.summary,
+                root_cause: c.root_cause,
+                chains: c.chains,
+                received_at_unix_nano: c.received_at_unix_nano,
+            }),
         })
         .collect();
-    let (peer_lag, peer_lag_streams_left_out, waiting_cost) = board.collect(&report.cluster_id);
     let body = ClusterView {
         summary: crate::routes::ClusterSummary::of(report),
         published_at_unix_nano: published_at.map(|t| t.as_nanos()),
@@ -439,7 +477,8 @@ mod tests {
         b.register(s);
         b.register(Arc::new(Fixed));
         assert_eq!(b.len(), 2);
-        let (streams, left, cost) = b.collect("x");
+        let (streams, left, cost, causes) = b.collect("x");
+        assert!(causes.is_empty());
         assert!(streams.is_empty());
         assert_eq!(left, 0);
         assert_eq!(cost.len(), 2);

@@ -335,7 +335,7 @@ impl Ingest {
             .scope_metrics
             .iter()
             .flat_map(|sm| sm.metrics.iter())
-            .filter(|m| crate::READS_METRICS.contains(&m.name.as_str()))
+            .filter(|m| m.name == metric::HEALTH_SCORE)
             .collect();
         if health.is_empty() {
             return;

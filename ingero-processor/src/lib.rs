@@ -16,6 +16,9 @@
 //!   straggler classifier per node ([`classifier`]). Reports go to the threshold sink of
 //!   the `ingero_threshold` extension; straggler nodes come back as
 //!   `ingero.fleet.node.straggler` gauges for downstream processors ([`tick`]).
+//! - **Causes** ([`causes`]): the top causal chain this project's agent attaches to its
+//!   `ingero.node.straggler_event` points is kept per node for the live view (a
+//!   [`component::view::ClusterViewSource`]), cleared by the recovery event or expiry.
 //! - **Telemetry** ([`telemetry`]): self-metric families and diagnostics JSON, read from
 //!   the last tick's snapshot and the push path's counters.
 //!
@@ -37,6 +40,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod causes;
 pub mod classifier;
 pub mod cluster;
 pub mod config;
@@ -65,7 +69,10 @@ pub use factory::FACTORY;
 /// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `ingest.rs`
 /// (`ffi/tests/select_differential.rs` checks that a batch cut down to them gives the same
 /// outcome, telemetry, diagnostics and tick output).
-pub const READS_METRICS: &[&str] = &[component::wire::metric::HEALTH_SCORE];
+pub const READS_METRICS: &[&str] = &[
+    component::wire::metric::HEALTH_SCORE,
+    component::wire::metric::STRAGGLER_EVENT,
+];
 
 /// The only resource attributes `process` reads (the C ABI decodes only these).
 pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
@@ -78,6 +85,8 @@ pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
 pub const READS_POINT_ATTRIBUTES: &[&str] = &[
     component::wire::attr::NODE_STATE,
     component::wire::attr::CGROUP_PATH_HASH,
+    component::wire::attr::CAUSAL_CHAIN_ID,
+    component::wire::attr::CAUSAL_CHAINS,
 ];
 
 /// Decode, validate and build a processor from its config subtree (`null` = defaults).

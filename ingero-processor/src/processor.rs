@@ -11,6 +11,7 @@ use component::{
 };
 use parking_lot::{Mutex, RwLock};
 
+use crate::causes::CauseBoard;
 use crate::config::IngeroConfig;
 use crate::ingest::{Ingest, IngestLimits};
 use crate::metrics::Counters;
@@ -30,6 +31,7 @@ pub struct IngeroProcessor {
     tick_side: Mutex<TickSide>,
     snapshot: Mutex<Arc<Snapshot>>,
     sink: RwLock<Option<(ComponentId, Arc<dyn ThresholdSink>)>>,
+    causes: Arc<CauseBoard>,
 }
 
 impl std::fmt::Debug for IngeroProcessor {
@@ -72,6 +74,7 @@ impl IngeroProcessor {
             tick_side: Mutex::new(TickSide::default()),
             snapshot: Mutex::new(Arc::new(Snapshot::default())),
             sink: RwLock::new(None),
+            causes: Arc::default(),
             cfg,
         })
     }
@@ -83,6 +86,11 @@ impl IngeroProcessor {
 
     pub fn config(&self) -> &IngeroConfig {
         &self.cfg
+    }
+
+    /// The latest cause per straggler node (the live view reads it).
+    pub fn causes(&self) -> &Arc<CauseBoard> {
+        &self.causes
     }
 
     /// Counters of the push path (tests and the host's debug output).
@@ -104,6 +112,10 @@ impl Processor for IngeroProcessor {
             ),
         }
         *self.sink.write() = found;
+        if let Some((_, board)) = component::view::find_view_board(host) {
+            let view: Arc<dyn component::view::ClusterViewSource> = self.causes.clone();
+            board.register(view);
+        }
         Ok(())
     }
 
@@ -111,6 +123,7 @@ impl Processor for IngeroProcessor {
         let mut out = ProcessOutcome::default();
         for rm in data.iter() {
             self.ingest.resource(rm, ctx, &mut out);
+            self.causes.observe(rm, ctx);
         }
         out
     }
@@ -122,6 +135,7 @@ impl Processor for IngeroProcessor {
         let declared = |id: &str| expected.get(id).copied().unwrap_or(0);
         let mut out = side.run(&self.settings, &tables, declared, self.ingest.budget(), now);
         let forgotten = self.ingest.forget_empty(&out.empty);
+        self.causes.expire(now, self.settings.ttl_nanos);
         side.forget(&forgotten);
         drop(side);
         out.summaries

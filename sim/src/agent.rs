@@ -141,7 +141,7 @@ impl VirtualAgent {
             let event_id = format!("{}-{}", self.identity.node_id, self.events);
             out.push(Outgoing {
                 kind: PushKind::StragglerEvent,
-                request: payload::straggler_request(&self.identity, e, &event_id, now),
+                request: payload::straggler_request(&self.identity, e, &event_id, None, now),
             });
         }
         if !self.nccl.is_empty() {

@@ -245,7 +245,7 @@ mod tests {
         };
         let mut id = crate::payload::tests::identity();
         id.world_size = 0;
-        let req = straggler_request(&id, &e, "9b2c", Timestamp::from_secs(1));
+        let req = straggler_request(&id, &e, "9b2c", None, Timestamp::from_secs(1));
         let v: serde_json::Value = serde_json::from_slice(&encode(&req).unwrap()).unwrap();
         let p = &v["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["gauge"]["dataPoints"][0];
         assert_eq!(p["timeUnixNano"], "1000000000");

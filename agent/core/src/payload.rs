@@ -299,20 +299,37 @@ pub fn health_request(
     ))
 }
 
+/// What this project's agent knows of a straggler episode's cause (an extension to spec
+/// 1.5, not part of the Go agent's contract): the episode's id and its top causal chains as
+/// compact JSON. Absent while no chain is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpisodeCause {
+    /// `<node id>:<episode start, Unix ms>`, the same on every event of the episode.
+    pub chain_id: String,
+    /// A JSON array of 1 to 3 chains, most severe first, at most 4,000 bytes.
+    pub chains_json: String,
+}
+
 /// The straggler-event push (spec 1.5): value 1 while a straggler, 0 once on recovery.
+/// `cause` is attached to a value-1 event only; the recovery event never carries one.
 pub fn straggler_request(
     id: &Identity,
     e: &StragglerEmission,
     event_id: &str,
+    cause: Option<&EpisodeCause>,
     now: Timestamp,
 ) -> ExportMetricsServiceRequest {
-    let attrs = vec![
+    let mut attrs = vec![
         kv_str(attr::DETECTION_MODE, e.mode.as_str()),
         kv_double(attr::THRESHOLD, e.threshold),
         kv_double(attr::SCORE, e.score),
         kv_str(attr::DOMINANT_SIGNAL, e.dominant_signal),
         kv_str(attr::EVENT_ID, event_id),
     ];
+    if let (true, Some(c)) = (e.straggler, cause) {
+        attrs.push(kv_str(attr::CAUSAL_CHAIN_ID, &c.chain_id));
+        attrs.push(kv_str(attr::CAUSAL_CHAINS, &c.chains_json));
+    }
     let m = gauge(
         metric::STRAGGLER_EVENT,
         "1",
@@ -475,7 +492,7 @@ pub(crate) mod tests {
             mode: DetectionMode::FleetCached,
             dominant_signal: "compute",
         };
-        let r = straggler_request(&identity(), &e, "id-1", Timestamp::from_secs(3));
+        let r = straggler_request(&identity(), &e, "id-1", None, Timestamp::from_secs(3));
         let m = &metrics(&r)[0];
         assert_eq!(m.name, metric::STRAGGLER_EVENT);
         let p = &number_points(m)[0];
@@ -491,5 +508,54 @@ pub(crate) mod tests {
         );
         let res = &r.resource_metrics[0].resource.as_ref().unwrap().attributes;
         assert_eq!(get_str(res, resource::PROVIDER), None);
+        // Without a known cause the point is the Go agent's, attribute for attribute.
+        assert_eq!(p.attributes.len(), 5);
+        assert_eq!(get_str(&p.attributes, attr::CAUSAL_CHAIN_ID), None);
+    }
+
+    #[test]
+    fn a_known_cause_rides_on_the_straggler_event_only() {
+        let cause = EpisodeCause {
+            chain_id: "n1:1700000000000".into(),
+            chains_json: r#"[{"id":"c1"}]"#.into(),
+        };
+        let mut e = StragglerEmission {
+            straggler: true,
+            edge: false,
+            score: 0.6,
+            threshold: 0.88,
+            mode: DetectionMode::Fleet,
+            dominant_signal: "cpu",
+        };
+        let r = straggler_request(
+            &identity(),
+            &e,
+            "id-2",
+            Some(&cause),
+            Timestamp::from_secs(3),
+        );
+        let p = &number_points(&metrics(&r)[0])[0];
+        assert_eq!(
+            get_str(&p.attributes, attr::CAUSAL_CHAIN_ID),
+            Some("n1:1700000000000")
+        );
+        assert_eq!(
+            get_str(&p.attributes, attr::CAUSAL_CHAINS),
+            Some(r#"[{"id":"c1"}]"#)
+        );
+        // The recovery edge (value 0) carries none, even when handed one.
+        e.straggler = false;
+        e.edge = true;
+        let r = straggler_request(
+            &identity(),
+            &e,
+            "id-3",
+            Some(&cause),
+            Timestamp::from_secs(4),
+        );
+        let p = &number_points(&metrics(&r)[0])[0];
+        assert_eq!(point_value(p), Some(0.0));
+        assert_eq!(get_str(&p.attributes, attr::CAUSAL_CHAIN_ID), None);
+        assert_eq!(get_str(&p.attributes, attr::CAUSAL_CHAINS), None);
     }
 }

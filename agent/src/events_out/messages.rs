@@ -3,6 +3,11 @@
 //! `type` comes first; `event_id`, `rank` and `world_size` are optional. Unlike the Go
 //! agent, `rank` is sent whenever `world_size` > 0, including rank 0 (spec 8.3 item 11);
 //! it is an optional field, so consumers of version 1 read it either way.
+//!
+//! This project's extension: a `straggler_state` message may end with `causal_chain_id`
+//! (string) and `causal_chains` (a JSON array, the same chains as the straggler event's
+//! `ingero.causal_chains` attribute) while the agent knows the episode's cause. Both are
+//! left out otherwise, so the message is then the Go agent's, byte for byte.
 
 use component::Timestamp;
 use serde::Serialize;
@@ -38,6 +43,10 @@ pub struct StragglerState<'a> {
     pub rank: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub causal_chain_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub causal_chains: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +104,8 @@ mod tests {
             event_id: "e-1",
             rank,
             world_size,
+            causal_chain_id: None,
+            causal_chains: None,
         };
         assert_eq!(
             String::from_utf8(line(&m).unwrap()).unwrap(),
@@ -115,6 +126,31 @@ mod tests {
         assert_eq!(
             String::from_utf8(line(&r).unwrap()).unwrap(),
             "{\"type\":\"straggler_resolved\",\"node_id\":\"n1\",\"cluster_id\":\"c1\",\"timestamp\":\"1970-01-01T00:00:01Z\"}\n"
+        );
+    }
+
+    #[test]
+    fn a_known_cause_ends_the_straggler_state_message() {
+        let m = StragglerState {
+            kind: TYPE_STRAGGLER_STATE,
+            node_id: "n1",
+            cluster_id: "c1",
+            score: 0.5,
+            threshold: 0.88,
+            detection_mode: "fleet",
+            dominant_signal: "cpu",
+            timestamp: timestamp(Timestamp::from_secs(1)),
+            event_id: "e-2",
+            rank: None,
+            world_size: None,
+            causal_chain_id: Some("n1:1000"),
+            causal_chains: serde_json::from_str(r#"[{"id":"c","severity":"HIGH"}]"#).ok(),
+        };
+        assert_eq!(
+            String::from_utf8(line(&m).unwrap()).unwrap(),
+            "{\"type\":\"straggler_state\",\"node_id\":\"n1\",\"cluster_id\":\"c1\",\"score\":0.5,\"threshold\":0.88,\
+             \"detection_mode\":\"fleet\",\"dominant_signal\":\"cpu\",\"timestamp\":\"1970-01-01T00:00:01Z\",\
+             \"event_id\":\"e-2\",\"causal_chain_id\":\"n1:1000\",\"causal_chains\":[{\"id\":\"c\",\"severity\":\"HIGH\"}]}\n"
         );
     }
 }

@@ -1,5 +1,6 @@
 //! The investigation commands over a store: `query`, `explain`, `merge`, `export`.
 
+pub mod episode;
 pub mod explain;
 pub mod export;
 pub mod merge;

@@ -42,13 +42,17 @@ pub const DEFAULT_TENANT_LEFT_DIVISOR: usize = 4;
 pub const MIN_BYTES_PER_CLUSTER: usize = 1024;
 /// Attributes left out of label sets by default: values the Ingero agents put on points
 /// that change with every point (the NCCL operation sequence number of each collective;
-/// the UUID, score and threshold of each straggler event). As labels each would start a
-/// new series per point: unbounded cardinality for Prometheus.
-pub const DEFAULT_DROP_ATTRIBUTES: [&str; 4] = [
+/// the UUID, score and threshold of each straggler event; the episode id and causal
+/// chains this project's agent adds to a straggler event). As labels each would start a
+/// new series per point (or per episode): unbounded cardinality for Prometheus, and the
+/// chains are kilobytes of JSON.
+pub const DEFAULT_DROP_ATTRIBUTES: [&str; 6] = [
     component::wire::attr::NCCL_OP_SEQ,
     component::wire::attr::EVENT_ID,
     component::wire::attr::SCORE,
     component::wire::attr::THRESHOLD,
+    component::wire::attr::CAUSAL_CHAIN_ID,
+    component::wire::attr::CAUSAL_CHAINS,
 ];
 
 /// `resource_to_telemetry_conversion` block.

@@ -639,9 +639,28 @@ fn per_event_attributes_are_not_labels_by_default() {
     // Two straggler events of one node and two NCCL collectives of one rank: everything
     // but the per-event values is equal.
     let p = AgentPush::fleet_node(1, false, now() * 1_000_000_000);
+    // With this project's agent, each also carries its episode id and causal chains.
+    let with_cause = |mut r: component::otlp::ResourceMetrics, id: &str| {
+        if let Some(component::otlp::MetricKind::Gauge(g)) = &mut r.scope_metrics[0].metrics[0].data
+        {
+            let a = &mut g.data_points[0].attributes;
+            a.push(kv_str(attr::CAUSAL_CHAIN_ID, id));
+            a.push(kv_str(
+                attr::CAUSAL_CHAINS,
+                format!(r#"[{{"id":"{id}","severity":"HIGH","summary":"s"}}]"#),
+            ));
+        }
+        r
+    };
     let events = [
-        common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000001", 0.81, 0.42),
-        common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000002", 0.82, 0.40),
+        with_cause(
+            common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000001", 0.81, 0.42),
+            "n1:1000",
+        ),
+        with_cause(
+            common::agent::straggler_event(&p, "6f1c0d7e-0000-4000-8000-000000000002", 0.82, 0.40),
+            "n1:2000",
+        ),
     ];
     let nccl = |seq: i64, t: u64| {
         rm(
@@ -673,7 +692,13 @@ fn per_event_attributes_are_not_labels_by_default() {
     let s = parse(&render(&e, now() + 1, &[]));
     let ev = named(&s, "ingero_node_straggler_event_ratio");
     assert_eq!(ev.len(), 1, "{ev:?}");
-    for key in ["ingero_event_id", "score", "threshold"] {
+    for key in [
+        "ingero_event_id",
+        "score",
+        "threshold",
+        "ingero_causal_chain_id",
+        "ingero_causal_chains",
+    ] {
         assert!(
             !ev[0].labels.contains_key(key),
             "{key} in {:?}",

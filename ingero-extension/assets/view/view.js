@@ -280,6 +280,26 @@
       (n.straggler ? ", straggler" : "") + ")" : "";
   });
 
+  // The top causal chain the node's agent sent (null: none known). Text only.
+  function causeCell(c) {
+    const td = document.createElement("td");
+    td.className = "cause";
+    if (!c) { td.textContent = "-"; td.classList.add("none"); return td; }
+    const sev = document.createElement("span");
+    sev.className = "sev";
+    sev.dataset.severity = String(c.severity);
+    sev.textContent = String(c.severity);
+    const summary = document.createElement("div");
+    summary.className = "summary";
+    summary.textContent = String(c.summary);
+    const root = document.createElement("div");
+    root.className = "root";
+    root.textContent = "root cause: " + String(c.root_cause);
+    td.title = "episode " + String(c.causal_chain_id) + (c.chains > 1 ? " (" + c.chains + " chains)" : "");
+    td.append(sev, summary, root);
+    return td;
+  }
+
   function renderStragglers(v) {
     const body = $("stragglers").tBodies[0];
     const list = (v.nodes || []).filter((n) => n.straggler)
@@ -297,6 +317,7 @@
         td.textContent = text;
         tr.appendChild(td);
       }
+      tr.appendChild(causeCell(n.cause));
       return tr;
     }));
     $("stragglers-empty").hidden = list.length > 0;
