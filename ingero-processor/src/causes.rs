@@ -61,6 +61,18 @@ pub struct CauseCounters {
     pub dropped_cap: AtomicU64,
 }
 
+impl CauseCounters {
+    /// `[stored, malformed, dropped_cap]`, the order of
+    /// [`crate::telemetry::CAUSE_OUTCOMES`].
+    pub fn snapshot(&self) -> [u64; 3] {
+        [
+            self.stored.load(Ordering::Relaxed),
+            self.malformed.load(Ordering::Relaxed),
+            self.dropped_cap.load(Ordering::Relaxed),
+        ]
+    }
+}
+
 /// The latest cause per straggler node, shared by the push path, the tick and the view.
 #[derive(Debug, Default)]
 pub struct CauseBoard {

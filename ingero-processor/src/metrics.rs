@@ -56,6 +56,9 @@ component::metric_set! {
     CLUSTERS: gauge "ingero_fleet_clusters", unit "1", labels [], help "Clusters tracked";
     NODE_RECORDS: gauge "ingero_fleet_node_records", unit "1", labels [],
         help "Node records held across clusters";
+    CAUSES_TOTAL: counter "ingero_fleet_straggler_causes_total", unit "1",
+        labels [LABEL_OUTCOME],
+        help "Causal chains on straggler events, by outcome (stored for the view, malformed, dropped at the node cap)";
 }
 
 // Label names.

@@ -161,6 +161,7 @@ impl Processor for IngeroProcessor {
         let held = Holdings {
             clusters: self.ingest.cluster_count(),
             node_records: self.ingest.budget().used(),
+            causes: self.causes.counters().snapshot(),
         };
         telemetry::families(&snap, self.ingest.counters(), held, out);
     }

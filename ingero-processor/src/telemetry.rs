@@ -21,7 +21,13 @@ pub struct Holdings {
     pub clusters: usize,
     /// Node records held across clusters.
     pub node_records: usize,
+    /// Causal chains on straggler events: stored for the view, malformed, dropped at the
+    /// board's node cap (`crate::causes::CauseCounters`).
+    pub causes: [u64; 3],
 }
+
+/// `outcome` labels of [`m::CAUSES_TOTAL`], in the order of [`Holdings::causes`].
+pub const CAUSE_OUTCOMES: [&str; 3] = ["stored", "malformed", "dropped_cap"];
 
 fn bit(v: bool) -> f64 {
     if v { 1.0 } else { 0.0 }
@@ -116,6 +122,10 @@ pub fn families(snap: &Snapshot, ctr: &Counters, held: Holdings, out: &mut Vec<M
     let records = m::spec::NODE_RECORDS
         .family()
         .with(&[], held.node_records as f64);
+    let mut causes = m::spec::CAUSES_TOTAL.family();
+    for (outcome, n) in CAUSE_OUTCOMES.iter().zip(held.causes) {
+        causes.push(&[(m::LABEL_OUTCOME, outcome)], n as f64);
+    }
 
     out.extend([
         threshold,
@@ -137,6 +147,7 @@ pub fn families(snap: &Snapshot, ctr: &Counters, held: Holdings, out: &mut Vec<M
         dropped,
         clusters,
         records,
+        causes,
     ]);
 }
 

@@ -105,6 +105,7 @@ fn all_families() -> Vec<MetricFamily> {
     let held = Holdings {
         clusters: 2,
         node_records: 18,
+        causes: [5, 2, 1],
     };
     families(&snapshot(), &counters(), held, &mut out);
     out
@@ -158,6 +159,7 @@ fn families_have_the_expected_names_types_and_order() {
             (m::DROPPED_TOTAL, Counter),
             (m::CLUSTERS, Gauge),
             (m::NODE_RECORDS, Gauge),
+            (m::CAUSES_TOTAL, Counter),
         ]
     );
     assert!(fams.iter().all(|f| !f.help.is_empty()));
@@ -267,6 +269,14 @@ fn counters_are_reported_per_label_including_zeros() {
     assert_eq!(dropped(DropReason::CapClusters), Some(0.0));
     assert_eq!(value(&fams, m::CLUSTERS, &[]), Some(2.0));
     assert_eq!(value(&fams, m::NODE_RECORDS, &[]), Some(18.0));
+    assert_eq!(
+        value(&fams, m::CAUSES_TOTAL, &[(m::LABEL_OUTCOME, "malformed")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&fams, m::CAUSES_TOTAL, &[(m::LABEL_OUTCOME, "dropped_cap")]),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -275,9 +285,10 @@ fn an_empty_snapshot_still_reports_the_point_counters() {
     let held = Holdings {
         clusters: 0,
         node_records: 0,
+        causes: [0, 0, 0],
     };
     families(&Snapshot::default(), &Counters::default(), held, &mut out);
-    assert_eq!(out.len(), 19);
+    assert_eq!(out.len(), 20);
     let with_samples: Vec<&str> = out
         .iter()
         .filter(|f| !f.samples.is_empty())
@@ -290,7 +301,8 @@ fn an_empty_snapshot_still_reports_the_point_counters() {
             m::REJECTED_POINTS_TOTAL,
             m::DROPPED_TOTAL,
             m::CLUSTERS,
-            m::NODE_RECORDS
+            m::NODE_RECORDS,
+            m::CAUSES_TOTAL
         ]
     );
 }
@@ -433,6 +445,11 @@ fn the_families_are_the_declared_ones_with_unchanged_names_types_and_help() {
             "ingero_fleet_node_records",
             Gauge,
             "Node records held across clusters",
+        ),
+        (
+            "ingero_fleet_straggler_causes_total",
+            Counter,
+            "Causal chains on straggler events, by outcome (stored for the view, malformed, dropped at the node cap)",
         ),
     ];
     assert_eq!(got, want);
