@@ -100,6 +100,9 @@ pub struct Agent {
     barrier_waits: u64,
     /// Runs `explain` over the store for the current straggler episode (with a store).
     explainer: Option<crate::investigate::episode::EpisodeExplainer>,
+    /// Detection-edge spans (`otlp.enabled`) and the straggler span while it is open.
+    spans: Option<crate::spans::SpanExporter>,
+    straggler_span: Option<crate::spans::OpenSpan>,
 }
 
 /// Most NCCL points kept for the barrier-wait share.
@@ -181,7 +184,14 @@ impl Agent {
             last_sync_wait: 0.0,
             barrier_waits: 0,
             explainer: None,
+            spans: None,
+            straggler_span: None,
         }
+    }
+
+    /// Export `ingero.detection.straggler` spans through `x`.
+    pub fn set_span_exporter(&mut self, x: crate::spans::SpanExporter) {
+        self.spans = Some(x);
     }
 
     /// Attach the cause of each straggler episode, found by `explain` over this store.
@@ -318,10 +328,17 @@ impl Agent {
             );
         }
         // The episode's cause, as far as explain has found it by now (never waited for).
+        // On recovery the span keeps the newest answer of the episode that ends.
+        if !e.straggler
+            && let (Some(span), Some(x)) = (self.straggler_span.as_mut(), self.explainer.as_ref())
+        {
+            span.note_cause(x.newest());
+        }
         let cause = self
             .explainer
             .as_mut()
             .and_then(|x| x.on_emission(e.straggler, now));
+        self.on_span_edge(e, &event_id, cause.as_ref(), now);
         let mut result = None;
         if let Some(push) = &self.push {
             let req = payload::straggler_request(&self.identity, e, &event_id, cause.as_ref(), now);
@@ -370,6 +387,35 @@ impl Agent {
             }
         }
         (event_id, result)
+    }
+
+    /// Open the straggler span on the rising edge (with that event's id), keep the newest
+    /// cause while it lasts, end and queue it on recovery.
+    fn on_span_edge(
+        &mut self,
+        e: &StragglerEmission,
+        event_id: &str,
+        cause: Option<&payload::EpisodeCause>,
+        now: Timestamp,
+    ) {
+        let Some(exporter) = &self.spans else {
+            return;
+        };
+        if e.straggler {
+            if self.straggler_span.is_none() {
+                self.straggler_span = Some(crate::spans::OpenSpan::straggler(
+                    &self.identity,
+                    self.gpu.as_ref().map(|g| g.model.as_str()),
+                    event_id,
+                    now,
+                ));
+            }
+            if let Some(span) = self.straggler_span.as_mut() {
+                span.note_cause(cause.cloned());
+            }
+        } else if let Some(span) = self.straggler_span.take() {
+            exporter.export(span.end(now));
+        }
     }
 
     /// Run one tick at the clock's current time.
@@ -549,6 +595,14 @@ impl Agent {
             s.baseline_samples = b.sample_count();
             s.warmup_samples = b.config().warmup_samples;
             s.straggler_events = self.straggler_events;
+            if let Some(x) = &self.spans {
+                let st = x.stats();
+                s.spans = [
+                    st.exported.load(Ordering::Relaxed),
+                    st.failed.load(Ordering::Relaxed),
+                    st.dropped.load(Ordering::Relaxed),
+                ];
+            }
             if let Some((ok, failed, last)) = push_stats {
                 s.pushes_ok = ok;
                 s.pushes_failed = failed;

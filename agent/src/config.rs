@@ -248,6 +248,35 @@ pub struct MetricsConfig {
     pub listen: String,
 }
 
+/// Detection-edge traces (`otlp.*`): the straggler span over OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpConfig {
+    pub enabled: bool,
+    /// `host:port` or `http(s)://host:port[/path]`; `/v1/traces` is appended.
+    pub endpoint: String,
+    /// Plain http for a bare `host:port`.
+    pub insecure: bool,
+}
+
+impl OtlpConfig {
+    fn validate_into(&self, errs: &mut ConfigErrors) {
+        if self.endpoint.is_empty() {
+            if self.enabled {
+                errs.push("otlp.endpoint", "required when otlp.enabled is true");
+            }
+            return;
+        }
+        if has_crlf(&self.endpoint) {
+            errs.push("otlp.endpoint", "must not contain CR or LF");
+            return;
+        }
+        if let Err(e) = crate::spans::traces_url(&self.endpoint, self.insecure) {
+            errs.push("otlp.endpoint", e);
+        }
+    }
+}
+
 /// The local event store (`ingero-agent explain`, `query`, `merge`, `export` read it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -293,6 +322,8 @@ pub struct AgentConfig {
     pub synthetic: SyntheticConfig,
     pub metrics: MetricsConfig,
     pub store: StoreConfig,
+    /// Detection-edge traces (off by default).
+    pub otlp: OtlpConfig,
     /// The query API (off by default).
     pub api: crate::api::ApiConfig,
 }
@@ -440,6 +471,7 @@ impl ComponentConfig for AgentConfig {
         let mut errs = ConfigErrors::new();
         self.fleet.validate_into(&mut errs);
         self.api.validate_into(&mut errs);
+        self.otlp.validate_into(&mut errs);
         let h = &self.health;
         if !(0.0..0.5).contains(&h.classifier_hysteresis) {
             errs.push(
@@ -520,6 +552,37 @@ mod tests {
     #[test]
     fn default_config_validates() {
         AgentConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn otlp_needs_a_valid_endpoint_when_enabled() {
+        let with = |enabled: bool, endpoint: &str| {
+            let mut c = AgentConfig::default();
+            c.otlp.enabled = enabled;
+            c.otlp.endpoint = endpoint.into();
+            c.validate()
+        };
+        let msg = |r: Result<(), ConfigErrors>| {
+            let e = r.unwrap_err();
+            assert_eq!(paths(&e), ["otlp.endpoint"], "{e}");
+            e.iter().next().unwrap().message.clone()
+        };
+        assert!(msg(with(true, "")).contains("required"));
+        assert!(msg(with(true, "ftp://collector:4318")).contains("not supported"));
+        assert!(msg(with(true, "http://")).contains("no host"));
+        assert!(msg(with(false, "collector:4318\nx")).contains("CR or LF"));
+        with(true, "collector:4318").unwrap();
+        with(true, "https://collector:4318").unwrap();
+        // Off and no endpoint: nothing to check.
+        with(false, "").unwrap();
+        let c: AgentConfig = decode(
+            &parse_yaml(b"otlp:\n  enabled: true\n  endpoint: 127.0.0.1:4318\n  insecure: true\n")
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(c.otlp.enabled && c.otlp.insecure);
+        assert_eq!(c.otlp.endpoint, "127.0.0.1:4318");
+        assert!(decode::<AgentConfig>(&parse_yaml(b"otlp:\n  enable: true\n").unwrap()).is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod procstats;
 pub mod selfmetrics;
 pub mod setup;
 pub mod signals;
+pub mod spans;
 pub mod status;
 pub mod store;
 

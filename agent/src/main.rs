@@ -201,6 +201,15 @@ struct RunArgs {
     /// File with a bearer token (re-read on every request).
     #[arg(long)]
     fleet_token_file: Option<PathBuf>,
+    /// Export detection-edge spans (`ingero.detection.straggler`) over OTLP/HTTP.
+    #[arg(long)]
+    otlp_enabled: bool,
+    /// Traces endpoint: host:port or http(s)://host:port (`/v1/traces` is appended).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
+    /// Plain http for a bare host:port traces endpoint (`--otlp-insecure=false`: https).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    otlp_insecure: Option<bool>,
     #[arg(long)]
     fleet_world_size: Option<u32>,
     #[arg(long)]
@@ -399,6 +408,11 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     if a.fleet_token_file.is_some() {
         f.token_file.clone_from(&a.fleet_token_file);
     }
+    if a.otlp_enabled {
+        c.otlp.enabled = true;
+    }
+    set!(c.otlp.endpoint, a.otlp_endpoint);
+    set!(c.otlp.insecure, a.otlp_insecure);
     {
         let api = &mut c.api;
         if a.api || a.api_listen.is_some() {
@@ -581,6 +595,10 @@ async fn run_agent(
             cfg.store.path.clone(),
             agent_identity(&cfg),
         ));
+    }
+    if let Some(x) = setup::span_exporter(&cfg).map_err(|e| e.to_string())? {
+        tracing::info!(endpoint = %cfg.otlp.endpoint, "detection spans exported");
+        agent.set_span_exporter(x);
     }
     agent.restore_baseline(cfg.fleet.persist_stale_age);
     if cfg.fleet.provider == ProviderSetting::Auto && built.push.is_some() {

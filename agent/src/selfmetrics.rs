@@ -27,6 +27,7 @@ pub const SIGNAL: &str = "ingero_agent_signal";
 pub const TICKS_TOTAL: &str = "ingero_agent_ticks_total";
 pub const PUSHES_TOTAL: &str = "ingero_agent_pushes_total";
 pub const STRAGGLER_EVENTS_TOTAL: &str = "ingero_agent_straggler_events_total";
+pub const SPANS_TOTAL: &str = "ingero_agent_spans_total";
 pub const LAUNCHES_TOTAL: &str = "ingero_agent_launches_total";
 pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
 pub const PROBE_EVENTS_TOTAL: &str = "ingero_agent_probe_events_total";
@@ -153,6 +154,15 @@ pub fn render(s: &StatusSnapshot) -> String {
         "Straggler events emitted (every straggler tick and each recovery).",
     );
     let _ = writeln!(o, "{STRAGGLER_EVENTS_TOTAL} {}", s.straggler_events);
+    head(
+        &mut o,
+        SPANS_TOTAL,
+        "counter",
+        "Detection spans by result: exported, failed (no 2xx), dropped (export queue full).",
+    );
+    for (r, v) in ["exported", "failed", "dropped"].iter().zip(s.spans) {
+        let _ = writeln!(o, "{SPANS_TOTAL}{{result=\"{r}\"}} {v}");
+    }
     head(
         &mut o,
         BARRIER_WAIT_SHARE,
@@ -363,6 +373,7 @@ mod tests {
             threshold: Some(0.82),
             fleet_reachable: true,
             straggler: false,
+            spans: [4, 0, 1],
             ticks: 12,
             pushes_ok: 11,
             pushes_failed: 1,
@@ -409,6 +420,8 @@ mod tests {
             "ingero_agent_threshold 0.82\n",
             "ingero_agent_signal{signal=\"memory\"} 0.7\n",
             "ingero_agent_ticks_total 12\n",
+            "ingero_agent_spans_total{result=\"exported\"} 4\n",
+            "ingero_agent_spans_total{result=\"dropped\"} 1\n",
             "ingero_agent_pushes_total{result=\"failed\"} 1\n",
             "ingero_agent_barrier_wait_share 0.25\n",
             "ingero_agent_nccl_barrier_waits_total 640\n",

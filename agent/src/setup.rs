@@ -31,6 +31,31 @@ pub enum SetupError {
     Transport(#[from] crate::fleet::transport::TransportError),
     #[error("remediation socket: {0}")]
     Socket(#[from] crate::events_out::uds::UdsError),
+    #[error("otlp.endpoint: {0}")]
+    OtlpEndpoint(String),
+}
+
+/// The detection-span exporter when `otlp.enabled` (inside a Tokio runtime): its own
+/// client with the fleet's TLS files and timeout, no bearer token.
+pub fn span_exporter(cfg: &AgentConfig) -> Result<Option<crate::spans::SpanExporter>, SetupError> {
+    let o = &cfg.otlp;
+    if !o.enabled {
+        return Ok(None);
+    }
+    let url =
+        crate::spans::traces_url(&o.endpoint, o.insecure).map_err(SetupError::OtlpEndpoint)?;
+    let f = &cfg.fleet;
+    let tls = TlsFiles {
+        ca: f.tls_ca.clone(),
+        cert: f.tls_cert.clone(),
+        key: f.tls_key.clone(),
+    };
+    let transport = Arc::new(HttpTransport::new(&tls, f.effective_timeout(), None)?);
+    Ok(Some(crate::spans::SpanExporter::start(
+        transport,
+        url,
+        crate::spans::resource(&identity(cfg)),
+    )))
 }
 
 /// What [`build`] returns: the agent, plus the pieces that run beside it.

@@ -35,6 +35,8 @@ pub struct StatusSnapshot {
     pub straggler_events: u64,
     pub uds_sent: u64,
     pub uds_dropped: u64,
+    /// Detection spans exported, failed and dropped (queue full).
+    pub spans: [u64; 3],
     pub probes: String,
     /// The probe thread's counters (eBPF sources only; zero otherwise).
     pub probe_counts: ProbeCounts,

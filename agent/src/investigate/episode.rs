@@ -218,6 +218,13 @@ impl EpisodeExplainer {
         self.episode.as_ref().map(|e| e.chain_id.as_str())
     }
 
+    /// The newest cause of the current episode, without starting a run.
+    pub fn newest(&self) -> Option<EpisodeCause> {
+        let id = self.chain_id()?;
+        let found = self.shared.lock().found.clone();
+        found.filter(|c| c.chain_id == id)
+    }
+
     /// Called on every straggler emission (each straggler tick and the recovery edge):
     /// starts, refreshes or ends the episode and returns the cause known now. Never waits
     /// for a run; must be called inside a Tokio runtime.
@@ -452,12 +459,15 @@ mod tests {
         let v = parse(&c.chains_json);
         assert_eq!(v[0]["causes"][0], "cpu_contention");
         assert_eq!(x.stats().runs, 1);
+        // What the span keeps at the end of the episode.
+        assert_eq!(x.newest(), Some(c.clone()));
         // The recovery ends it: nothing attached, and a new episode has a new id.
         assert!(
             x.on_emission(false, t0.saturating_add(Duration::from_secs(4)))
                 .is_none()
         );
         assert!(x.chain_id().is_none());
+        assert!(x.newest().is_none());
         let t1 = t0.saturating_add(Duration::from_secs(6));
         assert!(
             x.on_emission(true, t1).is_none(),
