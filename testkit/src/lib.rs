@@ -8,6 +8,7 @@
 
 #[cfg(feature = "bench")]
 pub mod cpu_time;
+pub mod crate_graph;
 #[cfg(feature = "push")]
 pub mod push;
 
