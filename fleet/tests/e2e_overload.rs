@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::future::Future as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -514,10 +515,26 @@ fn grpc_connections_beyond_max_connections_evict_an_idle_one_or_are_closed_at_ac
         // is 2 and a call holds its permit while in service).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
+            // A further call can overtake a busy call's headers and take the second
+            // permit: that busy call is then shed, not in service. Open another instead.
+            for i in 0..busy.len() {
+                let answered = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(
+                        std::pin::Pin::new(&mut busy[i].response)
+                            .poll(cx)
+                            .is_ready(),
+                    )
+                })
+                .await;
+                if answered {
+                    drop(busy.remove(i));
+                    busy.insert(i, busy_grpc_conn(addr, &msg).await.expect("within the cap"));
+                }
+            }
             let mut ready = busy[0]._client.clone().ready().await.unwrap();
             let (response, mut body) = ready.send_request(export_request(addr), false).unwrap();
-            body.send_data(bytes::Bytes::from(grpc_frame(&msg)), true)
-                .unwrap();
+            // A shed call may be answered and its stream closed before the body is sent.
+            let _ = body.send_data(bytes::Bytes::from(grpc_frame(&msg)), true);
             let resp = response.await.unwrap();
             if resp.headers().get("grpc-status").is_some_and(|v| v == "14") {
                 break;
