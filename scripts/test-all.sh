@@ -119,9 +119,9 @@ INGERO_ECHO_BIN="$TARGET_DIR/debug/ingero-echo" scripts/echo-bench.sh --phases z
 log "Echo's OpenAPI document under schemathesis (scripts/echo-schemathesis.sh)"
 scripts/echo-schemathesis.sh
 
-log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e_view --ignored)"
+log "live view in headless Chromium (scripts/view-browser-deps.sh, e2e view:: --ignored)"
 scripts/view-browser-deps.sh
-cargo test --workspace --locked --test e2e_view -- --ignored --nocapture
+cargo test --workspace --locked --test e2e view:: -- --ignored --nocapture
 
 # The benchmarks build and link in the dev profile (clippy has already type-checked them):
 # the bench profile's thin-LTO release build of every bench took ~20 min and 1.6 GB on a

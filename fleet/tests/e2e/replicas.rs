@@ -13,8 +13,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-mod common;
-mod tls_support;
+use crate::common;
+use crate::tls_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener};

@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod tls_support;
+use crate::common;
+use crate::tls_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
