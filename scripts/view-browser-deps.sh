@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the live view's browser test (fleet/tests/e2e_view.rs, ignored by default)
+# Installs what the live view's browser test (fleet/tests/e2e/view.rs, ignored by default)
 # needs: Debian's Chromium (apt) and playwright-core (npm, pinned; it downloads no browser)
 # into target/view-browser/. Idempotent; scripts/test-all.sh runs it before the test.
 set -euo pipefail

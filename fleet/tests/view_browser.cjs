@@ -1,4 +1,4 @@
-// Drives the live cluster view in headless Chromium for fleet/tests/e2e_view.rs.
+// Drives the live cluster view in headless Chromium for fleet/tests/e2e/view.rs.
 // Env: VIEW_URL, CHROMIUM, PLAYWRIGHT_CORE (directory), OUT_DIR, FIRST_STRAGGLER,
 // SECOND_STRAGGLER, LATE_RANK, CAUSE_SUMMARY, CAUSE_ROOT (the hostile cause text the first
 // straggler's agent sent). Prints "PHASE1 OK", waits for "next" on stdin (the test

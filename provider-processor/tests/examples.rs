@@ -1,7 +1,7 @@
 //! The example Prometheus rules and Grafana dashboard (top-level `examples/`): promtool
 //! accepts them, and the metrics they read are exactly those tagged `# dashboard` in
 //! `examples/exported-metrics.txt` (which lists every family, this processor's included;
-//! `fleet/tests/e2e_components.rs` holds the whole list to the binary).
+//! `fleet/tests/e2e/components.rs` holds the whole list to the binary).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may unwrap
 
