@@ -94,29 +94,8 @@ fn push_as(f: &Fleet, token: Option<&str>, query_cluster: Option<&str>, body: &s
     )
 }
 
-fn get_as(addr: std::net::SocketAddr, token: Option<&str>, path: &str) -> Resp {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    raw(
-        addr,
-        format!("GET {path} HTTP/1.1\r\nHost: fleet\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
-    )
-}
-
 fn node_push(cluster: &str, node: &str, score: f64) -> String {
     AgentPush::new(cluster, node, score).to_json()
-}
-
-/// Everything a client can observe of a response but the `Date` header.
-fn observable(r: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let h = r
-        .headers
-        .iter()
-        .filter(|(k, _)| !k.eq_ignore_ascii_case("date"))
-        .cloned()
-        .collect();
-    (r.status, h, r.body.clone())
 }
 
 fn audit_lines(dir: &Path) -> Vec<serde_json::Value> {

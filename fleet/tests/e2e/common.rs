@@ -2,7 +2,7 @@
 //! from the `listening` log lines, and talks to it over loopback with a minimal raw HTTP
 //! client (so bad-input tests control every byte on the wire).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,16 +26,21 @@ pub struct Fleet {
 
 pub mod tempdir {
     use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A directory removed on drop.
     #[derive(Debug)]
     pub struct TempDir(PathBuf);
 
     impl TempDir {
+        /// Unique within the run: the tests share one process, so the pid alone does not
+        /// tell two of them apart; a counter does.
         pub fn new(tag: &str) -> TempDir {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
             let p = std::env::temp_dir().join(format!(
-                "ingero-fleet-test-{tag}-{}-{}",
+                "ingero-fleet-test-{tag}-{}-{}-{}",
                 std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed),
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_nanos())
@@ -358,6 +363,28 @@ pub fn post(
     raw(addr, &bytes)
 }
 
+/// GET with `Connection: close` and, given a token, `Authorization: Bearer`.
+pub fn get_as(addr: SocketAddr, token: Option<&str>, path: &str) -> Resp {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    raw(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: fleet\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+}
+
+/// Everything a client can observe of a response but the `Date` header.
+pub fn observable(r: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let h = r
+        .headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("date"))
+        .cloned()
+        .collect();
+    (r.status, h, r.body.clone())
+}
+
 pub fn get(addr: SocketAddr, path_and_query: &str) -> Resp {
     raw(
         addr,
@@ -397,4 +424,22 @@ pub fn prom_value(text: &str, series_prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(series_prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Now, in nanoseconds since the Unix epoch (OTLP timestamps).
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Whether `python3` has the OpenTelemetry SDK's OTLP exporters (HTTP and gRPC); the tests
+/// that drive it print `SKIP:` without them.
+pub fn python_has_otel() -> bool {
+    Command::new("python3")
+        .args(["-c", "import opentelemetry.exporter.otlp.proto.http.metric_exporter, opentelemetry.exporter.otlp.proto.grpc.metric_exporter"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }

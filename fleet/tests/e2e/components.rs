@@ -7,17 +7,10 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use testkit::{AgentPush, NcclPoint, nccl_export_json};
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 fn fleet() -> Fleet {
     Fleet::start_with(
@@ -397,8 +390,8 @@ fn echo_families_in_source() -> BTreeSet<String> {
 /// families it lists.
 #[test]
 fn exported_metrics_file_lists_every_family_both_ways() {
-    let dir = std::env::temp_dir().join(format!("fleet-families-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempdir::TempDir::new("families");
+    let dir = tmp.path();
     let tokens = dir.join("tokens.yaml");
     std::fs::write(
         &tokens,
@@ -449,7 +442,6 @@ fn exported_metrics_file_lists_every_family_both_ways() {
         fleet_listed.is_subset(&d).then_some(d)
     })
     .unwrap_or_else(scrape);
-    let _ = std::fs::remove_dir_all(&dir);
     let unlisted: Vec<_> = declared.difference(&fleet_listed).collect();
     let undeclared: Vec<_> = fleet_listed.difference(&declared).collect();
     assert!(

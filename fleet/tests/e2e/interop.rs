@@ -185,14 +185,6 @@ fn prometheus_and_telemetry_endpoints_pass_promtool() {
     assert!(t.contains("ingero_fleet_push_duration_seconds_bucket"));
 }
 
-fn python_has_otel() -> bool {
-    Command::new("python3")
-        .args(["-c", "import opentelemetry.exporter.otlp.proto.http.metric_exporter, opentelemetry.exporter.otlp.proto.grpc.metric_exporter"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 #[test]
 fn python_otel_sdk_pushes_over_http_and_grpc_reach_prometheus() {
     if !python_has_otel() {

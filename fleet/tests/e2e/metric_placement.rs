@@ -11,7 +11,7 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use testkit::{AgentPush, NcclPoint, nccl_export_json};
@@ -30,13 +30,6 @@ const COMPONENT_PREFIXES: [&str; 6] = [
     "ingero_gpu_",
     "ingero_threshold_",
 ];
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 fn push_agents(f: &Fleet) {
     let now = now_ns();

@@ -116,9 +116,8 @@ fn retry_after_must_be_whole_seconds_within_an_hour() {
             "      http:\n        endpoint: 127.0.0.1:0\n",
             &format!("      http:\n        endpoint: 127.0.0.1:0\n        retry_after: {bad}\n"),
         );
-        let dir = std::env::temp_dir().join(format!("fleet-retry-after-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("bad-{bad}.yaml"));
+        let dir = tempdir::TempDir::new("retry-after");
+        let path = dir.path().join(format!("bad-{bad}.yaml"));
         std::fs::write(&path, cfg).unwrap();
         let out = std::process::Command::new(bin())
             .args(["validate", "--config", path.to_str().unwrap()])

@@ -171,14 +171,6 @@ fn tonic_client_sends_zstd_over_grpc() {
     assert!(page.is_some(), "zstd and gzip gRPC pushes on the exporter");
 }
 
-fn python_has_otel() -> bool {
-    Command::new("python3")
-        .args(["-c", "import opentelemetry.exporter.otlp.proto.http.metric_exporter, opentelemetry.exporter.otlp.proto.grpc.metric_exporter"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 #[test]
 fn python_otel_sdk_exports_with_deflate_and_gzip() {
     if !python_has_otel() {

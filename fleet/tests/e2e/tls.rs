@@ -2,7 +2,7 @@
 //! (rcgen): HTTPS pushes get the threshold headers, gRPC over TLS, the threshold API over
 //! mTLS, the rejections the Ingero e2e suite checks (missing client certificate, wrong CA,
 //! expired client certificate, SAN mismatch), plaintext on a TLS port, certificate reload
-//! without restart (config checks: `e2e_tls_config.rs`).
+//! without restart (config checks: `tls_config.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

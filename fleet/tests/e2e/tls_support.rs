@@ -1,7 +1,8 @@
 //! Test-time PKI (rcgen) and TLS clients (rustls over std sockets, tonic and hyper over
-//! tokio-rustls) for `e2e_tls.rs`.
+//! tokio-rustls) for the TLS tests (`tls.rs`, `tls_config.rs`, `tls_exporter.rs`,
+//! `conn_lifecycle.rs`, `replicas.rs`).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 use std::io::{Read, Write};

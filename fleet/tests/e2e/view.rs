@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -25,13 +25,6 @@ const MODEL: &str = "NVIDIA H100 80GB HBM3";
 const NODES: usize = 8;
 /// The NCCL rank that enters every collective 290 ms late.
 const LATE_RANK: i64 = 5;
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 
 fn node(i: usize) -> String {
     format!("gpu-node-{i:02}")
@@ -434,16 +427,6 @@ const TOKEN_TEAM: &str = "tokT-3b1d9e7a5c2f4a6b8d0e";
 const TOKEN_OPS: &str = "tokO-8e6c4a2b0d9f7e5c3a1b";
 const TOKEN_OTHER: &str = "tokX-1a2b3c4d5e6f7a8b9c0d";
 
-fn get_as(addr: SocketAddr, token: Option<&str>, path: &str) -> Resp {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    raw(
-        addr,
-        format!("GET {path} HTTP/1.1\r\nHost: fleet\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
-    )
-}
-
 /// The admin listener behind `ingero_auth`; pushes stay open (they are not what is tested).
 fn auth_config(dir: &Path) -> String {
     let tokens = dir.join("tokens.yaml");
@@ -471,16 +454,6 @@ fn auth_config(dir: &Path) -> String {
         );
     assert!(cfg.contains("authenticator: ingero_auth"), "{cfg}");
     cfg
-}
-
-fn observable(r: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let h = r
-        .headers
-        .iter()
-        .filter(|(k, _)| !k.eq_ignore_ascii_case("date"))
-        .cloned()
-        .collect();
-    (r.status, h, r.body.clone())
 }
 
 #[test]
