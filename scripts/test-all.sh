@@ -6,8 +6,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Each stage's line carries the minutes and seconds since the start: a slow stage shows in
-# the log of a run that ran long.
-log() { printf '\n=== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+# the log of a run that ran long. At exit (a failure included) a table gives each stage's
+# seconds, from its line to the next stage's.
+stage_names=()
+stage_starts=()
+log() {
+  printf '\n=== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"
+  stage_names+=("$*")
+  stage_starts+=("$SECONDS")
+}
+stage_summary() {
+  local i end n=${#stage_names[@]}
+  [ "$n" -gt 0 ] || return 0
+  printf '\n=== seconds per stage\n'
+  for ((i = 0; i < n; i++)); do
+    if ((i + 1 < n)); then end=${stage_starts[i + 1]}; else end=$SECONDS; fi
+    printf '%6d  %s\n' $((end - stage_starts[i])) "${stage_names[i]}"
+  done
+  printf '%6d  total\n' "$SECONDS"
+}
+trap stage_summary EXIT
 
 # Disk: a fresh run writes several GB (debug build 3.8 GB, the release library for the Go
 # shim, the fuzz build, Go caches). Each stage logs the free space, so an out-of-space
