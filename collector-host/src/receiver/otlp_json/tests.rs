@@ -1,6 +1,6 @@
 //! Hand-written fixtures for the OTLP/JSON metrics decoder, each checked against the
 //! generic serde path (`old`) where the two must agree. Property tests against the same
-//! path are in `collector-host/tests/otlp_json_differential.rs`.
+//! path are in `collector-host/tests/it/otlp_json_differential.rs`.
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyKind;

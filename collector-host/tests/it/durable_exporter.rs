@@ -30,7 +30,7 @@ static META: Metadata = Metadata {
     type_name: "test_durable",
     aliases: &[],
     stability: [Some(Stability::Development), None, None],
-    module: "collector-host/tests/durable_exporter.rs",
+    module: "collector-host/tests/it/durable_exporter.rs",
     singleton: false,
     host_tls: false,
     description: "test exporter that records what it is sent",

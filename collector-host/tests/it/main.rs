@@ -1,0 +1,8 @@
+//! collector-host's integration tests: one binary (each test binary links the whole
+//! dependency graph). One area: `cargo test -p collector-host --test it durable_exporter::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod durable_exporter;
+mod no_ingero_components;
+mod otlp_json_differential;
