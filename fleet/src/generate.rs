@@ -264,6 +264,10 @@ pub fn metric_sections() -> Vec<(&'static str, Vec<&'static str>)> {
     };
     vec![
         ("ingero", names(ingero_processor::metrics::FAMILIES)),
+        (
+            "ingero_threshold",
+            names(ingero_extension::metrics::FAMILIES),
+        ),
         ("nccl_peer_lag", names(nccl_processor::metrics::FAMILIES)),
         ("provider_lookup", provider_processor::metrics::ALL.to_vec()),
         ("host", names(collector_host::telemetry::families::FAMILIES)),
