@@ -8,9 +8,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use component::MetricFamily;
+use component::telemetry::MetricSpec;
 use parking_lot::Mutex;
 
 use crate::server::ListenerStats;
+
+pub mod families;
+
+/// Counts by reason (requests refused, items dropped).
+type ReasonCounts = Mutex<Vec<(&'static str, u64)>>;
 
 /// Which OTLP signal a counter is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,13 +62,13 @@ pub struct ReceiverCounters {
     pub traces: SignalCounters,
     pub logs: SignalCounters,
     /// Requests refused before decoding, by reason.
-    pub rejected_requests: Mutex<Vec<(&'static str, u64)>>,
+    pub rejected_requests: ReasonCounts,
     /// Data points dropped by the ingest screen (cluster identity, size limits), by reason.
-    pub dropped_points: Mutex<Vec<(&'static str, u64)>>,
+    pub dropped_points: ReasonCounts,
     /// Spans dropped by the ingest screen (cluster identity), by reason.
-    pub dropped_spans: Mutex<Vec<(&'static str, u64)>>,
+    pub dropped_spans: ReasonCounts,
     /// Log records dropped by the ingest screen (cluster identity), by reason.
-    pub dropped_log_records: Mutex<Vec<(&'static str, u64)>>,
+    pub dropped_log_records: ReasonCounts,
     pub latency: Histogram,
 }
 
@@ -99,7 +105,7 @@ impl ReceiverCounters {
         }
     }
 
-    fn dropped(&self, signal: Signal) -> &Mutex<Vec<(&'static str, u64)>> {
+    fn dropped(&self, signal: Signal) -> &ReasonCounts {
         match signal {
             Signal::Metrics => &self.dropped_points,
             Signal::Traces => &self.dropped_spans,
@@ -317,264 +323,144 @@ impl Telemetry {
         c
     }
 
-    /// Every host metric as Prometheus families.
+    /// Every host metric as Prometheus families (the gauges and counters of
+    /// [`families::FAMILIES`], in its order).
     pub fn families(&self) -> Vec<MetricFamily> {
+        use families::{LABEL_EXPORTER as EXPORTER, LABEL_LISTENER as LISTENER, spec};
+        use families::{LABEL_OTEL_SIGNAL as SIGNAL, LABEL_PROCESSOR as PROCESSOR};
+        use families::{LABEL_OUTCOME as OUTCOME, LABEL_REASON as REASON};
+        use families::{LABEL_RECEIVER as RECEIVER, LABEL_TRANSPORT as TRANSPORT};
+        let load = |c: &AtomicU64| c.load(Relaxed) as f64;
         let mut fams = Vec::new();
         let receivers = self.receivers.lock().clone();
         for s in Signal::ALL {
-            let item = s.item_name();
-            let mut acc = MetricFamily::counter(
-                &format!("otelcol_receiver_accepted_{item}_total"),
-                &format!("Number of {item} successfully pushed into the pipeline."),
-            );
-            let mut refused = MetricFamily::counter(
-                &format!("otelcol_receiver_refused_{item}_total"),
-                &format!("Number of {item} that could not be pushed into the pipeline."),
-            );
-            let mut failed = MetricFamily::counter(
-                &format!("otelcol_receiver_failed_{item}_total"),
-                &format!("Number of {item} that failed in the receiver (malformed requests)."),
-            );
+            let mut f = families::receiver_specs(s).map(MetricSpec::family);
             for r in &receivers {
-                let l = [
-                    ("receiver", r.receiver.as_str()),
-                    ("transport", r.transport),
-                ];
+                let l = [(RECEIVER, r.receiver.as_str()), (TRANSPORT, r.transport)];
                 let c = r.signal(s);
-                acc.push(&l, c.accepted.load(Relaxed) as f64);
-                refused.push(&l, c.refused.load(Relaxed) as f64);
-                failed.push(&l, c.failed.load(Relaxed) as f64);
-            }
-            fams.extend([acc, refused, failed]);
-        }
-        let mut rej = MetricFamily::counter(
-            "ingero_fleet_rejected_requests_total",
-            "Requests refused by a receiver before decoding, by reason.",
-        );
-        for r in &receivers {
-            for (reason, n) in r.rejected_requests.lock().iter() {
-                rej.push(
-                    &[
-                        ("receiver", &r.receiver),
-                        ("transport", r.transport),
-                        ("reason", reason),
-                    ],
-                    *n as f64,
-                );
-            }
-        }
-        fams.push(rej);
-        for (signal, name, what) in [
-            (
-                Signal::Metrics,
-                "ingero_fleet_receiver_dropped_points_total",
-                "Data points",
-            ),
-            (
-                Signal::Traces,
-                "ingero_fleet_receiver_dropped_spans_total",
-                "Spans",
-            ),
-            (
-                Signal::Logs,
-                "ingero_fleet_receiver_dropped_log_records_total",
-                "Log records",
-            ),
-        ] {
-            let mut dropped = MetricFamily::counter(
-                name,
-                &format!(
-                    "{what} a receiver dropped from a decoded export (answered with partial \
-                     success), by reason."
-                ),
-            );
-            for r in &receivers {
-                for (reason, n) in r.dropped(signal).lock().iter() {
-                    dropped.push(
-                        &[
-                            ("receiver", &r.receiver),
-                            ("transport", r.transport),
-                            ("reason", reason),
-                        ],
-                        *n as f64,
-                    );
+                for (f, n) in f.iter_mut().zip([&c.accepted, &c.refused, &c.failed]) {
+                    f.push(&l, load(n));
                 }
             }
-            fams.push(dropped);
+            fams.extend(f);
+        }
+        let by_reason = |mut f: MetricFamily, which: fn(&ReceiverCounters) -> &ReasonCounts| {
+            for r in &receivers {
+                for (reason, n) in which(r).lock().iter() {
+                    let l = [(RECEIVER, r.receiver.as_str()), (TRANSPORT, r.transport)];
+                    f.push(&[l[0], l[1], (REASON, reason)], *n as f64);
+                }
+            }
+            f
+        };
+        fams.push(by_reason(spec::REJECTED_REQUESTS.family(), |r| {
+            &r.rejected_requests
+        }));
+        for s in Signal::ALL {
+            let f = families::receiver_dropped_spec(s).family();
+            fams.push(match s {
+                Signal::Metrics => by_reason(f, |r| &r.dropped_points),
+                Signal::Traces => by_reason(f, |r| &r.dropped_spans),
+                Signal::Logs => by_reason(f, |r| &r.dropped_log_records),
+            });
         }
 
-        let processors = self.processors.lock().clone();
-        let mut inc = MetricFamily::counter(
-            "otelcol_processor_incoming_items_total",
-            "Number of items passed to the processor.",
-        );
-        let mut out = MetricFamily::counter(
-            "otelcol_processor_outgoing_items_total",
-            "Number of items emitted from the processor.",
-        );
-        for p in &processors {
-            let l = [
-                ("processor", p.processor.as_str()),
-                ("otel_signal", "metrics"),
-            ];
-            inc.push(&l, p.incoming.load(Relaxed) as f64);
-            out.push(&l, p.outgoing.load(Relaxed) as f64);
+        let mut f = [
+            spec::PROCESSOR_INCOMING_ITEMS.family(),
+            spec::PROCESSOR_OUTGOING_ITEMS.family(),
+        ];
+        for p in self.processors.lock().iter() {
+            let l = [(PROCESSOR, p.processor.as_str()), (SIGNAL, "metrics")];
+            f[0].push(&l, load(&p.incoming));
+            f[1].push(&l, load(&p.outgoing));
         }
-        fams.extend([inc, out]);
+        fams.extend(f);
 
         let exporters = self.exporters.lock().clone();
         for s in Signal::ALL {
-            let item = s.item_name();
             let i = ExporterCounters::idx(s);
-            let mut sent = MetricFamily::counter(
-                &format!("otelcol_exporter_sent_{item}_total"),
-                &format!("Number of {item} successfully sent to destination."),
-            );
-            let mut fail = MetricFamily::counter(
-                &format!("otelcol_exporter_send_failed_{item}_total"),
-                &format!("Number of {item} in failed attempts to send to destination."),
-            );
-            let mut enq = MetricFamily::counter(
-                &format!("otelcol_exporter_enqueue_failed_{item}_total"),
-                &format!("Number of {item} failed to be added to the sending queue."),
-            );
+            let mut f = families::exporter_specs(s).map(MetricSpec::family);
             for e in &exporters {
-                let l = [("exporter", e.exporter.as_str())];
-                sent.push(&l, e.sent.get(i).map_or(0, |c| c.load(Relaxed)) as f64);
-                fail.push(
-                    &l,
-                    e.send_failed.get(i).map_or(0, |c| c.load(Relaxed)) as f64,
-                );
-                enq.push(
-                    &l,
-                    e.enqueue_failed.get(i).map_or(0, |c| c.load(Relaxed)) as f64,
-                );
+                let l = [(EXPORTER, e.exporter.as_str())];
+                for (f, c) in f
+                    .iter_mut()
+                    .zip([&e.sent, &e.send_failed, &e.enqueue_failed])
+                {
+                    f.push(&l, c.get(i).map_or(0.0, load));
+                }
             }
-            fams.extend([sent, fail, enq]);
+            fams.extend(f);
         }
-        let mut qs = MetricFamily::gauge(
-            "otelcol_exporter_queue_size",
-            "Current size of the retry queue (in batches).",
-        );
-        let mut qc = MetricFamily::gauge(
-            "otelcol_exporter_queue_capacity",
-            "Fixed capacity of the retry queue (in batches).",
-        );
+        let mut f = [
+            spec::EXPORTER_QUEUE_SIZE.family(),
+            spec::EXPORTER_QUEUE_CAPACITY.family(),
+        ];
         for e in &exporters {
-            let l = [("exporter", e.exporter.as_str())];
-            qs.push(&l, e.queue_size.load(Relaxed) as f64);
-            qc.push(&l, e.queue_capacity.load(Relaxed) as f64);
+            let l = [(EXPORTER, e.exporter.as_str())];
+            f[0].push(&l, load(&e.queue_size));
+            f[1].push(&l, load(&e.queue_capacity));
         }
-        fams.extend([qs, qc]);
+        fams.extend(f);
 
-        let tls = self.tls.lock().clone();
-        let mut hs = MetricFamily::counter(
-            "ingero_fleet_tls_handshakes_total",
-            "TLS handshakes on a listener, by outcome (ok, failed, timeout).",
-        );
-        let mut rl = MetricFamily::counter(
-            "ingero_fleet_tls_reloads_total",
-            "Certificate reloads of a listener, by outcome (ok, failed: the previous certificate stays).",
-        );
-        for t in &tls {
+        let mut hs = spec::TLS_HANDSHAKES.family();
+        let mut rl = spec::TLS_RELOADS.family();
+        for t in self.tls.lock().iter() {
             let l = t.listener.as_str();
             for (outcome, c) in [
                 ("ok", &t.handshakes_ok),
                 ("failed", &t.handshakes_failed),
                 ("timeout", &t.handshakes_timed_out),
             ] {
-                hs.push(
-                    &[("listener", l), ("outcome", outcome)],
-                    c.load(Relaxed) as f64,
-                );
+                hs.push(&[(LISTENER, l), (OUTCOME, outcome)], load(c));
             }
             for (outcome, c) in [("ok", &t.reloads_ok), ("failed", &t.reloads_failed)] {
-                rl.push(
-                    &[("listener", l), ("outcome", outcome)],
-                    c.load(Relaxed) as f64,
-                );
+                rl.push(&[(LISTENER, l), (OUTCOME, outcome)], load(c));
             }
         }
         fams.extend([hs, rl]);
 
-        let listeners = self.listeners.lock().clone();
-        let mut open = MetricFamily::gauge(
-            "ingero_fleet_connections_open",
-            "Open connections of a listener.",
-        );
-        let mut accepted = MetricFamily::counter(
-            "ingero_fleet_connections_accepted_total",
-            "Connections a listener accepted.",
-        );
-        let mut refused = MetricFamily::counter(
-            "ingero_fleet_connections_refused_total",
-            "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address, and none of them was idle.",
-        );
-        let mut refused_req = MetricFamily::counter(
-            "ingero_fleet_requests_refused_total",
-            "Requests a listener refused before its handler: host_not_allowed is a loopback listener without auth addressed by a name other than an IP address or localhost.",
-        );
-        let mut closed = MetricFamily::counter(
-            "ingero_fleet_connections_closed_total",
-            "Connections a listener closed: no byte within first_byte_timeout, no request for idle_timeout, or evicted (idle, to make room for a new connection at max_connections or max_connections_per_client).",
-        );
-        for c in &listeners {
+        let mut open = spec::CONNECTIONS_OPEN.family();
+        let mut accepted = spec::CONNECTIONS_ACCEPTED.family();
+        let mut refused = spec::CONNECTIONS_REFUSED.family();
+        let mut refused_req = spec::REQUESTS_REFUSED.family();
+        let mut closed = spec::CONNECTIONS_CLOSED.family();
+        for c in self.listeners.lock().iter() {
             let name = c.listener.as_str();
-            let l = [("listener", name)];
-            open.push(&l, c.open.load(Relaxed) as f64);
-            accepted.push(&l, c.accepted.load(Relaxed) as f64);
+            open.push(&[(LISTENER, name)], load(&c.open));
+            accepted.push(&[(LISTENER, name)], load(&c.accepted));
             for (reason, n) in [
                 ("max_connections", &c.refused_over_cap),
                 ("max_connections_per_client", &c.refused_per_client),
             ] {
-                refused.push(
-                    &[("listener", name), ("reason", reason)],
-                    n.load(Relaxed) as f64,
-                );
+                refused.push(&[(LISTENER, name), (REASON, reason)], load(n));
             }
             refused_req.push(
-                &[("listener", name), ("reason", "host_not_allowed")],
-                c.refused_host.load(Relaxed) as f64,
+                &[(LISTENER, name), (REASON, "host_not_allowed")],
+                load(&c.refused_host),
             );
             for (reason, n) in [
                 ("first_byte_timeout", &c.closed_first_byte_timeout),
                 ("idle_timeout", &c.closed_idle_timeout),
                 ("evicted", &c.closed_evicted),
             ] {
-                closed.push(
-                    &[("listener", name), ("reason", reason)],
-                    n.load(Relaxed) as f64,
-                );
+                closed.push(&[(LISTENER, name), (REASON, reason)], load(n));
             }
         }
         fams.extend([open, accepted, refused, refused_req, closed]);
 
         fams.push(
-            MetricFamily::gauge("otelcol_process_uptime_seconds", "Uptime of the process.")
+            spec::PROCESS_UPTIME
+                .family()
                 .with(&[], self.started.elapsed().as_secs_f64()),
         );
         if let Some((rss, cpu)) = process_stats() {
-            fams.push(
-                MetricFamily::gauge(
-                    "otelcol_process_memory_rss_bytes",
-                    "Total physical memory (resident set size).",
-                )
-                .with(&[], rss),
-            );
-            fams.push(
-                MetricFamily::counter(
-                    "otelcol_process_cpu_seconds_total",
-                    "Total CPU user and system time in seconds.",
-                )
-                .with(&[], cpu),
-            );
+            fams.push(spec::PROCESS_MEMORY_RSS.family().with(&[], rss));
+            fams.push(spec::PROCESS_CPU_SECONDS.family().with(&[], cpu));
         }
         fams.push(
-            MetricFamily::counter(
-                "ingero_fleet_component_panics_total",
-                "Panics caught at a component boundary (tick or process); the host kept running.",
-            )
-            .with(&[], self.tick_panics.load(Relaxed) as f64),
+            spec::COMPONENT_PANICS
+                .family()
+                .with(&[], load(&self.tick_panics)),
         );
         fams
     }
@@ -582,16 +468,16 @@ impl Telemetry {
     /// Request-latency histograms, rendered as raw exposition lines (families are written
     /// by [`render_text`]).
     pub fn render_histograms(&self, out: &mut String) {
-        let receivers = self.receivers.lock().clone();
-        let name = "ingero_fleet_push_duration_seconds";
-        out.push_str(&format!(
-            "# HELP {name} Time from request received to response ready on the OTLP push path.\n# TYPE {name} histogram\n"
-        ));
-        for r in &receivers {
+        let spec = &families::spec::PUSH_DURATION;
+        spec.header(out);
+        for r in self.receivers.lock().iter() {
             let mut lines = Vec::new();
             r.latency.render(
-                name,
-                &[("receiver", &r.receiver), ("transport", r.transport)],
+                spec.name,
+                &[
+                    (families::LABEL_RECEIVER, &r.receiver),
+                    (families::LABEL_TRANSPORT, r.transport),
+                ],
                 &mut lines,
             );
             for (series, v) in lines {
@@ -682,6 +568,46 @@ mod tests {
         assert_eq!(get("x_bucket{a=\"b\",le=\"10\"}"), Some(2.0));
         assert_eq!(get("x_bucket{a=\"b\",le=\"+Inf\"}"), Some(3.0));
         assert_eq!(get("x_count{a=\"b\"}"), Some(3.0));
+    }
+
+    /// Each family the host reports is its declared spec (name, type, help, labels in
+    /// order), in declaration order, and the histogram is written under its spec's header.
+    #[test]
+    fn families_follow_their_declaration() {
+        let t = Telemetry::default();
+        let r = t.receiver("otlp", "grpc");
+        r.reject("bad_content_type");
+        r.drop_items(Signal::Metrics, "no_cluster", 2);
+        r.drop_items(Signal::Traces, "no_cluster", 1);
+        r.drop_items(Signal::Logs, "no_cluster", 1);
+        r.latency.observe(Duration::from_millis(3));
+        t.processor("ingero");
+        t.exporter("prometheus");
+        t.tls("otlp/http");
+        t.listener("otlp/http");
+        let fams = t.families();
+        let declared: Vec<_> = families::FAMILIES
+            .iter()
+            .filter(|s| s.kind.sample_type().is_some())
+            .collect();
+        assert_eq!(fams.len(), declared.len());
+        for (f, spec) in fams.iter().zip(declared) {
+            assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+            assert!(!f.samples.is_empty(), "{} has no sample", f.name);
+        }
+        let mut text = String::new();
+        t.render_histograms(&mut text);
+        let push = &families::spec::PUSH_DURATION;
+        let mut head = String::new();
+        push.header(&mut head);
+        assert!(text.starts_with(&head), "{text}");
+        assert!(
+            text.contains(&format!(
+                "{}_count{{receiver=\"otlp\",transport=\"grpc\"}} 1\n",
+                push.name
+            )),
+            "{text}"
+        );
     }
 
     #[test]

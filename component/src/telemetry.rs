@@ -65,6 +65,27 @@ impl MetricFamily {
     }
 }
 
+/// The type a family is declared with. Gauges and counters are reported as
+/// [`MetricFamily`] samples; a histogram's owner renders its bucket, sum and count series
+/// itself under the header [`MetricSpec::header`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecKind {
+    Gauge,
+    Counter,
+    Histogram,
+}
+
+impl SpecKind {
+    /// The sample type of a gauge or counter family; `None` for a histogram.
+    pub fn sample_type(self) -> Option<MetricType> {
+        match self {
+            SpecKind::Gauge => Some(MetricType::Gauge),
+            SpecKind::Counter => Some(MetricType::Counter),
+            SpecKind::Histogram => None,
+        }
+    }
+}
+
 /// One self-metric family declared once: name, type, unit, help text and label names.
 /// A component lists its families with [`metric_set!`](crate::metric_set) and builds each
 /// scrape's [`MetricFamily`] from the spec, so the names, types and help text in the
@@ -72,7 +93,7 @@ impl MetricFamily {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetricSpec {
     pub name: &'static str,
-    pub kind: MetricType,
+    pub kind: SpecKind,
     /// UCUM-style unit (`1` for counts and ratios, `s` for seconds).
     pub unit: &'static str,
     pub help: &'static str,
@@ -81,12 +102,19 @@ pub struct MetricSpec {
 }
 
 impl MetricSpec {
-    /// An empty family of this spec, to push samples into.
+    /// An empty family of this gauge or counter spec, to push samples into. A histogram
+    /// has no sample family (see [`SpecKind`]); what this returns for one is a gauge that
+    /// [`describes`](Self::describes) rejects.
     pub fn family(&self) -> MetricFamily {
+        debug_assert!(
+            self.kind != SpecKind::Histogram,
+            "{}: a histogram has no sample family",
+            self.name
+        );
         MetricFamily {
             name: self.name.to_string(),
             help: self.help.to_string(),
-            kind: self.kind,
+            kind: self.kind.sample_type().unwrap_or(MetricType::Gauge),
             samples: Vec::new(),
         }
     }
@@ -95,7 +123,7 @@ impl MetricSpec {
     /// carries exactly the declared labels, in order.
     pub fn describes(&self, f: &MetricFamily) -> bool {
         f.name == self.name
-            && f.kind == self.kind
+            && self.kind.sample_type() == Some(f.kind)
             && f.help == self.help
             && f.samples.iter().all(|s| {
                 s.labels.len() == self.labels.len()
@@ -103,12 +131,22 @@ impl MetricSpec {
             })
     }
 
-    /// The type as the exposition writes it (`gauge`, `counter`).
+    /// The type as the exposition writes it (`gauge`, `counter`, `histogram`).
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
-            MetricType::Gauge => "gauge",
-            MetricType::Counter => "counter",
+            SpecKind::Gauge => "gauge",
+            SpecKind::Counter => "counter",
+            SpecKind::Histogram => "histogram",
         }
+    }
+
+    /// The family's `# HELP` and `# TYPE` lines in Prometheus text exposition 0.0.4 (the
+    /// help text escaped), for an owner that writes the series itself.
+    pub fn header(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let help = self.help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(out, "# HELP {} {help}", self.name);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind_name());
     }
 }
 
@@ -125,12 +163,20 @@ impl MetricSpec {
 ///     /// Clusters tracked.
 ///     CLUSTERS: gauge "demo_clusters", unit "1", labels [], help "Clusters tracked";
 ///     POINTS: counter "demo_points_total", unit "1", labels [LABEL_CLUSTER], help "Points";
+///     /// A histogram: its owner writes the series under the spec's header.
+///     LATENCY: histogram "demo_latency_seconds", unit "s", labels [], help "Latency\\n";
 /// }
 ///
 /// fn main() {
 ///     assert_eq!(CLUSTERS, "demo_clusters");
 ///     assert_eq!(spec::POINTS.labels, ["cluster_id"]);
-///     assert_eq!(FAMILIES.len(), 2);
+///     assert_eq!(FAMILIES.len(), 3);
+///     let mut head = String::new();
+///     spec::LATENCY.header(&mut head);
+///     assert_eq!(
+///         head,
+///         "# HELP demo_latency_seconds Latency\\\\n\n# TYPE demo_latency_seconds histogram\n"
+///     );
 ///     let f = spec::POINTS.family().with(&[(LABEL_CLUSTER, "a")], 1.0);
 ///     assert!(spec::POINTS.describes(&f));
 ///     assert!(!spec::CLUSTERS.describes(&f));
@@ -138,8 +184,9 @@ impl MetricSpec {
 /// ```
 #[macro_export]
 macro_rules! metric_set {
-    (@kind gauge) => { $crate::telemetry::MetricType::Gauge };
-    (@kind counter) => { $crate::telemetry::MetricType::Counter };
+    (@kind gauge) => { $crate::telemetry::SpecKind::Gauge };
+    (@kind counter) => { $crate::telemetry::SpecKind::Counter };
+    (@kind histogram) => { $crate::telemetry::SpecKind::Histogram };
     (
         specs: $specs_vis:vis mod $specs:ident;
         all: $all_vis:vis $all:ident;

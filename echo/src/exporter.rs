@@ -160,84 +160,37 @@ impl Exporter for EchoExporter {
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {
         use std::sync::atomic::Ordering::Relaxed;
+
+        use crate::telemetry::{self, spec};
         let Some(s) = self.store.get() else { return };
         let st = &s.stats;
-        let l = [("exporter", self.id.as_str())];
-        let c =
-            |name: &str, help: &str, v: u64| MetricFamily::counter(name, help).with(&l, v as f64);
-        out.push(c(
-            "ingero_echo_batches_committed_total",
-            "Batches committed (each acknowledged after its commit).",
-            st.batches_committed.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_rows_committed_total",
-            "Rows committed, all tables.",
-            st.rows_committed.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_commits_total",
-            "Write transactions committed (several batches each).",
-            st.commits.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_commit_failures_total",
-            "Write transactions that failed (their batches answered unavailable).",
-            st.commit_failures.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_refused_full_total",
-            "Batches answered 503 / UNAVAILABLE because the writer queue was full.",
-            st.refused_full.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_rejected_nonfinite_points_total",
-            "Metric points dropped at ingest because a value was NaN or infinite (answered as partial success).",
-            st.rejected_nonfinite.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_rejected_causal_chains_total",
-            "ingero.causal_chains attributes dropped at ingest as malformed (the event or span itself is stored).",
-            st.rejected_causal_chains.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_retention_deleted_rows_total",
-            "Rows deleted by retention (age or size).",
-            st.retention_deleted_rows.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_retention_failures_total",
-            "Retention checks that failed.",
-            st.retention_failures.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_rollup_rows_merged_total",
-            "Partial health_minutes rows merged away by the writer.",
-            st.rollup_rows_merged.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_rollup_failures_total",
-            "Merges of the health rollup that failed (retried later; queries stay exact).",
-            st.rollup_failures.load(Relaxed),
-        ));
-        out.push(c(
-            "ingero_echo_queries_over_memory_total",
-            "Tool calls interrupted because the process's resident memory passed query.memory_budget_mib.",
-            st.queries_over_memory.load(Relaxed),
-        ));
+        let l = [(telemetry::LABEL_EXPORTER, self.id.as_str())];
+        let counters = [
+            (&spec::BATCHES_COMMITTED, &st.batches_committed),
+            (&spec::ROWS_COMMITTED, &st.rows_committed),
+            (&spec::COMMITS, &st.commits),
+            (&spec::COMMIT_FAILURES, &st.commit_failures),
+            (&spec::REFUSED_FULL, &st.refused_full),
+            (&spec::REJECTED_NONFINITE_POINTS, &st.rejected_nonfinite),
+            (&spec::REJECTED_CAUSAL_CHAINS, &st.rejected_causal_chains),
+            (&spec::RETENTION_DELETED_ROWS, &st.retention_deleted_rows),
+            (&spec::RETENTION_FAILURES, &st.retention_failures),
+            (&spec::ROLLUP_ROWS_MERGED, &st.rollup_rows_merged),
+            (&spec::ROLLUP_FAILURES, &st.rollup_failures),
+            (&spec::QUERIES_OVER_MEMORY, &st.queries_over_memory),
+        ];
+        for (spec, v) in counters {
+            out.push(spec.family().with(&l, v.load(Relaxed) as f64));
+        }
         out.push(
-            MetricFamily::gauge(
-                "ingero_echo_pending_batches",
-                "Batches queued for the writer.",
-            )
-            .with(&l, st.pending.load(Relaxed).max(0) as f64),
+            spec::PENDING_BATCHES
+                .family()
+                .with(&l, st.pending.load(Relaxed).max(0) as f64),
         );
         out.push(
-            MetricFamily::gauge(
-                "ingero_echo_database_used_bytes",
-                "Database bytes in use at the last retention check.",
-            )
-            .with(&l, st.used_bytes.load(Relaxed) as f64),
+            spec::DATABASE_USED_BYTES
+                .family()
+                .with(&l, st.used_bytes.load(Relaxed) as f64),
         );
     }
 

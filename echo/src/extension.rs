@@ -511,11 +511,9 @@ impl Extension for EchoApi {
     }
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {
+        use crate::telemetry::{LABEL_EXTENSION, LABEL_ROUTE, LABEL_STATUS, spec};
         let me = &self.inner;
-        let mut f = MetricFamily::counter(
-            "ingero_echo_api_requests_total",
-            "Requests to the Echo API and MCP listener by route and HTTP status.",
-        );
+        let mut f = spec::API_REQUESTS.family();
         let mut all: Vec<((&'static str, u16), u64)> =
             me.requests.lock().iter().map(|(k, v)| (*k, *v)).collect();
         all.sort();
@@ -523,9 +521,9 @@ impl Extension for EchoApi {
             let s = status.to_string();
             f.push(
                 &[
-                    ("extension", me.id.as_str()),
-                    ("route", route),
-                    ("status", &s),
+                    (LABEL_EXTENSION, me.id.as_str()),
+                    (LABEL_ROUTE, route),
+                    (LABEL_STATUS, &s),
                 ],
                 n as f64,
             );

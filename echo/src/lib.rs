@@ -27,6 +27,7 @@ pub mod rows;
 pub mod sandbox;
 pub mod schema;
 pub mod store;
+pub mod telemetry;
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};

@@ -1,6 +1,8 @@
 //! Files generated from the component registry (otelcol's mdatagen model): the Go shim's
 //! `generated_component.go` per package, the shim entries of the OCB manifest, the root
-//! README's component table and the crate READMEs' stability rows.
+//! README's component table and the crate READMEs' stability rows; and, from the
+//! components' declared metric families (`component::metric_set!`), the generated
+//! sections of `examples/exported-metrics.txt`.
 //!
 //! `cargo run -p ingero-fleet --example generate` writes them; the `generated` test fails
 //! while a committed file differs from what the registry generates.
@@ -230,6 +232,80 @@ fn crate_readme(repo: &Path, m: &Metadata) -> Result<Option<Generated>, Generate
     }))
 }
 
+// Echo's families, read from its declaration without linking Echo (and DuckDB): the file
+// names nothing outside `component`.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../echo/src/telemetry.rs"]
+mod echo_telemetry;
+
+/// The files whose queries and rules read metric names: a listed family one of them reads
+/// is tagged `# dashboard` (provider-processor's tests check the tags against a parse of
+/// every query and rule).
+const DASHBOARD_FILES: [&str; 2] = [
+    "examples/grafana/ingero-fleet.json",
+    "examples/prometheus/ingero-rules.yaml",
+];
+
+/// `text` holds `name` as a whole metric name (not part of a longer name or of a recorded
+/// `level:metric:op` name).
+fn reads_name(text: &str, name: &str) -> bool {
+    let part = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    text.match_indices(name).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(part)
+            && !text[i + name.len()..].chars().next().is_some_and(part)
+    })
+}
+
+/// The generated sections of `examples/exported-metrics.txt`: (section, family names), each
+/// from a component's declaration.
+pub fn metric_sections() -> Vec<(&'static str, Vec<&'static str>)> {
+    let names = |specs: &[component::telemetry::MetricSpec]| -> Vec<&'static str> {
+        specs.iter().map(|s| s.name).collect()
+    };
+    vec![
+        ("ingero", names(ingero_processor::metrics::FAMILIES)),
+        (
+            "ingero_threshold",
+            names(ingero_extension::metrics::FAMILIES),
+        ),
+        ("nccl_peer_lag", names(nccl_processor::metrics::FAMILIES)),
+        ("provider_lookup", provider_processor::metrics::ALL.to_vec()),
+        ("host", names(collector_host::telemetry::families::FAMILIES)),
+        ("auth", names(collector_host::auth::FAMILIES)),
+        ("echo", names(echo_telemetry::FAMILIES)),
+    ]
+}
+
+fn exported_metrics(repo: &Path) -> Result<Generated, GenerateError> {
+    const FILE: &str = "examples/exported-metrics.txt";
+    let mut text = read(repo, FILE)?;
+    let mut readers = String::new();
+    for f in DASHBOARD_FILES {
+        readers.push_str(&read(repo, f)?);
+    }
+    for (section, names) in metric_sections() {
+        let mut body = String::new();
+        for name in names {
+            body.push_str(name);
+            if reads_name(&readers, name) {
+                body.push_str("  # dashboard");
+            }
+            body.push('\n');
+        }
+        text = replace_between(
+            FILE,
+            &text,
+            &format!("# BEGIN generated {section}"),
+            &format!("# END generated {section}"),
+            &body,
+        )?;
+    }
+    Ok(Generated {
+        path: FILE.into(),
+        text,
+    })
+}
+
 /// Every generated file, with the text the registry gives it now.
 pub fn files(repo: &Path) -> Result<Vec<Generated>, GenerateError> {
     let all = crate::components().all();
@@ -239,6 +315,7 @@ pub fn files(repo: &Path) -> Result<Vec<Generated>, GenerateError> {
     for m in &all {
         out.extend(crate_readme(repo, m)?);
     }
+    out.push(exported_metrics(repo)?);
     Ok(out)
 }
 
@@ -264,6 +341,19 @@ mod tests {
         assert_eq!(got, "a\n# BEGIN x\nnew\n  # END x\nb\n");
         let err = replace_between("f", t, "# BEGIN y", "# END y", "").unwrap_err();
         assert!(err.to_string().contains("BEGIN y"), "{err}");
+    }
+
+    #[test]
+    fn a_read_name_is_a_whole_metric_name() {
+        let q = "rate(ingero_fleet_points_total[5m]) / ingero_fleet_mad{a=\"b\"}";
+        assert!(reads_name(q, "ingero_fleet_points_total"));
+        assert!(reads_name(q, "ingero_fleet_mad"));
+        assert!(!reads_name(q, "ingero_fleet_points"));
+        assert!(!reads_name(q, "fleet_mad"));
+        assert!(!reads_name(
+            "record: ingero_fleet_mad:max",
+            "ingero_fleet_mad"
+        ));
     }
 
     #[test]

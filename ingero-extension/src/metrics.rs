@@ -7,25 +7,48 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use component::MetricFamily;
 
-/// Counter `{endpoint, code}`: requests answered by the agent and admin routes.
-pub const API_REQUESTS_TOTAL: &str = "ingero_threshold_api_requests_total";
-/// Gauge: clusters in the current published state (with or without a threshold).
-pub const PUBLISHED_CLUSTERS: &str = "ingero_threshold_published_clusters";
-/// Gauge: published clusters that have a deliverable threshold (push headers are set).
-pub const CLUSTERS_WITH_THRESHOLD: &str = "ingero_threshold_clusters_with_threshold";
-/// Counter `{outcome="set|absent|invalid"}`: push-path header lookups.
-pub const HEADERS_TOTAL: &str = "ingero_threshold_headers_total";
-/// Gauge: `computed_at` of the last publish, Unix seconds (0 before the first).
-pub const LAST_PUBLISH_TIMESTAMP_SECONDS: &str = "ingero_threshold_last_publish_timestamp_seconds";
-/// Counter: publishes received from the processor.
-pub const PUBLISHES_TOTAL: &str = "ingero_threshold_publishes_total";
-/// Counter `{reason="invalid_cluster_id|duplicate|over_cap"}`: cluster reports a publish
-/// dropped instead of storing.
-pub const PUBLISH_DROPPED_TOTAL: &str = "ingero_threshold_publish_dropped_total";
+pub const LABEL_ENDPOINT: &str = "endpoint";
+pub const LABEL_CODE: &str = "code";
+pub const LABEL_OUTCOME: &str = "outcome";
+pub const LABEL_REASON: &str = "reason";
 
-/// Gauge: published clusters the live view keeps no history ring for (over
-/// [`crate::view::MAX_HISTORY_CLUSTERS`]).
-pub const VIEW_HISTORY_OVER_CAP: &str = "ingero_threshold_view_history_over_cap";
+// Self-metric families (Prometheus names), declared once: the name constants, their specs
+// (`spec::*`: type, unit, help, labels) and `FAMILIES`, in exposition order (the store's,
+// then the routes' request counter).
+component::metric_set! {
+    specs: pub mod spec;
+    all: pub FAMILIES;
+    /// Clusters in the current published state (with or without a threshold).
+    PUBLISHED_CLUSTERS: gauge "ingero_threshold_published_clusters", unit "1", labels [],
+        help "Clusters in the current published threshold state.";
+    /// Published clusters that have a deliverable threshold (push headers are set).
+    CLUSTERS_WITH_THRESHOLD: gauge "ingero_threshold_clusters_with_threshold", unit "1",
+        labels [],
+        help "Published clusters with a deliverable threshold (push headers set).";
+    /// Push-path header lookups (`outcome`: set, absent, invalid).
+    HEADERS_TOTAL: counter "ingero_threshold_headers_total", unit "1", labels [LABEL_OUTCOME],
+        help "Push-path threshold header lookups by outcome.";
+    /// `computed_at` of the last publish, Unix seconds (0 before the first).
+    LAST_PUBLISH_TIMESTAMP_SECONDS: gauge "ingero_threshold_last_publish_timestamp_seconds",
+        unit "s", labels [],
+        help "computed_at of the last threshold publish, Unix seconds (0 before the first).";
+    /// Published clusters the live view keeps no history ring for (over
+    /// [`crate::view::MAX_HISTORY_CLUSTERS`]).
+    VIEW_HISTORY_OVER_CAP: gauge "ingero_threshold_view_history_over_cap", unit "1", labels [],
+        help "Published clusters the live view keeps no history for (over its cluster cap).";
+    /// Publishes received from the processor.
+    PUBLISHES_TOTAL: counter "ingero_threshold_publishes_total", unit "1", labels [],
+        help "Threshold publishes received from the processor.";
+    /// Cluster reports a publish dropped instead of storing (`reason`: invalid_cluster_id,
+    /// duplicate, over_cap).
+    PUBLISH_DROPPED_TOTAL: counter "ingero_threshold_publish_dropped_total", unit "1",
+        labels [LABEL_REASON],
+        help "Cluster reports a publish dropped instead of storing, by reason.";
+    /// Requests answered by the agent and admin routes.
+    API_REQUESTS_TOTAL: counter "ingero_threshold_api_requests_total", unit "1",
+        labels [LABEL_ENDPOINT, LABEL_CODE],
+        help "Requests answered by the ingero_threshold routes, by endpoint and status code.";
+}
 
 /// The route a request was answered by (label `endpoint`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,22 +117,22 @@ impl ApiCounters {
     }
 
     pub(crate) fn family(&self) -> MetricFamily {
-        let mut f = MetricFamily::counter(
-            API_REQUESTS_TOTAL,
-            "Requests answered by the ingero_threshold routes, by endpoint and status code.",
-        );
+        let mut f = spec::API_REQUESTS_TOTAL.family();
         for (endpoint, row) in ENDPOINTS.iter().zip(&self.counts) {
             for (code, n) in CODES.iter().zip(row) {
                 let code = code.to_string();
                 f.push(
-                    &[("endpoint", endpoint.label()), ("code", &code)],
+                    &[(LABEL_ENDPOINT, endpoint.label()), (LABEL_CODE, &code)],
                     n.load(Ordering::Relaxed) as f64,
                 );
             }
         }
         let other = self.other_code.load(Ordering::Relaxed);
         if other > 0 {
-            f.push(&[("endpoint", "other"), ("code", "other")], other as f64);
+            f.push(
+                &[(LABEL_ENDPOINT, "other"), (LABEL_CODE, "other")],
+                other as f64,
+            );
         }
         f
     }

@@ -442,66 +442,61 @@ impl ThresholdStore {
         let snap = self.current.load();
         let c = &self.counters;
         out.push(
-            MetricFamily::gauge(
-                metrics::PUBLISHED_CLUSTERS,
-                "Clusters in the current published threshold state.",
-            )
-            .with(&[], snap.clusters.len() as f64),
+            metrics::spec::PUBLISHED_CLUSTERS
+                .family()
+                .with(&[], snap.clusters.len() as f64),
         );
         out.push(
-            MetricFamily::gauge(
-                metrics::CLUSTERS_WITH_THRESHOLD,
-                "Published clusters with a deliverable threshold (push headers set).",
-            )
-            .with(&[], snap.with_threshold as f64),
+            metrics::spec::CLUSTERS_WITH_THRESHOLD
+                .family()
+                .with(&[], snap.with_threshold as f64),
         );
         out.push(
-            MetricFamily::counter(
-                metrics::HEADERS_TOTAL,
-                "Push-path threshold header lookups by outcome.",
-            )
-            .with(&[("outcome", "set")], c.headers_set.get() as f64)
-            .with(&[("outcome", "absent")], c.headers_absent.get() as f64)
-            .with(&[("outcome", "invalid")], c.headers_invalid.get() as f64),
+            metrics::spec::HEADERS_TOTAL
+                .family()
+                .with(
+                    &[(metrics::LABEL_OUTCOME, "set")],
+                    c.headers_set.get() as f64,
+                )
+                .with(
+                    &[(metrics::LABEL_OUTCOME, "absent")],
+                    c.headers_absent.get() as f64,
+                )
+                .with(
+                    &[(metrics::LABEL_OUTCOME, "invalid")],
+                    c.headers_invalid.get() as f64,
+                ),
         );
         out.push(
-            MetricFamily::gauge(
-                metrics::LAST_PUBLISH_TIMESTAMP_SECONDS,
-                "computed_at of the last threshold publish, Unix seconds (0 before the first).",
-            )
-            .with(&[], snap.published_at.map_or(0.0, Timestamp::as_secs_f64)),
+            metrics::spec::LAST_PUBLISH_TIMESTAMP_SECONDS
+                .family()
+                .with(&[], snap.published_at.map_or(0.0, Timestamp::as_secs_f64)),
         );
         out.push(
-            MetricFamily::gauge(
-                metrics::VIEW_HISTORY_OVER_CAP,
-                "Published clusters the live view keeps no history for (over its cluster cap).",
-            )
-            .with(&[], self.history.read().over_cap() as f64),
+            metrics::spec::VIEW_HISTORY_OVER_CAP
+                .family()
+                .with(&[], self.history.read().over_cap() as f64),
         );
         out.push(
-            MetricFamily::counter(
-                metrics::PUBLISHES_TOTAL,
-                "Threshold publishes received from the processor.",
-            )
-            .with(&[], c.publishes.load(Ordering::Relaxed) as f64),
+            metrics::spec::PUBLISHES_TOTAL
+                .family()
+                .with(&[], c.publishes.load(Ordering::Relaxed) as f64),
         );
         out.push(
-            MetricFamily::counter(
-                metrics::PUBLISH_DROPPED_TOTAL,
-                "Cluster reports a publish dropped instead of storing, by reason.",
-            )
-            .with(
-                &[("reason", "invalid_cluster_id")],
-                c.dropped_invalid_id.load(Ordering::Relaxed) as f64,
-            )
-            .with(
-                &[("reason", "duplicate")],
-                c.dropped_duplicate.load(Ordering::Relaxed) as f64,
-            )
-            .with(
-                &[("reason", "over_cap")],
-                c.dropped_over_cap.load(Ordering::Relaxed) as f64,
-            ),
+            metrics::spec::PUBLISH_DROPPED_TOTAL
+                .family()
+                .with(
+                    &[(metrics::LABEL_REASON, "invalid_cluster_id")],
+                    c.dropped_invalid_id.load(Ordering::Relaxed) as f64,
+                )
+                .with(
+                    &[(metrics::LABEL_REASON, "duplicate")],
+                    c.dropped_duplicate.load(Ordering::Relaxed) as f64,
+                )
+                .with(
+                    &[(metrics::LABEL_REASON, "over_cap")],
+                    c.dropped_over_cap.load(Ordering::Relaxed) as f64,
+                ),
         );
     }
 }

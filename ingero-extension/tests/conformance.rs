@@ -221,4 +221,9 @@ fn telemetry_names_every_family_once() {
         }
     }
     assert_eq!(fams.len(), 8, "{names:?}");
+    // Each family is its declaration (name, type, help, labels in order), in order.
+    assert_eq!(fams.len(), metrics::FAMILIES.len());
+    for (f, spec) in fams.iter().zip(metrics::FAMILIES) {
+        assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+    }
 }

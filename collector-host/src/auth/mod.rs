@@ -304,17 +304,14 @@ impl Extension for AuthExtension {
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {
         let id = self.id.as_str();
-        let mut req = MetricFamily::counter(
-            "ingero_fleet_auth_requests_total",
-            "Authentication decisions by listener and outcome.",
-        );
+        let mut req = spec::REQUESTS.family();
         for l in self.listeners.lock().iter() {
             for o in Outcome::ALL {
                 req.push(
                     &[
-                        ("authenticator", id),
-                        ("listener", &l.name),
-                        ("outcome", o.as_str()),
+                        (LABEL_AUTHENTICATOR, id),
+                        (LABEL_LISTENER, &l.name),
+                        (LABEL_OUTCOME, o.as_str()),
                     ],
                     l.outcomes[o.index()].load(Relaxed) as f64,
                 );
@@ -322,47 +319,72 @@ impl Extension for AuthExtension {
         }
         out.push(req);
         out.push(
-            MetricFamily::counter(
-                "ingero_fleet_auth_reloads_total",
-                "Token file reloads by result (a failed reload keeps the previous tokens).",
-            )
-            .with(
-                &[("authenticator", id), ("result", "success")],
-                self.reloads_ok.load(Relaxed) as f64,
-            )
-            .with(
-                &[("authenticator", id), ("result", "failure")],
-                self.reloads_failed.load(Relaxed) as f64,
-            ),
+            spec::RELOADS
+                .family()
+                .with(
+                    &[(LABEL_AUTHENTICATOR, id), (LABEL_RESULT, "success")],
+                    self.reloads_ok.load(Relaxed) as f64,
+                )
+                .with(
+                    &[(LABEL_AUTHENTICATOR, id), (LABEL_RESULT, "failure")],
+                    self.reloads_failed.load(Relaxed) as f64,
+                ),
         );
         let (active, retired) = self.store.counts(Instant::now());
         out.push(
-            MetricFamily::gauge(
-                "ingero_fleet_auth_tokens",
-                "Tokens accepted now: listed in the file, or removed but within the grace period.",
-            )
-            .with(&[("authenticator", id), ("state", "active")], active as f64)
-            .with(&[("authenticator", id), ("state", "grace")], retired as f64),
+            spec::TOKENS
+                .family()
+                .with(
+                    &[(LABEL_AUTHENTICATOR, id), (LABEL_STATE, "active")],
+                    active as f64,
+                )
+                .with(
+                    &[(LABEL_AUTHENTICATOR, id), (LABEL_STATE, "grace")],
+                    retired as f64,
+                ),
         );
         let (dropped, written) = self
             .audit()
             .map(|a| (a.dropped.load(Relaxed), a.written.load(Relaxed)))
             .unwrap_or((0, 0));
         out.push(
-            MetricFamily::counter(
-                "ingero_fleet_auth_audit_dropped_total",
-                "Audit lines dropped because the writer queue was full.",
-            )
-            .with(&[("authenticator", id)], dropped as f64),
+            spec::AUDIT_DROPPED
+                .family()
+                .with(&[(LABEL_AUTHENTICATOR, id)], dropped as f64),
         );
         out.push(
-            MetricFamily::counter(
-                "ingero_fleet_auth_audit_written_total",
-                "Audit lines written.",
-            )
-            .with(&[("authenticator", id)], written as f64),
+            spec::AUDIT_WRITTEN
+                .family()
+                .with(&[(LABEL_AUTHENTICATOR, id)], written as f64),
         );
     }
+}
+
+pub const LABEL_AUTHENTICATOR: &str = "authenticator";
+pub const LABEL_LISTENER: &str = "listener";
+pub const LABEL_OUTCOME: &str = "outcome";
+pub const LABEL_RESULT: &str = "result";
+pub const LABEL_STATE: &str = "state";
+
+// The extension's families, declared once, in exposition order (served on the host's
+// telemetry endpoint while the extension is configured).
+component::metric_set! {
+    specs: pub mod spec;
+    all: pub FAMILIES;
+    REQUESTS: counter "ingero_fleet_auth_requests_total", unit "1",
+        labels [LABEL_AUTHENTICATOR, LABEL_LISTENER, LABEL_OUTCOME],
+        help "Authentication decisions by listener and outcome.";
+    RELOADS: counter "ingero_fleet_auth_reloads_total", unit "1",
+        labels [LABEL_AUTHENTICATOR, LABEL_RESULT],
+        help "Token file reloads by result (a failed reload keeps the previous tokens).";
+    TOKENS: gauge "ingero_fleet_auth_tokens", unit "1", labels [LABEL_AUTHENTICATOR, LABEL_STATE],
+        help "Tokens accepted now: listed in the file, or removed but within the grace period.";
+    AUDIT_DROPPED: counter "ingero_fleet_auth_audit_dropped_total", unit "1",
+        labels [LABEL_AUTHENTICATOR],
+        help "Audit lines dropped because the writer queue was full.";
+    AUDIT_WRITTEN: counter "ingero_fleet_auth_audit_written_total", unit "1",
+        labels [LABEL_AUTHENTICATOR],
+        help "Audit lines written.";
 }
 
 /// The authentication gate of one listener.
@@ -613,6 +635,21 @@ mod tests {
         assert_eq!(count("forbidden"), Some(3.0));
         assert_eq!(count("unauthenticated"), Some(3.0));
         assert_eq!(count("allowed"), Some(0.0));
+    }
+
+    /// The extension reports exactly its declared families, in order, each with the
+    /// declared name, type, help and labels.
+    #[test]
+    fn families_follow_their_declaration() {
+        let e = ext(false, "", 2);
+        let _ = e.listener("otlp/http");
+        let mut fams = Vec::new();
+        e.telemetry(&mut fams);
+        assert_eq!(fams.len(), FAMILIES.len());
+        for (f, spec) in fams.iter().zip(FAMILIES) {
+            assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+            assert!(!f.samples.is_empty(), "{} has no sample", f.name);
+        }
     }
 
     /// `cargo test --release -p collector-host --lib auth::tests::cost -- --ignored --nocapture`

@@ -161,3 +161,59 @@ fn the_token_example_authenticates_ingest_too() {
         );
     }
 }
+
+/// Echo's `/metrics` declares exactly the families of `ingero_echo::telemetry::FAMILIES`
+/// (the declaration `examples/exported-metrics.txt` is generated from), each with its
+/// declared help, type and labels in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_metrics_are_the_declared_families() {
+    use ingero_echo::telemetry::FAMILIES;
+    let e = Echo::start(Opts {
+        telemetry: true,
+        ..Opts::default()
+    })
+    .await;
+    seed_cluster(&e, "prod", 2, 1).await;
+    // An API request, so the request counter has a sample.
+    let _ = e.tool("fleet.cluster.summary", json!({}), None).await;
+    let r = request(
+        e.telemetry,
+        http::Method::GET,
+        "/metrics",
+        "text/plain",
+        vec![],
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let page = String::from_utf8_lossy(r.body()).to_string();
+    let declared: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ingero_echo_"))
+        .collect();
+    assert_eq!(declared.len(), FAMILIES.len(), "{declared:?}");
+    for spec in FAMILIES {
+        let mut head = String::new();
+        spec.header(&mut head);
+        assert!(
+            page.contains(&head),
+            "{} header missing:\n{page}",
+            spec.name
+        );
+        let samples: Vec<&str> = page
+            .lines()
+            .filter(|l| l.starts_with(&format!("{}{{", spec.name)))
+            .collect();
+        assert!(!samples.is_empty(), "{} has no sample:\n{page}", spec.name);
+        for s in samples {
+            let labels = &s[spec.name.len() + 1..s.rfind('}').unwrap()];
+            let names: Vec<&str> = labels
+                .split("\",")
+                .map(|kv| kv.split_once('=').unwrap().0)
+                .collect();
+            assert_eq!(names, spec.labels, "{s}");
+        }
+    }
+    e.stop().await;
+}
