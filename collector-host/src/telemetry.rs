@@ -512,7 +512,7 @@ impl Telemetry {
         );
         let mut refused_req = MetricFamily::counter(
             "ingero_fleet_requests_refused_total",
-            "Requests a listener refused before its handler: host_not_allowed is a loopback listener without auth addressed by a name other than an IP address or localhost.",
+            "Requests a listener refused before its handler: host_not_allowed is a request addressed to a name its listener does not answer: not in allowed_hosts, or on a loopback listener without auth not an IP address or localhost.",
         );
         let mut closed = MetricFamily::counter(
             "ingero_fleet_connections_closed_total",
