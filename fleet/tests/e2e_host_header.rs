@@ -147,6 +147,26 @@ fn http_listeners(f: &Fleet) -> [(&'static str, SocketAddr, &'static str); 6] {
     ]
 }
 
+/// The status of `GET http://{authority}{path}` over HTTP/2 without TLS (prior knowledge):
+/// the name travels as `:authority`, with no `Host` header.
+fn h2_status(addr: SocketAddr, authority: &str, path: &str) -> u16 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::get(format!("http://{authority}{path}"))
+            .body(())
+            .unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        resp.await.unwrap().status().as_u16()
+    })
+}
+
 #[test]
 fn allowed_hosts_guard_listeners_on_any_address() {
     let f = Fleet::start_with(
@@ -186,12 +206,27 @@ fn allowed_hosts_guard_listeners_on_any_address() {
             assert_ne!(r.status, 403, "{name} {host}: {}", r.text());
         }
     }
+    // HTTP/2: the :authority is checked the same way.
+    let admin = local(f.admin_api());
+    assert_eq!(
+        h2_status(admin, "attacker.example", "/api/v1/diagnostics"),
+        403
+    );
+    assert_eq!(
+        h2_status(admin, "fleet.example.com", "/api/v1/diagnostics"),
+        200
+    );
     let page = get(local(f.telemetry()), "/metrics").text();
     for (name, _, _) in listeners {
+        let want = if name == "ingero_threshold/admin" {
+            8.0
+        } else {
+            7.0
+        };
         let series = format!(
             "ingero_fleet_requests_refused_total{{listener=\"{name}\",reason=\"host_not_allowed\"}}"
         );
-        assert_eq!(prom_value(&page, &series), Some(7.0), "{series}\n{page}");
+        assert_eq!(prom_value(&page, &series), Some(want), "{series}\n{page}");
     }
 }
 
