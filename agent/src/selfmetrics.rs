@@ -27,6 +27,7 @@ pub const SIGNAL: &str = "ingero_agent_signal";
 pub const TICKS_TOTAL: &str = "ingero_agent_ticks_total";
 pub const PUSHES_TOTAL: &str = "ingero_agent_pushes_total";
 pub const STRAGGLER_EVENTS_TOTAL: &str = "ingero_agent_straggler_events_total";
+pub const TLS_RELOADS_TOTAL: &str = "ingero_agent_tls_reloads_total";
 pub const SPANS_TOTAL: &str = "ingero_agent_spans_total";
 pub const LAUNCHES_TOTAL: &str = "ingero_agent_launches_total";
 pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
@@ -147,6 +148,17 @@ pub fn render(s: &StatusSnapshot) -> String {
     );
     let _ = writeln!(o, "{PUSHES_TOTAL}{{result=\"ok\"}} {}", s.pushes_ok);
     let _ = writeln!(o, "{PUSHES_TOTAL}{{result=\"failed\"}} {}", s.pushes_failed);
+    head(
+        &mut o,
+        TLS_RELOADS_TOTAL,
+        "counter",
+        "Changed TLS files (CA, client certificate, key) of the Fleet and fan-out clients: ok when the new files are in use, error when they did not load and the previous ones stayed.",
+    );
+    let ok = crate::fleet::transport::TLS_RELOADS.load(std::sync::atomic::Ordering::Relaxed);
+    let failed =
+        crate::fleet::transport::TLS_RELOAD_FAILURES.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = writeln!(o, "{TLS_RELOADS_TOTAL}{{result=\"ok\"}} {ok}");
+    let _ = writeln!(o, "{TLS_RELOADS_TOTAL}{{result=\"error\"}} {failed}");
     head(
         &mut o,
         STRAGGLER_EVENTS_TOTAL,

@@ -36,8 +36,8 @@ use tokio::time::{Instant, Sleep};
 use crate::server::ListenerStats;
 use crate::telemetry::ReceiverCounters;
 
-pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = component::listen_addr::DEFAULT_FIRST_BYTE_TIMEOUT;
+pub const DEFAULT_IDLE_TIMEOUT: Duration = component::listen_addr::DEFAULT_IDLE_TIMEOUT;
 pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 1024;
 
 /// The lifecycle limits of one listener.

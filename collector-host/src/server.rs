@@ -65,7 +65,8 @@ pub struct ListenerStats {
     /// Open now (each open HTTP/1.1 keep-alive connection holds hyper's read and write
     /// buffers, about 16 KiB once it has carried a request).
     pub open: AtomicU64,
-    /// Requests refused by [`host_guard`] (a name that is not this machine's).
+    /// Requests refused by [`host_guard`] (a name that is not this machine's, or not in
+    /// the listener's `allowed_hosts`).
     pub refused_host: AtomicU64,
 }
 
@@ -291,9 +292,46 @@ pub fn host_allowed(host: &str) -> bool {
             || !name.contains('.'))
 }
 
-/// Refuse (403, counted in `stats`) the requests whose host [`host_allowed`] refuses; a
-/// request that names no host (HTTP/1.0) passes.
-pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>) -> Handler {
+/// The names a listener's requests may be addressed to.
+#[derive(Debug, Clone)]
+pub enum HostCheck {
+    /// An open loopback listener: what [`host_allowed`] accepts.
+    Local,
+    /// A listener with `allowed_hosts`: IP addresses and the listed names, and with
+    /// `local` (an open loopback listener) what [`host_allowed`] accepts too.
+    Listed {
+        hosts: component::listen_addr::AllowedHosts,
+        local: bool,
+    },
+}
+
+impl HostCheck {
+    pub fn allows(&self, host: &str) -> bool {
+        match self {
+            HostCheck::Local => host_allowed(host),
+            HostCheck::Listed { hosts, local } => {
+                hosts.allows(host) || (*local && host_allowed(host))
+            }
+        }
+    }
+
+    fn refusal(&self) -> &'static str {
+        match self {
+            HostCheck::Local => {
+                "this listener takes no token and answers only requests addressed to \
+                 an IP address or localhost (Host header refused)\n"
+            }
+            HostCheck::Listed { .. } => {
+                "this listener answers only requests addressed to an IP address or a name \
+                 in its allowed_hosts (Host header refused)\n"
+            }
+        }
+    }
+}
+
+/// Refuse (403, counted in `stats`) the requests whose host `check` refuses; a request
+/// that names no host (HTTP/1.0) passes.
+pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>, check: HostCheck) -> Handler {
     Arc::new(move |req: Request<Incoming>, peer| {
         let host = req
             .uri()
@@ -305,16 +343,10 @@ pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>) -> Handler {
                     .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
             });
         match host {
-            Some(h) if !host_allowed(&h) => {
+            Some(h) if !check.allows(&h) => {
                 stats.refused_host.fetch_add(1, Relaxed);
-                Box::pin(async {
-                    response(
-                        403,
-                        "text/plain; charset=utf-8",
-                        "this listener takes no token and answers only requests addressed to \
-                         an IP address or localhost (Host header refused)\n",
-                    )
-                })
+                let text = check.refusal();
+                Box::pin(async move { response(403, "text/plain; charset=utf-8", text) })
             }
             _ => handler(req, peer),
         }

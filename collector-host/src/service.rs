@@ -94,7 +94,9 @@ impl Listeners {
     }
 
     /// Serve `handler` on `endpoint`. `open`: the listener takes no token, so on a loopback
-    /// address its requests must name an IP address or localhost ([`server::host_guard`]).
+    /// address its requests must name an IP address or localhost; with `allowed_hosts`,
+    /// they must name an IP address or one of those ([`server::host_guard`]).
+    #[allow(clippy::too_many_arguments)]
     async fn http(
         &mut self,
         name: &str,
@@ -103,15 +105,24 @@ impl Listeners {
         handler: Handler,
         opts: Option<ServerOptions>,
         open: bool,
+        allowed_hosts: Option<&[String]>,
     ) -> anyhow::Result<()> {
         let tls = self.tls(name, path, crate::tls::ALPN_HTTP)?;
+        let hosts = allowed_hosts
+            .map(component::listen_addr::AllowedHosts::parse)
+            .transpose()
+            .map_err(|(i, e)| anyhow!("{}.allowed_hosts.{i}: {e}", listener_base(path)))?;
         let (l, addr) = bind_at(path, endpoint).await?;
         tracing::info!(listener = name, addr = %addr, tls = tls.is_some(), "listening");
         let stats = self.telemetry.listener(name);
-        let handler = if open && addr.ip().is_loopback() {
-            server::host_guard(handler, stats.clone())
-        } else {
-            handler
+        let local = open && addr.ip().is_loopback();
+        let check = match hosts {
+            Some(hosts) => Some(server::HostCheck::Listed { hosts, local }),
+            None => local.then_some(server::HostCheck::Local),
+        };
+        let handler = match check {
+            Some(check) => server::host_guard(handler, stats.clone(), check),
+            None => handler,
         };
         let mut opts = opts.unwrap_or(ServerOptions {
             name: name.to_string(),
@@ -130,23 +141,36 @@ impl Listeners {
     }
 }
 
-/// Default server options with configured connection caps (in all, and per client
-/// address).
-fn capped(
+/// Header-read limit of the listeners other than the OTLP/HTTP receiver.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The key path of a listener's block from that of its endpoint
+/// (`extensions.ingero_threshold.agent_endpoint` -> `extensions.ingero_threshold`).
+fn listener_base(endpoint_path: &str) -> &str {
+    if endpoint_path.starts_with("service.") {
+        return endpoint_path;
+    }
+    endpoint_path
+        .rsplit_once('.')
+        .map_or(endpoint_path, |(base, _)| base)
+}
+
+/// Server options with a listener's configured connection cap and lifecycle limits. The
+/// header-read limit stays 10 s: hyper runs it from the end of one HTTP/1.1 response to
+/// the next request's headers, so it also closes an HTTP/1.1 connection idle that long
+/// when `idle_timeout` is longer.
+fn limited(
     name: &str,
     max_connections: usize,
-    max_connections_per_client: usize,
+    lifecycle: crate::conn_guard::Lifecycle,
 ) -> Option<ServerOptions> {
     Some(ServerOptions {
         name: name.to_string(),
-        header_read_timeout: Duration::from_secs(10),
+        header_read_timeout: HEADER_READ_TIMEOUT,
         max_connections,
         // Set from the plan by `Listeners::http`.
         tls: None,
-        lifecycle: crate::conn_guard::Lifecycle {
-            max_connections_per_client,
-            ..Default::default()
-        },
+        lifecycle,
     })
 }
 
@@ -392,8 +416,17 @@ async fn start_extensions(
                             &format!("extensions.{id}.{}", l.endpoint_key),
                             &l.endpoint,
                             handler,
-                            capped(&name, l.max_connections, l.max_connections_per_client),
+                            limited(
+                                &name,
+                                l.max_connections,
+                                crate::conn_guard::Lifecycle {
+                                    first_byte_timeout: l.first_byte_timeout,
+                                    idle_timeout: l.idle_timeout,
+                                    max_connections_per_client: l.max_connections_per_client,
+                                },
+                            ),
                             open,
+                            l.allowed_hosts.as_deref(),
                         )
                         .await?;
                 }
@@ -410,12 +443,9 @@ async fn start_extensions(
                         &format!("extensions.{id}.endpoint"),
                         &c.endpoint,
                         handler,
-                        capped(
-                            &id.to_string(),
-                            c.max_connections,
-                            c.max_connections_per_client,
-                        ),
+                        limited(&id.to_string(), c.max_connections, c.lifecycle()),
                         c.auth.is_none(),
+                        c.allowed_hosts.as_deref(),
                     )
                     .await?;
             }
@@ -524,12 +554,17 @@ async fn build_exporters(
                         &format!("exporters.{id}.endpoint"),
                         &c.endpoint,
                         handler,
-                        capped(
+                        limited(
                             &id.to_string(),
                             c.max_connections,
-                            c.max_connections_per_client,
+                            crate::conn_guard::Lifecycle {
+                                first_byte_timeout: c.first_byte_timeout,
+                                idle_timeout: c.idle_timeout,
+                                max_connections_per_client: c.max_connections_per_client,
+                            },
                         ),
                         c.auth.is_none(),
+                        c.allowed_hosts.as_deref(),
                     )
                     .await?;
                 Arc::new(PromExporter { inner, counters })
@@ -701,6 +736,7 @@ async fn spawn_receivers(
                     rx.handler(),
                     Some(opts),
                     h.auth.is_none(),
+                    h.allowed_hosts.as_deref(),
                 )
                 .await?;
         }
@@ -850,8 +886,9 @@ async fn serve_self_telemetry(
                 "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
                 &format!("{}:{}", p.host, p.port),
                 handler,
-                capped("telemetry", 1024, p.max_connections_per_client),
+                limited("telemetry", 1024, p.lifecycle()),
                 p.auth.is_none(),
+                p.allowed_hosts.as_deref(),
             )
             .await?;
     }

@@ -80,6 +80,15 @@ pub struct ApiListener {
     /// Connections open at once from one client address (0 = unlimited); beyond it a
     /// new connection evicts that address's least recently used idle one.
     pub max_connections_per_client: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed.
+    pub first_byte_timeout: std::time::Duration,
+    /// A connection with no request in service this long is closed.
+    pub idle_timeout: std::time::Duration,
+    /// Host names (and `host:port`) the listener's requests may be addressed to, besides
+    /// IP addresses ([`crate::listen_addr::AllowedHosts`]); `None`: no such check (an
+    /// open loopback listener still takes only local names).
+    pub allowed_hosts: Option<Vec<String>>,
     /// Behind `auth`: an admin listener's requests are diagnostics reads and need a token
     /// scoped to every cluster unless they name one; otherwise threshold reads.
     pub admin: bool,

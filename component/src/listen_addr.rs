@@ -85,6 +85,122 @@ impl fmt::Display for ListenAddr {
     }
 }
 
+/// Connection lifecycle defaults every HTTP listener of the host shares: a connection
+/// that sends no byte within the first is closed, and one with no request in service for
+/// the second.
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A host as a request names it (its `Host` header or HTTP/2 `:authority`), or an entry
+/// of a listener's `allowed_hosts`: a name or IP address, and a port when one is written.
+/// Names are compared without case and without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// Lowercase name without a trailing dot, or an IP address (IPv6 without brackets).
+    pub host: String,
+    pub ip: bool,
+    pub port: Option<u16>,
+}
+
+impl HostPort {
+    /// Parse `name`, `name:port`, an IPv4 address with or without a port, or a bracketed
+    /// IPv6 address with or without a port.
+    pub fn parse(s: &str) -> Result<HostPort, String> {
+        if s.is_empty() {
+            return Err("must be a host name or host:port, got an empty string".into());
+        }
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "must not contain whitespace or control characters, got {s:?}"
+            ));
+        }
+        if let Some(rest) = s.strip_prefix('[') {
+            let Some((v6, after)) = rest.split_once(']') else {
+                return Err(format!("unclosed '[' in {s:?}"));
+            };
+            let ip: Ipv6Addr = v6
+                .parse()
+                .map_err(|_| format!("invalid IPv6 address {v6:?} in {s:?}"))?;
+            let port = match after {
+                "" => None,
+                _ => match after.strip_prefix(':') {
+                    Some(p) => Some(parse_port(p, s)?),
+                    None => return Err(format!("unexpected {after:?} after ']' in {s:?}")),
+                },
+            };
+            return Ok(HostPort {
+                host: ip.to_string(),
+                ip: true,
+                port,
+            });
+        }
+        let (host, port) = match s.split_once(':') {
+            Some((h, p)) if !p.contains(':') => (h, Some(parse_port(p, s)?)),
+            Some(_) => {
+                return Err(format!(
+                    "IPv6 addresses must be in brackets ([::1]:8080), got {s:?}"
+                ));
+            }
+            None => (s, None),
+        };
+        if host.is_empty() {
+            return Err(format!("missing host in {s:?}"));
+        }
+        let (host, ip) = match parse_host(host, s)? {
+            ListenHost::Ip(ip) => (ip.to_string(), true),
+            ListenHost::Name(n) => {
+                let n = n.strip_suffix('.').unwrap_or(&n).to_ascii_lowercase();
+                (n, false)
+            }
+        };
+        Ok(HostPort { host, ip, port })
+    }
+}
+
+/// A listener's `allowed_hosts`: the names (and optional ports) its requests may be
+/// addressed to. A request addressed to an IP address always passes: DNS rebinding, the
+/// attack this check stops, needs a name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AllowedHosts(Vec<HostPort>);
+
+impl AllowedHosts {
+    /// Parse every entry; the error names the index of the first bad one.
+    pub fn parse(entries: &[String]) -> Result<AllowedHosts, (usize, String)> {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| HostPort::parse(e).map_err(|m| (i, m)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(AllowedHosts)
+    }
+
+    /// Whether a request naming `host` (Host header or `:authority`) may be served: an IP
+    /// address, or a listed name whose port, when the entry writes one, is the one the
+    /// request names.
+    pub fn allows(&self, host: &str) -> bool {
+        let Ok(h) = HostPort::parse(host) else {
+            return false;
+        };
+        h.ip || self
+            .0
+            .iter()
+            .any(|e| e.host == h.host && (e.port.is_none() || e.port == h.port))
+    }
+}
+
+/// Validate a listener's `allowed_hosts` list at `path` (each bad entry at `path.<index>`).
+pub fn check_allowed_hosts(
+    errs: &mut crate::config::ConfigErrors,
+    path: &str,
+    entries: Option<&[String]>,
+) {
+    for (i, e) in entries.unwrap_or_default().iter().enumerate() {
+        if let Err(m) = HostPort::parse(e) {
+            errs.push(format!("{path}.{i}"), m);
+        }
+    }
+}
+
 fn parse_port(port: &str, whole: &str) -> Result<u16, String> {
     if port.is_empty() {
         return Err(format!("missing port number in {whole:?}"));
@@ -150,6 +266,55 @@ mod tests {
             ListenHost::Name("ingero-fleet.ingero.svc.cluster.local.".into())
         );
         assert!(!ok("10.0.0.1:80").is_loopback());
+    }
+
+    #[test]
+    fn allowed_hosts_match_names_ports_and_any_ip() {
+        let list = |v: &[&str]| {
+            AllowedHosts::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        };
+        let a = list(&["fleet.example.com", "fleet.ns.svc:8081", "[::1]:9"]);
+        for ok in [
+            "fleet.example.com",
+            "FLEET.example.com.:443",
+            "fleet.example.com:1",
+            "fleet.ns.svc:8081",
+            "10.0.0.7:8081",
+            "[fd00::1]",
+            "[::1]:1",
+        ] {
+            assert!(a.allows(ok), "{ok}");
+        }
+        for refused in [
+            "attacker.example",
+            "fleet.example.com.attacker.example",
+            "fleet.ns.svc",
+            "fleet.ns.svc:8082",
+            "fleet.ns",
+            "localhost",
+            "",
+            ":8081",
+            "fleet.example.com:x",
+            "[not-v6]:1",
+        ] {
+            assert!(!a.allows(refused), "{refused}");
+        }
+        assert!(list(&[]).allows("127.0.0.1:80"));
+        assert!(!list(&[]).allows("localhost:80"));
+        let bad = ["ok.example", "bad_name", "a:b:c", "x:99999", ""].map(String::from);
+        assert_eq!(AllowedHosts::parse(&bad).unwrap_err().0, 1);
+        let mut errs = crate::config::ConfigErrors::new();
+        check_allowed_hosts(&mut errs, "allowed_hosts", Some(&bad));
+        let paths: Vec<_> = errs.iter().map(|e| e.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                "allowed_hosts.1",
+                "allowed_hosts.2",
+                "allowed_hosts.3",
+                "allowed_hosts.4"
+            ]
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 use component::config::ComponentConfig;
 use component::{ConfigErrors, ConfigValue};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 use crate::listen_addr::ListenAddr;
 
@@ -53,6 +54,20 @@ pub struct ThresholdExtensionConfig {
     /// 0 = unlimited): beyond it a new connection evicts that address's least recently
     /// used idle connection, or is closed at accept when none is idle.
     pub max_connections_per_client: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed, per listener (`ingero-fleet`; > 0).
+    #[serde(with = "component::config::duration")]
+    pub first_byte_timeout: Duration,
+    /// A connection with no request in service this long is closed, per listener
+    /// (`ingero-fleet`; > 0).
+    #[serde(with = "component::config::duration")]
+    pub idle_timeout: Duration,
+    /// Host names (`fleet.example.com`, or `host:port` for one port only) both listeners'
+    /// requests may be addressed to besides IP addresses; others are refused with 403
+    /// (`ingero-fleet`). Unset: no such check, except that a loopback listener without
+    /// `auth` takes only local names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for ThresholdExtensionConfig {
@@ -64,6 +79,9 @@ impl Default for ThresholdExtensionConfig {
             auth: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            first_byte_timeout: component::listen_addr::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: component::listen_addr::DEFAULT_IDLE_TIMEOUT,
+            allowed_hosts: None,
         }
     }
 }
@@ -132,6 +150,19 @@ impl ComponentConfig for ThresholdExtensionConfig {
                 ),
             );
         }
+        for (key, d) in [
+            ("first_byte_timeout", self.first_byte_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if d.is_zero() {
+                errs.push(key, "must be > 0");
+            }
+        }
+        component::listen_addr::check_allowed_hosts(
+            &mut errs,
+            "allowed_hosts",
+            self.allowed_hosts.as_deref(),
+        );
         errs.into_result()
     }
 }
@@ -183,6 +214,26 @@ mod tests {
         assert!(errs[1].starts_with("admin_endpoint: IPv6 addresses must be in brackets"));
         assert!(errs[1].ends_with("(or \"\" to disable)"));
         assert_eq!(errs[2], "max_clusters: must be from 1 to 10000000, got 0");
+    }
+
+    #[test]
+    fn lifecycle_and_host_keys_are_checked() {
+        let v = parse_yaml(
+            b"idle_timeout: 2s\nfirst_byte_timeout: 3s\nallowed_hosts: [fleet.example.com, 'fleet.ns.svc:8081']\n",
+        )
+        .unwrap();
+        let cfg = ThresholdExtensionConfig::from_value(&v).unwrap();
+        assert_eq!(cfg.idle_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.first_byte_timeout, Duration::from_secs(3));
+        assert_eq!(cfg.allowed_hosts.as_ref().map(Vec::len), Some(2));
+        let errs = errors(
+            "idle_timeout: 0s\nfirst_byte_timeout: 0s\nallowed_hosts: [ok.example, 'bad host', 'x:70000']\n",
+        );
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert_eq!(errs[0], "first_byte_timeout: must be > 0");
+        assert_eq!(errs[1], "idle_timeout: must be > 0");
+        assert!(errs[2].starts_with("allowed_hosts.1: "), "{errs:?}");
+        assert!(errs[3].starts_with("allowed_hosts.2: "), "{errs:?}");
     }
 
     #[test]

@@ -2,9 +2,16 @@
 //! one idle connection per host kept for at most 30 s (so DNS is re-resolved and agents
 //! spread across Fleet replicas), a per-request timeout, a capped response body, and an
 //! optional bearer token read from a file on every request.
+//!
+//! The TLS files (CA, client certificate and key) are looked at before every request: when
+//! one of them changed (cert-manager renewing the Secret, which swaps the files), the TLS
+//! config is built again from the new files and the next requests use it on new
+//! connections. New files that do not load (half written, a key that does not match) are
+//! logged and counted, and the previous config stays in use until the files change again.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -73,9 +80,41 @@ pub struct Response {
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// TLS configs built again from changed files, in this process (`ingero_agent_tls_reloads_total{result="ok"}`).
+pub static TLS_RELOADS: AtomicU64 = AtomicU64::new(0);
+/// Changed TLS files that did not load; the previous config stayed in use
+/// (`ingero_agent_tls_reloads_total{result="error"}`).
+pub static TLS_RELOAD_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// What identifies one version of a file: device, inode, modification time and size (a
+/// Secret update swaps a symlink to new files, so the inode changes even when the time
+/// does not). `None`: the file could not be looked at.
+type FileStamp = Option<(u64, u64, i64, i64, u64)>;
+
+fn stamp(path: &Path) -> FileStamp {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.len()))
+}
+
+/// The stamps of the TLS files, in the order ca, cert, key.
+fn stamps(files: &TlsFiles) -> [FileStamp; 3] {
+    [&files.ca, &files.cert, &files.key].map(|p| p.as_deref().and_then(stamp))
+}
+
+/// The client in use and the file stamps it was built from (or last failed to build from).
+struct Current {
+    client: HttpsClient,
+    /// The files the client was built from.
+    built: [FileStamp; 3],
+    /// Files that failed to load: not tried again until they change.
+    failed: Option<[FileStamp; 3]>,
+}
+
 #[derive(Clone)]
 pub struct HttpTransport {
-    client: HttpsClient,
+    current: Arc<parking_lot::Mutex<Current>>,
+    tls: TlsFiles,
     timeout: Duration,
     token_file: Option<PathBuf>,
 }
@@ -208,7 +247,21 @@ impl HttpTransport {
         timeout: Duration,
         token_file: Option<PathBuf>,
     ) -> Result<Self, TransportError> {
-        let tls = client_tls_config(tls)?;
+        let built = stamps(tls);
+        let client = Self::client(client_tls_config(tls)?, timeout);
+        Ok(HttpTransport {
+            current: Arc::new(parking_lot::Mutex::new(Current {
+                client,
+                built,
+                failed: None,
+            })),
+            tls: tls.clone(),
+            timeout,
+            token_file,
+        })
+    }
+
+    fn client(tls: rustls::ClientConfig, timeout: Duration) -> HttpsClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(timeout));
@@ -218,16 +271,47 @@ impl HttpTransport {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
+        Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(IDLE_CONN_TIMEOUT)
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .build(connector);
-        Ok(HttpTransport {
-            client,
-            timeout,
-            token_file,
-        })
+            .build(connector)
+    }
+
+    /// The client to send with: rebuilt first when a TLS file changed since the current
+    /// one was built (a new client, so pooled connections made with the old certificate
+    /// are not reused). New files that do not load leave the current client in place.
+    fn current_client(&self) -> HttpsClient {
+        if self.tls == TlsFiles::default() {
+            return self.current.lock().client.clone();
+        }
+        let now = stamps(&self.tls);
+        let mut cur = self.current.lock();
+        if now == cur.built || cur.failed == Some(now) {
+            return cur.client.clone();
+        }
+        match client_tls_config(&self.tls) {
+            Ok(cfg) => {
+                cur.client = Self::client(cfg, self.timeout);
+                cur.built = now;
+                cur.failed = None;
+                TLS_RELOADS.fetch_add(1, Relaxed);
+                tracing::info!(
+                    cert = ?self.tls.cert,
+                    ca = ?self.tls.ca,
+                    "TLS files changed: new connections use them"
+                );
+            }
+            Err(e) => {
+                cur.failed = Some(now);
+                TLS_RELOAD_FAILURES.fetch_add(1, Relaxed);
+                tracing::warn!(
+                    error = %e,
+                    "TLS files changed but do not load; keeping the previous certificate until they change again"
+                );
+            }
+        }
+        cur.client.clone()
     }
 
     pub fn timeout(&self) -> Duration {
@@ -247,9 +331,9 @@ impl HttpTransport {
                 .map_err(|e| SendError::Token(e.to_string()))?;
             req.headers_mut().insert(http::header::AUTHORIZATION, v);
         }
+        let client = self.current_client();
         let exchange = async {
-            let resp = self
-                .client
+            let resp = client
                 .request(req)
                 .await
                 .map_err(|e| SendError::Network(error_chain(&e)))?;
@@ -343,5 +427,158 @@ mod tests {
         };
         let e = client_tls_config(&files).unwrap_err().to_string();
         assert!(e.contains("no certificate found"), "{e}");
+    }
+
+    /// A TLS server on loopback that requires a client certificate from `ca` and records
+    /// the certificate of each connection; it answers 200 and closes the connection.
+    async fn mtls_server(
+        ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    ) -> (std::net::SocketAddr, Arc<parking_lot::Mutex<Vec<Vec<u8>>>>) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "server");
+        let cert = params.signed_by(&key, ca).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![CertificateDer::from(cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                let seen = seen2.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    if let Some(c) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+                        seen.lock().push(c.to_vec());
+                    }
+                    // One request per connection, so each push is a new handshake.
+                    let svc = hyper::service::service_fn(|_req| async {
+                        let mut r = http::Response::new(Full::new(Bytes::from_static(b"ok")));
+                        r.headers_mut()
+                            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                        Ok::<_, std::convert::Infallible>(r)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    fn client_cert(
+        ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+        cn: &str,
+    ) -> (String, String, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, ca).unwrap();
+        (cert.pem(), key.serialize_pem(), cert.der().to_vec())
+    }
+
+    /// Replace `path` the way a Secret update does: write a new file beside it and rename
+    /// it over (a new inode).
+    fn replace(path: &Path, text: &str) {
+        let tmp = path.with_extension("new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_renewed_client_certificate_is_used_without_a_restart_and_a_broken_one_is_not() {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "reload CA");
+        let ca =
+            rcgen::CertifiedIssuer::self_signed(p, rcgen::KeyPair::generate().unwrap()).unwrap();
+        let (addr, seen) = mtls_server(&ca).await;
+        let dir = TempDir::new("certreload");
+        let (ca_file, cert, key) = (
+            dir.path().join("ca.crt"),
+            dir.path().join("tls.crt"),
+            dir.path().join("tls.key"),
+        );
+        replace(&ca_file, &ca.pem());
+        let (a_pem, a_key, a_der) = client_cert(&ca, "agent A");
+        let (b_pem, b_key, b_der) = client_cert(&ca, "agent B");
+        replace(&cert, &a_pem);
+        replace(&key, &a_key);
+        let files = TlsFiles {
+            ca: Some(ca_file),
+            cert: Some(cert.clone()),
+            key: Some(key.clone()),
+        };
+        let t = HttpTransport::new(&files, Duration::from_secs(10), None).unwrap();
+        let push = || {
+            let req = Request::post(format!("https://localhost:{}/v1/metrics", addr.port()))
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap();
+            t.send(req, 1024)
+        };
+        let ok_before = TLS_RELOADS.load(Relaxed);
+        let failed_before = TLS_RELOAD_FAILURES.load(Relaxed);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+
+        // cert-manager renews the Secret: the next push uses B.
+        replace(&cert, &b_pem);
+        replace(&key, &b_key);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        assert_eq!(seen.lock().last(), Some(&b_der), "the renewed certificate");
+        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 1);
+
+        // Broken replacements (half written; then a certificate beside another one's
+        // key) do not load: B stays in use and each is counted once.
+        replace(&cert, &a_pem[..a_pem.len() / 2]);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        replace(&cert, &a_pem);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        assert_eq!(TLS_RELOAD_FAILURES.load(Relaxed), failed_before + 2);
+        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 1);
+
+        // The pair is whole again (A's key beside A's certificate): A is used.
+        replace(&key, &a_key);
+        assert_eq!(push().await.unwrap().status, StatusCode::OK);
+        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 2);
+        let a = a_der.clone();
+        let b = b_der.clone();
+        assert_eq!(
+            *seen.lock(),
+            [a.clone(), a.clone(), b.clone(), b.clone(), b.clone(), b, a]
+        );
     }
 }

@@ -140,6 +140,19 @@ pub struct PrometheusExporterConfig {
     /// a new connection evicts that address's least recently used idle one, or is closed
     /// at accept when none is idle.
     pub max_connections_per_client: usize,
+    /// A scrape connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed (> 0).
+    #[serde(with = "component::config::duration")]
+    pub first_byte_timeout: Duration,
+    /// A scrape connection with no request in service this long is closed (> 0).
+    #[serde(with = "component::config::duration")]
+    pub idle_timeout: Duration,
+    /// Host names (`fleet.example.com`, or `host:port` for one port only) scrapes may be
+    /// addressed to besides IP addresses; others are refused with 403, by the host.
+    /// Unset: no such check, except that a loopback endpoint without `auth` takes only
+    /// local names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for PrometheusExporterConfig {
@@ -162,6 +175,9 @@ impl Default for PrometheusExporterConfig {
             auth: None,
             max_connections: 1024,
             max_connections_per_client: 1024,
+            first_byte_timeout: component::listen_addr::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: component::listen_addr::DEFAULT_IDLE_TIMEOUT,
+            allowed_hosts: None,
         }
     }
 }
@@ -283,6 +299,19 @@ impl ComponentConfig for PrometheusExporterConfig {
                 ),
             );
         }
+        for (key, d) in [
+            ("first_byte_timeout", self.first_byte_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if d.is_zero() {
+                errs.push(key, "must be > 0");
+            }
+        }
+        component::listen_addr::check_allowed_hosts(
+            &mut errs,
+            "allowed_hosts",
+            self.allowed_hosts.as_deref(),
+        );
         errs.into_result()
     }
 }

@@ -42,6 +42,10 @@ pub(super) struct ListenerDecl {
     /// Key path where its `tls` block goes.
     tls_path: String,
     tls: Option<ServerTlsConfig>,
+    /// Serves requests without a token and without `allowed_hosts`, and has data to read
+    /// (every listener but the health check): on a non-loopback address without `tls`, a
+    /// web page can read it through DNS rebinding ([`open_listener_warnings`]).
+    unguarded: bool,
 }
 
 /// Only this machine can connect: 127.0.0.0/8, `::1`, `localhost`.
@@ -58,15 +62,19 @@ pub(super) fn listener_decls(
     component_tls: &BTreeMap<String, ServerTlsConfig>,
 ) -> Vec<ListenerDecl> {
     let mut out = Vec::new();
-    let mut add =
-        |base: String, endpoint_key: &str, endpoint: &str, tls: Option<&ServerTlsConfig>| {
-            out.push(ListenerDecl {
-                endpoint_path: format!("{base}.{endpoint_key}"),
-                endpoint: endpoint.to_string(),
-                tls_path: format!("{base}.tls"),
-                tls: tls.cloned(),
-            });
-        };
+    let mut add = |base: String,
+                   endpoint_key: &str,
+                   endpoint: &str,
+                   tls: Option<&ServerTlsConfig>,
+                   unguarded: bool| {
+        out.push(ListenerDecl {
+            endpoint_path: format!("{base}.{endpoint_key}"),
+            endpoint: endpoint.to_string(),
+            tls_path: format!("{base}.tls"),
+            tls: tls.cloned(),
+            unguarded,
+        });
+    };
     for (id, ReceiverPlan::Otlp(c)) in receivers {
         if let Some(h) = &c.protocols.http {
             add(
@@ -74,14 +82,18 @@ pub(super) fn listener_decls(
                 "endpoint",
                 &h.endpoint,
                 h.tls.as_ref(),
+                h.auth.is_none() && h.allowed_hosts.is_none(),
             );
         }
         if let Some(g) = &c.protocols.grpc {
+            // A browser cannot speak gRPC (HTTP/2 without TLS, or trailers), so no page
+            // reaches it through DNS rebinding.
             add(
                 format!("receivers.{id}.protocols.grpc"),
                 "endpoint",
                 &g.endpoint,
                 g.tls.as_ref(),
+                false,
             );
         }
     }
@@ -91,13 +103,17 @@ pub(super) fn listener_decls(
             ExtensionPlan::Component(e) => {
                 let tls = component_tls.get(&base);
                 for l in e.api_listeners() {
-                    add(base.clone(), l.endpoint_key, &l.endpoint, tls);
+                    let unguarded = e.auth().is_none() && l.allowed_hosts.is_none();
+                    add(base.clone(), l.endpoint_key, &l.endpoint, tls, unguarded);
                 }
                 for l in e.served_listeners() {
-                    add(base.clone(), l.endpoint_key, &l.endpoint, tls);
+                    add(base.clone(), l.endpoint_key, &l.endpoint, tls, false);
                 }
             }
-            ExtensionPlan::HealthCheck(c) => add(base, "endpoint", &c.endpoint, c.tls.as_ref()),
+            // The health check answers up or down and nothing else.
+            ExtensionPlan::HealthCheck(c) => {
+                add(base, "endpoint", &c.endpoint, c.tls.as_ref(), false)
+            }
             ExtensionPlan::Auth(_) => {}
         }
     }
@@ -105,7 +121,8 @@ pub(super) fn listener_decls(
         if let ExporterPlan::Prometheus(c) = e {
             let base = format!("exporters.{id}");
             let tls = component_tls.get(&base);
-            add(base, "endpoint", &c.endpoint, tls);
+            let unguarded = c.auth.is_none() && c.allowed_hosts.is_none();
+            add(base, "endpoint", &c.endpoint, tls, unguarded);
         }
     }
     if telemetry.metrics.level != model::MetricsLevel::None
@@ -123,6 +140,7 @@ pub(super) fn listener_decls(
             },
             tls_path: format!("{base}.tls"),
             tls: p.tls.clone(),
+            unguarded: p.auth.is_none() && p.allowed_hosts.is_none(),
         });
     }
     out
@@ -169,6 +187,31 @@ pub(super) fn check_plaintext(errs: &mut ConfigErrors, decls: &[ListenerDecl], a
             );
         }
     }
+}
+
+/// A plaintext listener on a non-loopback address that takes no token and has no
+/// `allowed_hosts` answers any web page whose name was rebound to its address (DNS
+/// rebinding through a browser that can reach it): a warning naming the keys that close it.
+pub(super) fn open_listener_warnings(decls: &[ListenerDecl]) -> Vec<String> {
+    decls
+        .iter()
+        .filter(|l| l.unguarded && l.tls.is_none() && !is_loopback_endpoint(&l.endpoint))
+        .map(|l| {
+            let base = l
+                .endpoint_path
+                .strip_suffix(".endpoint")
+                .or_else(|| l.endpoint_path.rsplit_once('.').map(|(b, _)| b))
+                .filter(|_| !l.endpoint_path.starts_with("service."))
+                .unwrap_or(&l.endpoint_path);
+            format!(
+                "{}: {} is not a loopback address and the listener has no auth, tls or \
+                 allowed_hosts, so a web page whose name is rebound to this address can read \
+                 it through a browser that reaches it; set {base}.allowed_hosts to the names \
+                 clients use, or {base}.auth",
+                l.endpoint_path, l.endpoint
+            )
+        })
+        .collect()
 }
 
 /// Load and check every `tls` block once (the threshold extension's serves two listeners):
@@ -253,6 +296,58 @@ mod tests {
             "service:\n  allow_plaintext_listeners: true\n",
         );
         assert!(plan(&opted).is_ok());
+    }
+
+    #[test]
+    fn every_listener_checks_its_lifecycle_and_host_keys() {
+        let bad = "idle_timeout: 0s\n{i}first_byte_timeout: 0s\n{i}allowed_hosts: [ok.example, 'no spaces']\n";
+        let at = |n: usize| bad.replace("{i}", &" ".repeat(n));
+        let cfg = BASE
+            .replace("endpoint: 0.0.0.0:4317\n", "endpoint: 127.0.0.1:4317\n      http:\n        endpoint: 127.0.0.1:0\n")
+            .replace(
+                "      http:\n        endpoint: 127.0.0.1:0\n",
+                &format!("      http:\n        endpoint: 127.0.0.1:0\n        {}", at(8)),
+            )
+            .replace(
+                "exporters:\n  debug:\n",
+                &format!(
+                    "exporters:\n  debug:\n  prometheus:\n    endpoint: 127.0.0.1:0\n    {}extensions:\n  ingero_threshold:\n    agent_endpoint: 127.0.0.1:0\n    admin_endpoint: \"\"\n    {}  health_check:\n    endpoint: 127.0.0.1:0\n    {}",
+                    at(4),
+                    at(4),
+                    at(4)
+                ),
+            )
+            .replace(
+                "  telemetry: {metrics: {level: none}}\n",
+                &format!(
+                    "  extensions: [ingero_threshold, health_check]\n  telemetry:\n    metrics:\n      readers:\n        - pull:\n            exporter:\n              prometheus:\n                port: 0\n                {}",
+                    at(16)
+                ),
+            );
+        let errs = plan(&cfg).unwrap_err();
+        let mut want = vec![
+            "receivers.otlp.protocols.http.idle_timeout",
+            "receivers.otlp.protocols.http.first_byte_timeout",
+            "receivers.otlp.protocols.http.allowed_hosts.1",
+        ];
+        for base in [
+            "extensions.ingero_threshold",
+            "extensions.health_check",
+            "exporters.prometheus",
+            "service.telemetry.metrics.readers.0.pull.exporter.prometheus",
+        ] {
+            for key in ["first_byte_timeout", "idle_timeout", "allowed_hosts.1"] {
+                want.push(Box::leak(format!("{base}.{key}").into_boxed_str()));
+            }
+        }
+        for w in &want {
+            assert!(
+                errs.iter().any(|e| e.starts_with(&format!("{w}: "))),
+                "{w} not reported:\n{}",
+                errs.join("\n")
+            );
+        }
+        assert_eq!(errs.len(), want.len(), "{}", errs.join("\n"));
     }
 
     #[test]

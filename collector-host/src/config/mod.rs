@@ -18,7 +18,10 @@ use component::{ComponentId, ConfigValue, Extension, Processor};
 use fleet_prometheus::PrometheusExporterConfig;
 
 use crate::registry::{Components, Kind};
-use listeners::{check_listener_conflicts, check_plaintext, listener_decls, load_tls, take_tls};
+use listeners::{
+    check_listener_conflicts, check_plaintext, listener_decls, load_tls, open_listener_warnings,
+    take_tls,
+};
 use model::{
     DebugExporterConfig, HealthCheckConfig, MetricsLevel, OtlpExporterConfig, OtlpReceiverConfig,
     RawConfig, ServerTlsConfig, TelemetryConfig,
@@ -74,7 +77,7 @@ impl std::fmt::Debug for ExporterPlan {
 #[derive(Clone)]
 pub enum ExtensionPlan {
     Component(Arc<dyn Extension>),
-    HealthCheck(HealthCheckConfig),
+    HealthCheck(Box<HealthCheckConfig>),
     Auth(Arc<crate::auth::AuthExtension>),
 }
 
@@ -292,7 +295,7 @@ fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Compone
                     f.create(id, &v).map(|e| (ExtensionPlan::Component(e), tls))
                 }
                 None => decode_host::<HealthCheckConfig>(v)
-                    .map(|c| (ExtensionPlan::HealthCheck(c), None)),
+                    .map(|c| (ExtensionPlan::HealthCheck(Box::new(c)), None)),
             }
         },
     );
@@ -592,8 +595,10 @@ impl Plan {
         );
         check_listener_conflicts(&mut errs, &decls);
         check_plaintext(&mut errs, &decls, raw.service.allow_plaintext_listeners);
+        check_self_telemetry(&mut errs, &telemetry);
         let (listener_tls, mut warnings) = load_tls(&mut errs, &decls);
         warnings.extend(telemetry_warning);
+        warnings.extend(open_listener_warnings(&decls));
         for (id, e) in &extensions {
             if let ExtensionPlan::Auth(a) = e {
                 warnings.extend(
@@ -627,6 +632,25 @@ impl Plan {
             ExtensionPlan::Auth(a) if id.to_string() == r.authenticator => Some(a.clone()),
             _ => None,
         })
+    }
+}
+
+/// The self-telemetry listener's lifecycle limits and `allowed_hosts`.
+fn check_self_telemetry(errs: &mut ConfigErrors, telemetry: &TelemetryConfig) {
+    for (i, r) in telemetry.metrics.readers.iter().enumerate() {
+        let p = &r.pull.exporter.prometheus;
+        let base = format!("service.telemetry.metrics.readers.{i}.pull.exporter.prometheus");
+        model::check_lifecycle(
+            errs,
+            &format!("{base}."),
+            p.first_byte_timeout,
+            p.idle_timeout,
+        );
+        component::listen_addr::check_allowed_hosts(
+            errs,
+            &format!("{base}.allowed_hosts"),
+            p.allowed_hosts.as_deref(),
+        );
     }
 }
 

@@ -80,6 +80,13 @@ pub struct HttpServerConfig {
     /// Serve HTTPS (and mTLS with `client_ca_file`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
+    /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
+    /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
+    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// Unset: no such check, except that a loopback listener without `auth` takes only
+    /// local names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for HttpServerConfig {
@@ -101,6 +108,7 @@ impl Default for HttpServerConfig {
             retry_after: Duration::from_secs(1),
             auth: None,
             tls: None,
+            allowed_hosts: None,
         }
     }
 }
@@ -240,6 +248,11 @@ impl ComponentConfig for OtlpReceiverConfig {
                 e.push("protocols.http.first_byte_timeout", "must be > 0");
             }
             check_retry_after(&mut e, "protocols.http.retry_after", h.retry_after);
+            component::listen_addr::check_allowed_hosts(
+                &mut e,
+                "protocols.http.allowed_hosts",
+                h.allowed_hosts.as_deref(),
+            );
         }
         if let Some(g) = &self.protocols.grpc {
             check_endpoint(&mut e, "protocols.grpc.endpoint", &g.endpoint);
@@ -498,8 +511,22 @@ pub struct HealthCheckConfig {
     /// connection evicts that address's least recently used idle one, or is closed at
     /// accept when none is idle.
     pub max_connections_per_client: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed.
+    #[serde(with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// A connection with no request in service this long is closed.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
+    /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
+    /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
+    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// Unset: no such check, except that a loopback listener without `auth` takes only
+    /// local names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for HealthCheckConfig {
@@ -510,7 +537,10 @@ impl Default for HealthCheckConfig {
             auth: None,
             max_connections: 1024,
             max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            first_byte_timeout: crate::conn_guard::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: crate::conn_guard::DEFAULT_IDLE_TIMEOUT,
             tls: None,
+            allowed_hosts: None,
         }
     }
 }
@@ -522,7 +552,33 @@ impl ComponentConfig for HealthCheckConfig {
         if !self.path.starts_with('/') {
             e.push("path", "must start with '/'");
         }
+        check_lifecycle(&mut e, "", self.first_byte_timeout, self.idle_timeout);
+        component::listen_addr::check_allowed_hosts(
+            &mut e,
+            "allowed_hosts",
+            self.allowed_hosts.as_deref(),
+        );
         e.into_result()
+    }
+}
+
+impl HealthCheckConfig {
+    /// The connection lifecycle limits of this listener.
+    pub fn lifecycle(&self) -> crate::conn_guard::Lifecycle {
+        crate::conn_guard::Lifecycle {
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections_per_client: self.max_connections_per_client,
+        }
+    }
+}
+
+/// `first_byte_timeout` and `idle_timeout` under `prefix` (`""` or `a.b.`) must be > 0.
+pub fn check_lifecycle(e: &mut ConfigErrors, prefix: &str, first_byte: Duration, idle: Duration) {
+    for (key, d) in [("first_byte_timeout", first_byte), ("idle_timeout", idle)] {
+        if d.is_zero() {
+            e.push(format!("{prefix}{key}"), "must be > 0");
+        }
     }
 }
 
@@ -585,6 +641,20 @@ pub struct PromPullExporter {
     /// unlimited); beyond it a new connection evicts that address's least recently used
     /// idle one, or is closed at accept when none is idle.
     pub max_connections_per_client: usize,
+    /// A connection that sends no byte this long after accept (or after its TLS
+    /// handshake) is closed (an Ingero addition).
+    #[serde(with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// A connection with no request in service this long is closed (an Ingero addition).
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
+    /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
+    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// Unset: no such check, except that a loopback listener without `auth` takes only
+    /// local names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for PromPullExporter {
@@ -595,6 +665,20 @@ impl Default for PromPullExporter {
             tls: None,
             auth: None,
             max_connections_per_client: crate::conn_guard::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            first_byte_timeout: crate::conn_guard::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: crate::conn_guard::DEFAULT_IDLE_TIMEOUT,
+            allowed_hosts: None,
+        }
+    }
+}
+
+impl PromPullExporter {
+    /// The connection lifecycle limits of this listener.
+    pub fn lifecycle(&self) -> crate::conn_guard::Lifecycle {
+        crate::conn_guard::Lifecycle {
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections_per_client: self.max_connections_per_client,
         }
     }
 }

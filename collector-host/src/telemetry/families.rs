@@ -114,7 +114,7 @@ component::metric_set! {
         help "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address, and none of them was idle.";
     REQUESTS_REFUSED: counter "ingero_fleet_requests_refused_total", unit "1",
         labels [LABEL_LISTENER, LABEL_REASON],
-        help "Requests a listener refused before its handler: host_not_allowed is a loopback listener without auth addressed by a name other than an IP address or localhost.";
+        help "Requests a listener refused before its handler: host_not_allowed is a request addressed to a name its listener does not answer: not in allowed_hosts, or on a loopback listener without auth not an IP address or localhost.";
     CONNECTIONS_CLOSED: counter "ingero_fleet_connections_closed_total", unit "1",
         labels [LABEL_LISTENER, LABEL_REASON],
         help "Connections a listener closed: no byte within first_byte_timeout, no request for idle_timeout, or evicted (idle, to make room for a new connection at max_connections or max_connections_per_client).";

@@ -652,3 +652,97 @@ fn every_other_listener_takes_its_per_client_cap_and_evicts_idle_connections_for
         drop(held);
     }
 }
+
+/// Send one keep-alive request on `s` and read its whole response (`Content-Length` body,
+/// or none for HEAD); the status.
+fn keep_alive_request(s: &mut TcpStream, method: &str, path: &str) -> u16 {
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: fleet\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed before the response");
+        buf.extend_from_slice(&chunk[..n]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let len: usize = if method == "HEAD" {
+            0
+        } else {
+            head.lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or_else(|| panic!("no content-length: {head}"))
+        };
+        if buf.len() >= end + 4 + len {
+            return parse_response(&buf).status;
+        }
+    }
+}
+
+#[test]
+fn every_other_listener_closes_a_keep_alive_connection_idle_past_its_idle_timeout() {
+    // idle_timeout 1s on the threshold, health, exporter and self-telemetry listeners
+    // (the OTLP receivers' own test is in e2e_overload); their header-read limit is 10s,
+    // so only idle_timeout closes a connection sooner.
+    let keys = "    idle_timeout: 1s\n    first_byte_timeout: 30s\n";
+    let cfg = test_config("1s", &[])
+        .replace(
+            "    admin_endpoint: 127.0.0.1:0\n",
+            &format!("    admin_endpoint: 127.0.0.1:0\n{keys}"),
+        )
+        .replace(
+            "  health_check:\n    endpoint: 127.0.0.1:0\n",
+            &format!("  health_check:\n    endpoint: 127.0.0.1:0\n{keys}"),
+        )
+        .replace(
+            "  prometheus:\n    endpoint: 127.0.0.1:0\n",
+            &format!("  prometheus:\n    endpoint: 127.0.0.1:0\n{keys}"),
+        )
+        .replace(
+            "                port: 0\n",
+            "                port: 0\n                idle_timeout: 1s\n                first_byte_timeout: 30s\n",
+        );
+    assert_eq!(cfg.matches("idle_timeout: 1s").count(), 4);
+    let f = Fleet::start_with(&cfg, &[]);
+    let listeners = [
+        (
+            "ingero_threshold/agent",
+            f.agent_api(),
+            "GET",
+            "/api/v1/threshold?cluster_id=c",
+        ),
+        (
+            "ingero_threshold/admin",
+            f.admin_api(),
+            "GET",
+            "/api/v1/diagnostics?cluster_id=c",
+        ),
+        ("health_check", f.addr("health_check"), "GET", "/"),
+        ("prometheus", f.prometheus(), "HEAD", "/metrics"),
+        ("telemetry", f.telemetry(), "HEAD", "/metrics"),
+    ];
+    let mut held = Vec::new();
+    for (name, addr, method, path) in listeners {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let status = keep_alive_request(&mut s, method, path);
+        assert!(status < 500, "{name}: {status}");
+        held.push((name, s));
+    }
+    for (name, s) in &mut held {
+        assert!(
+            closed_by_server(s, Duration::from_secs(30)),
+            "{name}: idle keep-alive connection not closed"
+        );
+    }
+    let page = get(f.telemetry(), "/metrics").text();
+    for (name, ..) in listeners {
+        let series = format!(
+            "ingero_fleet_connections_closed_total{{listener=\"{name}\",reason=\"idle_timeout\"}}"
+        );
+        assert_eq!(prom_value(&page, &series), Some(1.0), "{series}\n{page}");
+    }
+}
