@@ -1336,7 +1336,7 @@ fn a_cluster_at_its_byte_cap_is_refused_with_partial_success_and_others_are_not(
             assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
         }
     }
-    // Each node is charged a little over 4 KiB: fewer than 16 fit, and once one is
+    // Each node is charged about 5.3 KiB: fewer than 16 fit, and once one is
     // refused every later one is too.
     assert!(
         (10..16).contains(&accepted_nodes),
