@@ -109,7 +109,9 @@ impl IngeroProcessor {
 /// tick's snapshot, with a node id at its limit: measured 205 B once ticked with 24-byte
 /// ids (`tests/processor.rs::node_record_memory`), of which the id's shared allocation is
 /// about 48 B; so 192 B besides the id, plus the id's allocation (16 B of counts and
-/// [`MAX_ID_BYTES`] of text).
+/// [`MAX_ID_BYTES`] of text). With 256-byte ids the same test measures 445 B. Cluster and
+/// cohort entries (bounded by `limits.max_clusters` and `cohorts.max_per_cluster`) are not
+/// counted.
 pub const NODE_RECORD_BYTES: usize = 192 + 16 + MAX_ID_BYTES;
 
 impl Processor for IngeroProcessor {
