@@ -211,6 +211,14 @@ pub trait Processor: Send + Sync {
     fn diagnostics(&self) -> Option<serde_json::Value> {
         None
     }
+
+    /// The most heap this processor's state can hold at its configured caps (bytes; 0:
+    /// nothing that grows with the data). The host sets it aside from the memory budget
+    /// (`max_bytes`) of every Prometheus exporter in the processor's pipelines, so one
+    /// budget covers both.
+    fn memory_bound(&self) -> usize {
+        0
+    }
 }
 
 /// An extension: a component outside the data path (threshold store, auth, ...).

@@ -97,7 +97,22 @@ impl IngeroProcessor {
     pub fn counters(&self) -> &Counters {
         self.ingest.counters()
     }
+
+    /// The most the node tables hold: `limits.max_nodes_total` records of
+    /// [`NODE_RECORD_BYTES`].
+    pub fn node_table_bound(&self) -> usize {
+        to_usize(self.cfg.limits.max_nodes_total).saturating_mul(NODE_RECORD_BYTES)
+    }
 }
+
+/// What one node record may cost the processor, its table entry and its copy in the
+/// tick's snapshot, with a node id at its limit: measured 205 B once ticked with 24-byte
+/// ids (`tests/processor.rs::node_record_memory`), of which the id's shared allocation is
+/// about 48 B; so 192 B besides the id, plus the id's allocation (16 B of counts and
+/// [`MAX_ID_BYTES`] of text). With 256-byte ids the same test measures 445 B. Cluster and
+/// cohort entries (bounded by `limits.max_clusters` and `cohorts.max_per_cluster`) are not
+/// counted.
+pub const NODE_RECORD_BYTES: usize = 192 + 16 + MAX_ID_BYTES;
 
 impl Processor for IngeroProcessor {
     fn start(&self, host: &dyn Host) -> Result<(), StartError> {
@@ -164,6 +179,10 @@ impl Processor for IngeroProcessor {
             causes: self.causes.counters().snapshot(),
         };
         telemetry::families(&snap, self.ingest.counters(), held, out);
+    }
+
+    fn memory_bound(&self) -> usize {
+        self.node_table_bound()
     }
 
     fn diagnostics(&self) -> Option<serde_json::Value> {

@@ -756,12 +756,18 @@ fn rss_kib() -> u64 {
 }
 
 /// The memory one node record costs the processor: `max_nodes_total` (262,144) nodes in
-/// 64 clusters of their own tenant, with 24-byte node ids, stored and ticked once; prints
-/// the RSS growth per node. A measurement, not a check:
+/// 64 clusters of their own tenant, with 24-byte node ids (`NODE_ID_BYTES=256` for ids at
+/// their limit), stored and ticked once; prints the RSS growth per node, to compare with
+/// `NODE_RECORD_BYTES` (what the host sets aside from the exporter's `max_bytes` per
+/// record). A measurement, not a check:
 /// `cargo test --release -p ingero-processor --test processor -- --ignored node_record_memory --nocapture`.
 #[test]
 #[ignore = "a measurement; run by hand"]
 fn node_record_memory() {
+    let id_bytes: usize = std::env::var("NODE_ID_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
     let p = IngeroProcessor::new(IngeroConfig::default()).unwrap();
     let before = rss_kib();
     let per_cluster = 262_144 / 64;
@@ -769,7 +775,11 @@ fn node_record_memory() {
         let cluster = format!("cluster-{c:02}");
         let tenant: Arc<str> = Arc::from(cluster.as_str());
         for n in 0..per_cluster {
-            let mut batch = vec![active(&cluster, &format!("gpu-node-{c:02}-{n:012}"), 0.95)];
+            let mut node = format!("gpu-node-{c:02}-{n:012}");
+            while node.len() < id_bytes {
+                node.push('x');
+            }
+            let mut batch = vec![active(&cluster, &node, 0.95)];
             let mut cx = ctx(Some(&cluster), T0);
             cx.tenant = Some(tenant.clone());
             let out = p.process(&mut batch, &cx);
@@ -781,7 +791,7 @@ fn node_record_memory() {
     let ticked = rss_kib();
     let nodes = 262_144.0;
     println!(
-        "nodes {nodes}: stored +{} KiB ({:.0} B/node), after a tick +{} KiB ({:.0} B/node)",
+        "nodes {nodes}, {id_bytes}-byte ids: stored +{} KiB ({:.0} B/node), after a tick +{} KiB ({:.0} B/node)",
         stored - before,
         (stored - before) as f64 * 1024.0 / nodes,
         ticked - before,

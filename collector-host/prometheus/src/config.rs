@@ -25,8 +25,8 @@ pub const DEFAULT_MAX_SERIES: usize = 2_000_000;
 /// `max_series`, so no one tenant can fill the page for the others.
 pub const DEFAULT_MAX_SERIES_PER_CLUSTER: usize = 1_000_000;
 /// `max_bytes_per_cluster`: 256 MiB of estimated bytes (`cluster_usage`) per cluster.
-/// An agent node (13 series) is charged about 1.9 KB by that estimate, so a cluster of
-/// ordinary agent data reaches `max_series_per_cluster` (about 77,000 nodes, ~140 MiB)
+/// An agent node (13 series) is charged about 2.8 KB by that estimate, so a cluster of
+/// ordinary agent data reaches `max_series_per_cluster` (about 77,000 nodes, ~210 MiB)
 /// first; what the byte cap stops is a cluster whose series carry long label values or
 /// metric names.
 pub const DEFAULT_MAX_BYTES_PER_CLUSTER: usize = 256 << 20;

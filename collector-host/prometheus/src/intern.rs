@@ -232,9 +232,12 @@ pub struct Interner {
     /// OTLP (name, unit, kind) -> family, or why its points are dropped.
     metrics: HashMap<MetricKey, Result<FamilyId, DropReason>>,
     /// Encoded data-point attributes -> their label set, so a push of a known shape skips
-    /// most lookups. First come, first kept, up to [`MAX_MEMO_ENTRIES`]: the shared shapes
-    /// (state/workload, detection mode, GPU info) are met on the very first pushes.
+    /// most lookups. First come, first kept, up to [`MAX_MEMO_ENTRIES`] and
+    /// [`MAX_MEMO_BYTES`]: the shared shapes (state/workload, detection mode, GPU info) are
+    /// met on the very first pushes.
     dsets: HashMap<Box<[u8]>, SetId>,
+    /// Heap bytes of `dsets` as [`memo_cost`] counts them.
+    dset_bytes: usize,
     /// Point plans per metric layout (`translate::layout_key`). Behind its own lock so a
     /// translation holding only the shared view can fill it: lookups (and the fill from a
     /// hit) share it, offers take it alone. Compaction clears it.
@@ -350,6 +353,16 @@ impl LayoutMemo {
 /// Most memoised data-point attribute lists.
 pub const MAX_MEMO_ENTRIES: usize = 4096;
 
+/// Heap bytes the data-point attribute memo may hold. Its keys are the attributes as
+/// sent, so without a byte bound 4,096 lists at the payload limits (32 attributes of
+/// 4 KiB) would pin about 540 MiB outside every cluster's estimate.
+pub const MAX_MEMO_BYTES: usize = 1 << 20;
+
+/// What one memo entry costs: its key, the key's box and the map slot.
+fn memo_cost(key: &[u8]) -> usize {
+    key.len() + 32
+}
+
 impl Interner {
     pub fn family(&self, id: FamilyId) -> Option<&Family> {
         self.families.get(id as usize)
@@ -421,8 +434,12 @@ impl Interner {
     }
 
     pub fn memoize_dset(&mut self, key: &[u8], set: SetId) {
-        if self.dsets.len() < MAX_MEMO_ENTRIES {
-            self.dsets.insert(key.into(), set);
+        let cost = memo_cost(key);
+        if self.dsets.len() < MAX_MEMO_ENTRIES && self.dset_bytes + cost <= MAX_MEMO_BYTES {
+            self.dset_bytes += cost;
+            if self.dsets.insert(key.into(), set).is_some() {
+                self.dset_bytes -= cost;
+            }
         }
     }
 
@@ -439,7 +456,7 @@ impl Interner {
             .keys()
             .map(|k| k.name.len() + k.unit.len() + 48)
             .sum();
-        let memo: usize = self.dsets.keys().map(|k| k.len() + 32).sum();
+        let memo = self.dset_bytes;
         let layouts = self.layouts.read().heap_bytes();
         self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo + layouts
     }
@@ -529,6 +546,7 @@ impl Interner {
             *v = remap(&set_map, *v);
             *v != NONE
         });
+        self.dset_bytes = self.dsets.keys().map(|k| memo_cost(k)).sum();
         self.dsets.shrink_to_fit();
         // Ids inside the layout plans are stale now; they are rebuilt on the next pushes.
         self.layouts.get_mut().clear();

@@ -571,10 +571,11 @@ impl Plan {
         if !raw.connectors.is_empty() {
             errs.push("connectors", "connectors are not supported by ingero-fleet");
         }
-        let sections = build_sections(&mut errs, &raw, components);
+        let mut sections = build_sections(&mut errs, &raw, components);
         let extensions = enabled_extensions(&mut errs, &raw, &sections.extensions);
         let pipelines = build_pipelines(&mut errs, &raw, &sections);
         check_singletons(&mut errs, &sections.processors, &pipelines);
+        reserve_processor_memory(&mut errs, &mut sections, &pipelines);
         let middlewares = middleware_lists(&mut errs, &sections.receivers, &extensions);
         let telemetry = raw.service.telemetry.clone();
         if telemetry.metrics.readers.len() > 1 {
@@ -651,6 +652,53 @@ fn check_self_telemetry(errs: &mut ConfigErrors, telemetry: &TelemetryConfig) {
             &format!("{base}.allowed_hosts"),
             p.allowed_hosts.as_deref(),
         );
+    }
+}
+
+/// One memory budget for an exporter and the processors that feed it: the most the
+/// processors of a Prometheus exporter's pipelines can hold ([`Processor::memory_bound`],
+/// the ingero processor's node tables at `limits.max_nodes_total`) is set aside from the
+/// exporter's `max_bytes`, so what is left bounds the exporter's estimate and the
+/// processors' tables together stay within `max_bytes`. A processor in two pipelines of
+/// the exporter is counted once.
+fn reserve_processor_memory(
+    errs: &mut ConfigErrors,
+    sections: &mut Sections,
+    pipelines: &[PipelinePlan],
+) {
+    for (id, e) in &mut sections.exporters {
+        let ExporterPlan::Prometheus(c) = e else {
+            continue;
+        };
+        let mut counted: Vec<&ComponentId> = Vec::new();
+        let mut reserve = 0usize;
+        for p in pipelines.iter().filter(|p| p.exporters.contains(id)) {
+            for pid in &p.processors {
+                if counted.contains(&pid) {
+                    continue;
+                }
+                counted.push(pid);
+                if let Some(plan) = sections.processors.get(pid) {
+                    reserve = reserve.saturating_add(plan.processor.memory_bound());
+                }
+            }
+        }
+        if reserve == 0 {
+            continue;
+        }
+        let min = fleet_prometheus::config::MIN_BYTES_PER_CLUSTER;
+        match c.max_bytes.checked_sub(reserve).filter(|left| *left >= min) {
+            Some(left) => c.max_bytes = left,
+            None => errs.push(
+                format!("exporters.{id}.max_bytes"),
+                format!(
+                    "{} must exceed the node tables of the processors in its pipelines \
+                     ({reserve} bytes: limits.max_nodes_total x the bytes of a node record) \
+                     by at least {min}; raise it or lower limits.max_nodes_total",
+                    c.max_bytes
+                ),
+            ),
+        }
     }
 }
 
@@ -742,4 +790,56 @@ fn auth_refs<'a>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod memory_budget_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn plan(yaml: &str) -> Result<Plan, Vec<String>> {
+        let v = component::config::parse_yaml(yaml.as_bytes()).unwrap();
+        Plan::build_with(&v, &crate::registry::Components::fleet())
+            .map_err(|e| e.iter().map(|e| e.to_string()).collect())
+    }
+
+    fn config(max_bytes: usize, nodes: u32, processors: &str) -> String {
+        format!(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:4318\n\
+             processors:\n  ingero: {{limits: {{max_nodes_total: {nodes}, max_clusters: 4}}}}\n\
+             exporters:\n  prometheus: {{endpoint: 127.0.0.1:9464, max_bytes: {max_bytes}}}\n  debug:\n\
+             service:\n  pipelines:\n    metrics: {{receivers: [otlp], processors: [{processors}], exporters: [prometheus]}}\n    \
+             metrics/2: {{receivers: [otlp], processors: [{processors}], exporters: [prometheus, debug]}}\n  \
+             telemetry: {{metrics: {{level: none}}}}\n"
+        )
+    }
+
+    fn exporter_max_bytes(p: &Plan) -> usize {
+        p.exporters
+            .values()
+            .find_map(|e| match e {
+                ExporterPlan::Prometheus(c) => Some(c.max_bytes),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn the_node_tables_are_set_aside_from_the_exporters_max_bytes() {
+        let record = ingero_processor::processor::NODE_RECORD_BYTES;
+        // The ingero processor in both of the exporter's pipelines: counted once.
+        let p = plan(&config(64 << 20, 10_000, "ingero")).unwrap();
+        assert_eq!(exporter_max_bytes(&p), (64 << 20) - 10_000 * record);
+        // Without a processor that holds anything, the exporter keeps the whole budget.
+        let p = plan(&config(64 << 20, 10_000, "")).unwrap();
+        assert_eq!(exporter_max_bytes(&p), 64 << 20);
+        // A budget the node tables alone would fill is refused by name.
+        let errs = plan(&config(10_000 * record, 10_000, "ingero")).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("exporters.prometheus.max_bytes: ")
+                && errs[0].contains("limits.max_nodes_total"),
+            "{errs:?}"
+        );
+    }
 }

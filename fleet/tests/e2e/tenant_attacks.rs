@@ -1336,7 +1336,7 @@ fn a_cluster_at_its_byte_cap_is_refused_with_partial_success_and_others_are_not(
             assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
         }
     }
-    // Each node is charged a little over 4 KiB: fewer than 16 fit, and once one is
+    // Each node is charged about 5.3 KiB: fewer than 16 fit, and once one is
     // refused every later one is too.
     assert!(
         (10..16).contains(&accepted_nodes),
@@ -1391,12 +1391,25 @@ fn forged_summary(name: &str) -> Value {
 
 #[test]
 fn a_token_over_four_clusters_is_held_to_its_share_of_the_exporters_memory() {
-    // 64 KiB per cluster, 128 KiB for every cluster together, a tenant's share 96 KiB.
-    let (_dir, f) =
-        start_with_exporter_keys("    max_bytes_per_cluster: 65536\n    max_bytes: 131072\n");
+    // 64 KiB per cluster; `max_bytes` covers the node tables (64 records) and 128 KiB for
+    // every cluster together, a tenant's share 96 KiB.
+    let tables = 64 * ingero_processor::processor::NODE_RECORD_BYTES;
+    let (_dir, f) = start_edited(
+        "    limits:\n      max_clusters: 8\n      max_nodes_total: 64\n",
+        |c| {
+            let keys = format!(
+                "    max_bytes_per_cluster: 65536\n    max_bytes: {}\n",
+                131_072 + tables
+            );
+            c.replace(
+                "  prometheus:\n    endpoint: 127.0.0.1:0\n",
+                &format!("  prometheus:\n    endpoint: 127.0.0.1:0\n{keys}"),
+            )
+        },
+    );
     let t0 = beta_threshold(&f);
     let beta_held = cluster_series(&scrape(&f), "beta");
-    // Nodes of 3 series carrying a 4,000-byte label (each charged a little over 4 KiB).
+    // Nodes of 3 series carrying a 4,000-byte label (each charged about 5.3 KiB).
     let node = |cluster: &str, i: usize| {
         let mut v: Value =
             serde_json::from_str(&metric_flood(&format!("{cluster}-{i}"), "c.m", 3)).unwrap();
@@ -1428,8 +1441,8 @@ fn a_token_over_four_clusters_is_held_to_its_share_of_the_exporters_memory() {
         // The other tenant keeps its threshold while this one fills its share.
         assert_eq!(beta_round(&f).as_deref(), Some(t0.as_str()));
     }
-    // Each cluster alone could hold about 15 such nodes (60 for the four); the tenant's
-    // share holds fewer than 24 in all.
+    // Each cluster alone could hold 12 such nodes (48 for the four); the tenant's share
+    // of what the node tables leave of `max_bytes` holds 15 to 23 in all.
     assert!(
         (15..24).contains(&accepted_nodes),
         "{accepted_nodes} nodes held by one token"
