@@ -9,8 +9,8 @@
 //!
 //! Everything kept is empty, and how much is kept is bounded: at most
 //! [`Recycler::KEEP_STRINGS`] strings of at most [`Recycler::MAX_STRING_BYTES`] each and
-//! [`Recycler::KEEP_VECS`] vectors of each kind of at most [`Recycler::MAX_VEC_BYTES`] each,
-//! about 1.5 MiB per thread at worst.
+//! [`Recycler::KEEP_VECS`] vectors of each kind of at most [`Recycler::MAX_VEC_BYTES`] each
+//! (lists of metrics: [`Recycler::MAX_METRIC_VEC_BYTES`]), about 2 MiB per thread at worst.
 
 use crate::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind,
@@ -19,7 +19,7 @@ use crate::otlp::{
 
 thread_local! {
     /// This thread's strings and vectors of finished batches, for the next decode here.
-    static POOL: std::cell::Cell<Recycler> = std::cell::Cell::new(Recycler::default());
+    static POOL: std::cell::Cell<Recycler> = const { std::cell::Cell::new(Recycler::EMPTY) };
 }
 
 /// Take this thread's pool for a decode; give it back with [`put_thread_pool`].
@@ -29,7 +29,12 @@ pub fn take_thread_pool() -> Recycler {
 
 /// Give this thread's pool back after a decode.
 pub fn put_thread_pool(pool: Recycler) {
-    POOL.set(pool);
+    // `replace`, not `set`: no lazy-initialisation path for a constant-initialised key.
+    let placeholder = POOL.replace(pool);
+    if placeholder.owns_nothing() {
+        // What `take_thread_pool` left: its drop glue would free nothing.
+        std::mem::forget(placeholder);
+    }
 }
 
 /// Hand a finished batch's strings and vectors to this thread's pool, for the next decode
@@ -38,7 +43,7 @@ pub fn put_thread_pool(pool: Recycler) {
 pub fn recycle_on_this_thread(data: Vec<ResourceMetrics>) {
     let mut pool = POOL.take();
     pool.recycle_resources(data);
-    POOL.set(pool);
+    put_thread_pool(pool);
 }
 
 /// Counts of what a [`Recycler`] holds.
@@ -64,6 +69,16 @@ pub struct Recycler {
 }
 
 impl Recycler {
+    /// A pool holding nothing (the thread-local's constant initial value).
+    const EMPTY: Recycler = Recycler {
+        strings: Vec::new(),
+        kvs: Vec::new(),
+        points: Vec::new(),
+        metrics: Vec::new(),
+        scopes: Vec::new(),
+        resources: Vec::new(),
+    };
+
     /// How many strings are kept at most.
     pub const KEEP_STRINGS: usize = 1024;
     /// The largest string kept, in bytes of capacity.
@@ -72,6 +87,10 @@ impl Recycler {
     pub const KEEP_VECS: usize = 256;
     /// The largest vector kept, in bytes of capacity.
     pub const MAX_VEC_BYTES: usize = 1024;
+    /// The largest list of metrics kept, in bytes of capacity: room for 16 metrics, so
+    /// that a push's list (an agent sends about 11) comes back; [`Self::MAX_VEC_BYTES`]
+    /// holds fewer than 8.
+    pub const MAX_METRIC_VEC_BYTES: usize = 16 * std::mem::size_of::<Metric>();
 
     /// An empty string, reused when one is kept.
     #[inline]
@@ -124,6 +143,16 @@ impl Recycler {
         self.resources.pop().unwrap_or_default()
     }
 
+    /// Whether no vector of this pool has memory (as [`Self::EMPTY`]).
+    fn owns_nothing(&self) -> bool {
+        self.strings.capacity() == 0
+            && self.kvs.capacity() == 0
+            && self.points.capacity() == 0
+            && self.metrics.capacity() == 0
+            && self.scopes.capacity() == 0
+            && self.resources.capacity() == 0
+    }
+
     /// How many of each kind are kept now (for tests and bounds checks).
     pub fn kept(&self) -> Kept {
         Kept {
@@ -142,7 +171,7 @@ impl Recycler {
     }
 
     /// [`Recycler::recycle`] for the resource list of a request. Parts it does not pool
-    /// (histograms, scopes' names, exemplars, nested attribute values) are dropped.
+    /// (histograms, exemplars, nested attribute values) are dropped.
     pub fn recycle_resources(&mut self, mut resources: Vec<ResourceMetrics>) {
         if self.strings.len() >= Self::KEEP_STRINGS {
             // Full (nothing on this thread takes from the pool, e.g. protobuf-only
@@ -154,7 +183,13 @@ impl Recycler {
                 self.kvs_back(res.attributes);
             }
             for mut sm in rm.scope_metrics.drain(..) {
-                for mut m in sm.metrics.drain(..) {
+                if let Some(scope) = sm.scope.take() {
+                    self.string_back(scope.name);
+                    self.string_back(scope.version);
+                    self.kvs_back(scope.attributes);
+                }
+                // Emptied in place and then cleared, rather than moved out one by one.
+                for m in &mut sm.metrics {
                     self.string_back(std::mem::take(&mut m.name));
                     self.string_back(std::mem::take(&mut m.description));
                     self.string_back(std::mem::take(&mut m.unit));
@@ -165,7 +200,8 @@ impl Recycler {
                     };
                     self.points_back(points);
                 }
-                Self::back(&mut self.metrics, sm.metrics);
+                sm.metrics.clear();
+                Self::back_within(&mut self.metrics, sm.metrics, Self::MAX_METRIC_VEC_BYTES);
             }
             Self::back(&mut self.scopes, rm.scope_metrics);
         }
@@ -173,9 +209,10 @@ impl Recycler {
     }
 
     fn points_back(&mut self, mut points: Vec<NumberDataPoint>) {
-        for dp in points.drain(..) {
-            self.kvs_back(dp.attributes);
+        for dp in &mut points {
+            self.kvs_back(std::mem::take(&mut dp.attributes));
         }
+        points.clear();
         Self::back(&mut self.points, points);
     }
 
@@ -204,9 +241,14 @@ impl Recycler {
 
     /// Keep `v` (emptied by the caller) unless the pool is full or `v` is too large.
     fn back<T>(pool: &mut Vec<Vec<T>>, v: Vec<T>) {
+        Self::back_within(pool, v, Self::MAX_VEC_BYTES);
+    }
+
+    /// [`Self::back`] with its own size limit (`max_bytes` of capacity).
+    fn back_within<T>(pool: &mut Vec<Vec<T>>, v: Vec<T>, max_bytes: usize) {
         debug_assert!(v.is_empty());
         if v.capacity() > 0
-            && v.capacity().saturating_mul(std::mem::size_of::<T>()) <= Self::MAX_VEC_BYTES
+            && v.capacity().saturating_mul(std::mem::size_of::<T>()) <= max_bytes
             && pool.len() < Self::KEEP_VECS
         {
             pool.push(v);
@@ -217,7 +259,7 @@ impl Recycler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::otlp::{Gauge, NumberValue, Resource};
+    use crate::otlp::{Gauge, InstrumentationScope, NumberValue, Resource};
 
     fn kv(k: &str, v: &str) -> KeyValue {
         KeyValue {
@@ -272,6 +314,29 @@ mod tests {
         assert!(r.points().capacity() > 0 && r.metrics().capacity() > 0);
         assert!(r.scopes().capacity() > 0 && r.resources().capacity() > 0);
         assert_eq!(r.resources().capacity(), 0);
+    }
+
+    /// An agent push: a named scope and a list of 11 metrics, room for 16. Every part
+    /// of it comes back, so the next decode of the same shape allocates nothing.
+    #[test]
+    fn a_push_comes_back_with_its_scope_and_metric_list() {
+        let mut b = batch();
+        let sm = &mut b[0].scope_metrics[0];
+        sm.scope = Some(InstrumentationScope {
+            name: "ingero.health".into(),
+            version: "0.10.0".into(),
+            ..InstrumentationScope::default()
+        });
+        let mut metrics = Vec::with_capacity(16);
+        metrics.extend(std::iter::repeat_n(sm.metrics[0].clone(), 11));
+        sm.metrics = metrics;
+        let mut r = Recycler::default();
+        r.recycle_resources(b);
+        // 2 resource attributes and, per metric, its name, unit and point attribute (a
+        // key and a value each): 4 + 11 * 4, and the scope's name and version.
+        assert_eq!(r.kept().strings, 4 + 11 * 4 + 2);
+        assert_eq!(r.kept().metrics, 1);
+        assert_eq!(r.metrics().capacity(), 16);
     }
 
     #[test]

@@ -27,6 +27,12 @@ impl BodyEncoding {
     /// From a `Content-Type` header value (parameters such as `charset` ignored).
     pub fn from_content_type(ct: Option<&str>) -> Option<Self> {
         let ct = ct?;
+        // The spellings clients send, matched whole before the general rule below.
+        match ct {
+            "application/json" => return Some(BodyEncoding::Json),
+            "application/x-protobuf" => return Some(BodyEncoding::Protobuf),
+            _ => {}
+        }
         let ct = match ct.bytes().position(|b| b == b';') {
             Some(i) => &ct[..i],
             None => ct,

@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderName, Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::decode::{self, BodyEncoding, DecodeError};
@@ -40,10 +41,8 @@ impl std::fmt::Debug for HttpReceiver {
 
 impl HttpReceiver {
     pub fn handler(self: Arc<Self>) -> Handler {
-        Arc::new(move |req, peer| {
-            let me = self.clone();
-            Box::pin(async move { me.handle(req, peer).await })
-        })
+        // The request's future itself is boxed (no wrapping async block to copy it into).
+        Arc::new(move |req, peer| Box::pin(self.clone().handle(req, peer)))
     }
 
     fn signal(&self, path: &str) -> Option<Signal> {
@@ -58,7 +57,7 @@ impl HttpReceiver {
         }
     }
 
-    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let started = Instant::now();
         let resp = self.handle_inner(req, peer).await;
         self.ingest.counters.latency.observe(started.elapsed());
@@ -245,6 +244,18 @@ impl HttpReceiver {
                     Err(r) => return denial(Some(enc), &r),
                 };
                 let resp = match export.result {
+                    // The usual answer (nothing refused) is the same bytes every time:
+                    // encoded once, not per push.
+                    Ok(msg) if msg == ExportMetricsServiceResponse::default() => {
+                        static EMPTY: std::sync::LazyLock<[Vec<u8>; 2]> =
+                            std::sync::LazyLock::new(|| {
+                                [BodyEncoding::Protobuf, BodyEncoding::Json].map(|e| {
+                                    decode::encode(e, &ExportMetricsServiceResponse::default())
+                                })
+                            });
+                        let body: &'static [u8] = &EMPTY[usize::from(enc == BodyEncoding::Json)];
+                        response(200, enc.content_type(), Bytes::from_static(body))
+                    }
                     Ok(msg) => ok(enc, &msg),
                     Err(e) => error(Some(enc), 500, &e.to_string()),
                 };

@@ -362,6 +362,21 @@ fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
     Ok(out)
 }
 
+/// Store a decoded repeated field in its slot. The slot still holds the message's default
+/// (a known field is read once: [`Seen`] refuses a duplicate, and a message starts from
+/// `Default`), an empty vector that owns nothing, so it is overwritten without running its
+/// drop glue (an out-of-line call per list); a slot that did own memory is dropped as usual.
+#[inline(always)]
+fn set_list<T>(slot: &mut Vec<T>, list: Vec<T>) {
+    let old = std::mem::replace(slot, list);
+    if old.capacity() == 0 {
+        // No allocation and, so, no elements: nothing to drop.
+        std::mem::forget(old);
+    } else {
+        drop(old);
+    }
+}
+
 /// An optional message field (`null` is unset).
 fn message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Option<M>> {
     if r.null()? {

@@ -10,8 +10,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use super::reader::{ListKind, Peek, Reader, Result};
 use super::{
     FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, MAX_INITIAL_CAPACITY, Seen, base64_value,
-    begin_repeated, int64, messages, opt_bool, opt_double, opt_string, repeated, sint32, string,
-    strings, uint32,
+    begin_repeated, int64, messages, opt_bool, opt_double, opt_string, repeated, set_list, sint32,
+    string, strings, uint32,
 };
 
 /// The repeated `KeyValue` field `attributes` of a message whose prediction slot is
@@ -172,7 +172,7 @@ impl JsonMessage for Resource {
 
     fn field(&mut self, f: ResourceField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceField::Attributes => self.attributes = attributes(r, Self::SLOT)?,
+            ResourceField::Attributes => set_list(&mut self.attributes, attributes(r, Self::SLOT)?),
             ResourceField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
             ResourceField::EntityRefs => self.entity_refs = messages(r)?,
         }

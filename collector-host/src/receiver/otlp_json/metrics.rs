@@ -15,7 +15,7 @@ use super::common::attributes;
 use super::reader::{Reader, Result};
 use super::{
     JsonMessage, NumberKind, NumberMember, boolean, double, doubles, hex_bytes, message, messages,
-    opt_double, sint32, special_f64, string, uint32, uint64, uint64s,
+    opt_double, set_list, sint32, special_f64, string, uint32, uint64, uint64s,
 };
 
 fields!(RequestField {
@@ -28,7 +28,7 @@ impl JsonMessage for ExportMetricsServiceRequest {
 
     fn field(&mut self, f: RequestField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            RequestField::ResourceMetrics => self.resource_metrics = messages(r)?,
+            RequestField::ResourceMetrics => set_list(&mut self.resource_metrics, messages(r)?),
         }
         Ok(true)
     }
@@ -53,7 +53,7 @@ impl JsonMessage for ResourceMetrics {
     fn field(&mut self, f: ResourceMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
             ResourceMetricsField::Resource => self.resource = message(r)?,
-            ResourceMetricsField::ScopeMetrics => self.scope_metrics = messages(r)?,
+            ResourceMetricsField::ScopeMetrics => set_list(&mut self.scope_metrics, messages(r)?),
             ResourceMetricsField::SchemaUrl => self.schema_url = string(r)?,
         }
         Ok(true)
@@ -79,7 +79,7 @@ impl JsonMessage for ScopeMetrics {
     fn field(&mut self, f: ScopeMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
             ScopeMetricsField::Scope => self.scope = message(r)?,
-            ScopeMetricsField::Metrics => self.metrics = messages(r)?,
+            ScopeMetricsField::Metrics => set_list(&mut self.metrics, messages(r)?),
             ScopeMetricsField::SchemaUrl => self.schema_url = string(r)?,
         }
         Ok(true)
@@ -147,7 +147,7 @@ impl JsonMessage for Gauge {
 
     fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            GaugeField::DataPoints => self.data_points = messages(r)?,
+            GaugeField::DataPoints => set_list(&mut self.data_points, messages(r)?),
         }
         Ok(true)
     }
@@ -179,7 +179,7 @@ impl JsonMessage for Sum {
 
     fn field(&mut self, f: SumField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            SumField::DataPoints => self.data_points = messages(r)?,
+            SumField::DataPoints => set_list(&mut self.data_points, messages(r)?),
             SumField::AggregationTemporality => self.aggregation_temporality = sint32(r)?,
             SumField::IsMonotonic => self.is_monotonic = boolean(r)?,
         }
@@ -244,7 +244,7 @@ impl JsonMessage for NumberDataPoint {
         use number_data_point::Value;
         let member = match f {
             NumberPointField::Attributes => {
-                self.attributes = attributes(r, Self::SLOT)?;
+                set_list(&mut self.attributes, attributes(r, Self::SLOT)?);
                 return Ok(true);
             }
             NumberPointField::StartTimeUnixNano => {
