@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod config;
+pub mod exporter;
 pub mod factory;
 pub mod listen_addr;
 pub mod middleware;
