@@ -1,10 +1,10 @@
 //! Names of everything the agent emits.
 //!
-//! OTLP metric and attribute names are the shared wire names of `component::wire`; the
+//! OTLP metric and attribute names are the shared wire names of `ingero_wire`; the
 //! Prometheus names of the sink and the structured log messages operators match on are
 //! spelled here.
 
-use component::wire::metric;
+use ingero_wire::metric;
 
 /// Metrics of every health push (spec 1.4); `NODE_INFO` only with a known GPU.
 pub const HEALTH_PUSH: [&str; 10] = [

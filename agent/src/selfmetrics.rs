@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use component::wire;
+use ingero_wire as wire;
 
 use crate::status::{StatusBoard, StatusSnapshot};
 

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use component::Timestamp;
-use component::wire::{attr, resource};
 use http_body_util::Full;
 use ingero_agent_core::payload::{EpisodeCause, Identity, kv_str};
+use ingero_wire::{attr, resource};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use component::Timestamp;
-use component::wire::{attr, metric};
 use fleet_server::TestFleet;
+use ingero_wire::{attr, metric};
 use native::{TempDir, is_root, wait_until};
 use tokio::io::AsyncBufReadExt;
 

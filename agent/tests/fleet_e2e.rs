@@ -10,7 +10,6 @@ mod fleet_server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use component::wire::{attr, metric, resource};
 use component::{Clock, ManualClock, Timestamp};
 use fleet_server::{Point, Received, TestFleet};
 use ingero_agent::agent::{Agent, TickReport};
@@ -19,6 +18,7 @@ use ingero_agent::health::classifier::Rule;
 use ingero_agent::health::mode::DetectionMode;
 use ingero_agent::setup::{self, Built};
 use ingero_agent::signals::synthetic::{SyntheticScript, SyntheticSource};
+use ingero_wire::{attr, metric, resource};
 
 const T0: Timestamp = Timestamp::from_secs(1_779_185_000);
 const STEP: Duration = Duration::from_secs(10);

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use component::wire::attr;
 use component::{Clock, ManualClock, Timestamp};
 use fleet_server::TestFleet;
 use ingero_agent::config::{AgentConfig, ProviderSetting};
@@ -21,6 +20,7 @@ use ingero_agent::health::classifier::Rule;
 use ingero_agent::setup;
 use ingero_agent::signals::synthetic::{SyntheticScript, SyntheticSource};
 use ingero_agent::spans::{self, OpenSpan, SpanExporter};
+use ingero_wire::attr;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;

@@ -25,14 +25,14 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use component::cluster_id::validate_cluster_id;
 use component::middleware::{
     Admission, HeaderValue, Refusal, RefusalCode, RepeatedHeader, RequestMeta, RequestMiddleware,
     ResponseMiddleware, Signal, Transport,
 };
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
-use component::wire::resource;
 use component::{BatchContext, Timestamp};
+use ingero_wire::cluster_id::validate_cluster_id;
+use ingero_wire::resource;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -414,7 +414,7 @@ fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
 /// The cluster a trace or log resource names (the screen has already settled it to one
 /// `ingero.cluster.id` and dropped the resources it refused).
 fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
-    component::cluster_identity::resource_cluster(&r?.attributes)
+    ingero_wire::cluster_identity::resource_cluster(&r?.attributes)
         .ok()
         .flatten()
 }

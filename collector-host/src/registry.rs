@@ -2,31 +2,8 @@
 //! exporters, `ingero_auth`, `health_check`) plus the factories of the component crates it
 //! picks. Config validation, the `components` subcommand and the run path all read it.
 
-use std::sync::Arc;
-
 use component::Stability::{self, *};
-pub use component::factory::{ExtensionFactory, Kind, Metadata, ProcessorFactory};
-use component::{ComponentId, ConfigErrors, ConfigValue};
-
-use crate::pipeline::Exporter;
-
-/// Builds exporters of one type a distribution brings (the host's own exporters are
-/// built-ins). The exporter's I/O starts in [`Exporter::start`], not here.
-pub trait ExporterFactory: Send + Sync {
-    fn metadata(&self) -> &'static Metadata;
-    /// Decode and validate `cfg` (`null` = defaults) and build an instance (no I/O).
-    fn create(
-        &self,
-        id: &ComponentId,
-        cfg: &ConfigValue,
-    ) -> Result<Arc<dyn Exporter>, ConfigErrors>;
-}
-
-impl std::fmt::Debug for dyn ExporterFactory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ExporterFactory({})", self.metadata().type_name)
-    }
-}
+pub use component::factory::{ExporterFactory, ExtensionFactory, Kind, Metadata, ProcessorFactory};
 
 const fn host(
     kind: Kind,

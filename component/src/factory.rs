@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::exporter::Exporter;
 use crate::{ComponentId, ConfigErrors, ConfigValue, Extension, Processor, Stability};
 
 /// What a component is in a pipeline config.
@@ -153,6 +154,24 @@ pub trait ExtensionFactory: Send + Sync {
         id: &ComponentId,
         cfg: &ConfigValue,
     ) -> Result<Arc<dyn Extension>, ConfigErrors>;
+}
+
+/// Builds exporters of one type a distribution brings (a host's own exporters are its
+/// built-ins). The exporter's I/O starts in [`Exporter::start`], not here.
+pub trait ExporterFactory: Send + Sync {
+    fn metadata(&self) -> &'static Metadata;
+    /// Decode and validate `cfg` (`null` = defaults) and build an instance (no I/O).
+    fn create(
+        &self,
+        id: &ComponentId,
+        cfg: &ConfigValue,
+    ) -> Result<Arc<dyn Exporter>, ConfigErrors>;
+}
+
+impl fmt::Debug for dyn ExporterFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExporterFactory({})", self.metadata().type_name)
+    }
 }
 
 impl fmt::Debug for dyn ProcessorFactory {

@@ -9,14 +9,15 @@
 //! - [`Processor::start`] / [`Processor::shutdown`]; `start` is where a processor finds an
 //!   extension through the [`Host`], like Go's `host.GetExtensions()`.
 //!
-//! Config is one serde struct per component (see [`config`]); wire names live in [`wire`].
+//! Config is one serde struct per component (see [`config`]). Nothing here names a wire
+//! attribute: a distribution's own names and the interfaces its components share (Fleet's
+//! in the `ingero-wire` crate) live beside it, found through [`Extension::provides`].
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod cluster_id;
-pub mod cluster_identity;
 pub mod config;
+pub mod exporter;
 pub mod factory;
 pub mod listen_addr;
 pub mod middleware;
@@ -25,18 +26,15 @@ pub mod range;
 pub mod recycle;
 pub mod telemetry;
 pub mod text;
-pub mod threshold;
 pub mod time;
-pub mod view;
-pub mod wire;
 
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
 
 pub use config::{ComponentConfig, ConfigError, ConfigErrors, ConfigValue};
 pub use otlp::ResourceMetrics;
 pub use telemetry::{MetricFamily, MetricType, Sample};
-pub use threshold::{ClusterReport, ThresholdSink, ThresholdValue};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 
 /// A component id, `type[/name]` as in otelcol configs (`ingero`, `otlp/agents`).
@@ -228,14 +226,12 @@ pub trait Extension: Send + Sync {
     /// Safe to call more than once.
     fn shutdown(&self);
 
-    /// The sink a threshold-computing processor publishes into, if this extension has one.
-    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
-        None
-    }
-
-    /// The board processors register their live-view sources with, if this extension
-    /// serves the live cluster view (see [`view`]).
-    fn view_board(&self) -> Option<Arc<dyn view::ViewBoard>> {
+    /// An interface this extension offers other components, asked for by its type: a
+    /// shared trait object such as `Arc<dyn SomeSink>`, boxed (see [`provide`] to answer and
+    /// [`provided`] / [`find_provided`] to ask). `None`: not offered. The contract names no
+    /// interface; a distribution's crates define them (Fleet's threshold sink and view
+    /// board are in `ingero-wire`).
+    fn provides(&self, _interface: TypeId) -> Option<Box<dyn Any + Send + Sync>> {
         None
     }
 
@@ -304,11 +300,27 @@ impl Host for StaticHost {
     }
 }
 
-/// The first extension in `host` that offers a threshold sink.
-pub fn find_threshold_sink(host: &dyn Host) -> Option<(ComponentId, Arc<dyn ThresholdSink>)> {
+/// Answer [`Extension::provides`] for interface `T`: `make()` boxed when `interface` is
+/// `T`, else `None`. Chain several with `or_else`.
+pub fn provide<T: Any + Send + Sync>(
+    interface: TypeId,
+    make: impl FnOnce() -> T,
+) -> Option<Box<dyn Any + Send + Sync>> {
+    (interface == TypeId::of::<T>()).then(|| Box::new(make()) as Box<dyn Any + Send + Sync>)
+}
+
+/// Interface `T` of `ext`, if it offers one.
+pub fn provided<T: Any + Send + Sync>(ext: &(impl Extension + ?Sized)) -> Option<T> {
+    ext.provides(TypeId::of::<T>())
+        .and_then(|b| b.downcast::<T>().ok())
+        .map(|b| *b)
+}
+
+/// The first extension in `host` that offers interface `T`, with its id.
+pub fn find_provided<T: Any + Send + Sync>(host: &dyn Host) -> Option<(ComponentId, T)> {
     host.extensions()
         .into_iter()
-        .find_map(|(id, ext)| ext.threshold_sink().map(|s| (id, s)))
+        .find_map(|(id, ext)| provided::<T>(&*ext).map(|t| (id, t)))
 }
 
 #[cfg(test)]
@@ -337,5 +349,51 @@ mod tests {
         o.merge(other);
         assert_eq!(o.rejected_points, 6);
         assert_eq!(o.message.as_deref(), Some("first"));
+    }
+
+    trait Greeter: Send + Sync {
+        fn greet(&self) -> &'static str;
+    }
+    struct Hello;
+    impl Greeter for Hello {
+        fn greet(&self) -> &'static str {
+            "hello"
+        }
+    }
+    struct Offering;
+    impl Extension for Offering {
+        fn start(&self, _: &dyn Host) -> Result<(), StartError> {
+            Ok(())
+        }
+        fn shutdown(&self) {}
+        fn provides(&self, interface: TypeId) -> Option<Box<dyn Any + Send + Sync>> {
+            provide::<Arc<dyn Greeter>>(interface, || Arc::new(Hello))
+        }
+    }
+    struct Silent;
+    impl Extension for Silent {
+        fn start(&self, _: &dyn Host) -> Result<(), StartError> {
+            Ok(())
+        }
+        fn shutdown(&self) {}
+    }
+
+    #[test]
+    fn interfaces_are_found_by_type() {
+        let host = StaticHost {
+            extensions: vec![
+                (
+                    ComponentId::new("silent"),
+                    Arc::new(Silent) as Arc<dyn Extension>,
+                ),
+                (ComponentId::new("offering"), Arc::new(Offering)),
+            ],
+        };
+        let (id, g) = find_provided::<Arc<dyn Greeter>>(&host).unwrap();
+        assert_eq!(id.kind(), "offering");
+        assert_eq!(g.greet(), "hello");
+        // Another type is not offered, even by the extension that offers a greeter.
+        assert!(provided::<Arc<str>>(&Offering).is_none());
+        assert!(find_provided::<Arc<str>>(&host).is_none());
     }
 }

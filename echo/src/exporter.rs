@@ -4,8 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use collector_host::pipeline::{Delivery, Exporter, Unavailable};
-use collector_host::registry::ExporterFactory;
+use component::exporter::{Delivery, Exporter, Unavailable};
+use component::factory::ExporterFactory;
 use component::factory::{Kind, Metadata};
 use component::{
     ComponentId, ConfigErrors, ConfigValue, Host, MetricFamily, ProcessOutcome, ResourceMetrics,

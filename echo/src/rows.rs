@@ -7,7 +7,7 @@
 use component::otlp::{
     AnyValueKind, KeyValue, MetricKind, NumberValue, Resource, get_f64, get_i64, get_str,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 use crate::chains;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;

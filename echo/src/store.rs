@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use collector_host::pipeline::{Delivery, Unavailable};
+use component::exporter::{Delivery, Unavailable};
 use duckdb::{Config, Connection, InterruptHandle, params};
 use parking_lot::Mutex;
 

@@ -16,11 +16,11 @@ use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, InstrumentationScope, KeyValue,
     MetricKind, NumberDataPoint, Sum,
 };
-use component::wire::{attr, resource};
 use component::{BatchContext, MetricFamily, ProcessOutcome, Processor, Timestamp};
 use ingero_fleet::select::{
     Recycler, Selection, decode_full_then_project, decode_selected, decode_selected_reusing,
 };
+use ingero_wire::{attr, resource};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use prost::Message;
@@ -606,13 +606,13 @@ fn go_marshalled_pushes_decode_as_prost_decodes_them() {
     assert_eq!(got.resource_metrics.len(), 3);
     for rm in &got.resource_metrics {
         let attrs = component::otlp::resource_attrs(rm);
-        assert!(component::otlp::get_str(attrs, component::wire::resource::NODE_ID).is_some());
+        assert!(component::otlp::get_str(attrs, ingero_wire::resource::NODE_ID).is_some());
         let metrics: Vec<_> = rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).collect();
         assert_eq!(metrics.len(), 1);
         let points = component::otlp::number_points(metrics[0]);
         assert_eq!(points.len(), 1);
         assert!(
-            component::otlp::get_str(&points[0].attributes, component::wire::attr::NODE_STATE)
+            component::otlp::get_str(&points[0].attributes, ingero_wire::attr::NODE_STATE)
                 .is_some()
         );
     }

@@ -14,12 +14,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use component::api::ApiRequest;
-use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdSink, ThresholdValue};
-use component::wire::http::THRESHOLD_API_PATH;
-use component::{ConfigValue, Extension, Timestamp};
+use component::{ConfigValue, Timestamp};
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ingero_extension::{ThresholdExtension, ThresholdStore, create};
+use ingero_wire::http::THRESHOLD_API_PATH;
+use ingero_wire::threshold::{ClusterDiagnostics, ClusterReport, ThresholdSink, ThresholdValue};
 use testkit::cpu_time::{ThreadCpuTime, group_name};
 
 const SIZES: [usize; 3] = [1, 1_000, 100_000];
@@ -73,7 +73,7 @@ fn scattered(n: usize) -> impl FnMut() -> usize {
 fn extension(n: usize) -> (ThresholdExtension, Vec<String>) {
     let ext = create(&ConfigValue::Null).unwrap();
     let ids = ids(n);
-    ext.threshold_sink()
+    ingero_wire::threshold::threshold_sink(&ext)
         .unwrap()
         .publish(reports(&ids, &diagnostics()), Timestamp::from_secs(1));
     (ext, ids)

@@ -1,16 +1,16 @@
 //! The `ingero_threshold` extension: owns the store, offers it as the processor's
 //! [`ThresholdSink`], and answers the agent and admin routes.
 
+use std::any::{Any, TypeId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use component::api::{ApiListener, ApiRequest, ApiResponse};
 use component::config::AuthRef;
 use component::middleware::ResponseMiddleware;
-use component::view::ViewBoard;
-use component::{
-    ConfigErrors, ConfigValue, Extension, Host, MetricFamily, StartError, ThresholdSink,
-};
+use component::{ConfigErrors, ConfigValue, Extension, Host, MetricFamily, StartError};
+use ingero_wire::ThresholdSink;
+use ingero_wire::view::ViewBoard;
 
 use crate::config::ThresholdExtensionConfig;
 use crate::routes::{Routes, Visibility};
@@ -104,9 +104,11 @@ impl Extension for ThresholdExtension {
         self.state.store(STOPPED, Ordering::Release);
     }
 
-    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
-        let sink: Arc<dyn ThresholdSink> = self.store();
-        Some(sink)
+    /// The threshold sink the `ingero` processor publishes into, and the board processors
+    /// register their live-view sources with (NCCL peer lag, cost of waiting).
+    fn provides(&self, interface: TypeId) -> Option<Box<dyn Any + Send + Sync>> {
+        component::provide::<Arc<dyn ThresholdSink>>(interface, || self.store())
+            .or_else(|| component::provide::<Arc<dyn ViewBoard>>(interface, || self.board.clone()))
     }
 
     /// The agent listener (threshold reads) and, when `admin_endpoint` is set, the admin
@@ -143,12 +145,6 @@ impl Extension for ThresholdExtension {
             });
         }
         out
-    }
-
-    /// Processors register their live-view sources here (NCCL peer lag, cost of waiting).
-    fn view_board(&self) -> Option<Arc<dyn ViewBoard>> {
-        let board: Arc<dyn ViewBoard> = self.board.clone();
-        Some(board)
     }
 
     fn auth(&self) -> Option<&AuthRef> {

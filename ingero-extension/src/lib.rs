@@ -4,15 +4,15 @@
 //! # Design
 //!
 //! - **Store** ([`ThresholdStore`]). The `ingero` processor finds this extension through the
-//!   host at `start` ([`component::find_threshold_sink`]) and calls
-//!   [`ThresholdSink::publish`](component::ThresholdSink::publish) once per tick with every
+//!   host at `start` ([`ingero_wire::find_threshold_sink`]) and calls
+//!   [`ThresholdSink::publish`](ingero_wire::ThresholdSink::publish) once per tick with every
 //!   cluster it knows. A publish builds one immutable snapshot (header values and GET bodies
 //!   formatted once) and swaps it in with `arc-swap`; a push-path read is an atomic load and
 //!   one hash lookup and never waits for a publish. Swapped-out snapshots are freed by the
 //!   next publish, never by a push request.
 //! - **Header policy** ([`PushHeaders`]). `X-Ingero-Threshold` and `X-Ingero-Quorum-Met`
 //!   travel together or not at all (gRPC twin: `ingero-threshold` / `ingero-quorum-met`).
-//!   Values come from [`component::ThresholdValue`], which cannot hold `0`, `NaN` or anything
+//!   Values come from [`ingero_wire::ThresholdValue`], which cannot hold `0`, `NaN` or anything
 //!   outside [0.1, 0.99]; they are delivered with six decimals (`0.870348`), the same text in
 //!   the header and the GET body, and the header value is a static string (no reference count
 //!   on the push path). A cluster with nothing computed, or unknown, gets neither header.
@@ -28,7 +28,7 @@
 //! - **Live view** ([`view`]): `GET /view/` on the admin listener, a page embedded in the
 //!   binary that polls `GET /api/v1/view?cluster_id=ID` (the cluster's summary, nodes with
 //!   straggler-since, a history ring of threshold and median, and what the NCCL and provider
-//!   processors registered through [`component::view`]).
+//!   processors registered through [`ingero_wire::view`]).
 //!
 //! The extension never opens sockets, spawns tasks or reads the clock (see `component`).
 

@@ -26,8 +26,8 @@ use std::sync::Arc;
 pub use component::api::Visibility;
 use component::api::{ApiRequest, ApiResponse};
 use component::text::form_decode;
-use component::threshold::{ClusterDiagnostics, ClusterReport};
-use component::wire::http::THRESHOLD_API_PATH;
+use ingero_wire::http::THRESHOLD_API_PATH;
+use ingero_wire::threshold::{ClusterDiagnostics, ClusterReport};
 use serde::Serialize;
 
 use crate::cluster_id::{
@@ -330,8 +330,9 @@ mod tests {
     use super::*;
     use crate::store::COLD_START_BODY;
     use crate::store::tests::report;
-    use component::threshold::{NodeDiagnostics, ThresholdSink};
-    use component::{ClusterReport, Timestamp};
+    use component::Timestamp;
+    use ingero_wire::ClusterReport;
+    use ingero_wire::threshold::{NodeDiagnostics, ThresholdSink};
     use serde_json::{Value, json};
 
     fn routes() -> Routes {

@@ -28,13 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use component::middleware::{ResponseMiddleware, Transport};
-use component::threshold::{ClusterReport, ThresholdSink, ThresholdValue};
-use component::wire::http::{
-    GRPC_META_QUORUM_MET, GRPC_META_THRESHOLD, HEADER_QUORUM_MET, HEADER_THRESHOLD,
-};
 use component::{MetricFamily, Timestamp};
 use foldhash::quality::RandomState;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use ingero_wire::http::{
+    GRPC_META_QUORUM_MET, GRPC_META_THRESHOLD, HEADER_QUORUM_MET, HEADER_THRESHOLD,
+};
+use ingero_wire::threshold::{ClusterReport, ThresholdSink, ThresholdValue};
 use parking_lot::{Mutex, RwLock};
 
 use crate::cluster_id::{ClusterIdParam, cluster_id_from_query, validate_cluster_id};
@@ -540,7 +540,7 @@ impl ThresholdSink for ThresholdStore {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use component::threshold::ClusterDiagnostics;
+    use ingero_wire::threshold::ClusterDiagnostics;
 
     pub(crate) fn diagnostics(threshold: Option<f64>, quorum_met: bool) -> ClusterDiagnostics {
         ClusterDiagnostics {

@@ -17,8 +17,8 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use component::ThresholdValue;
-use component::wire::{THRESHOLD_MAX, THRESHOLD_MIN};
+use ingero_wire::ThresholdValue;
+use ingero_wire::{THRESHOLD_MAX, THRESHOLD_MIN};
 
 /// Decimal places of a delivered threshold.
 pub const THRESHOLD_DECIMALS: usize = 6;

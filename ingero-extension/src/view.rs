@@ -8,7 +8,7 @@
 //!   out of a publish loses its ring. Written under the store's publish lock, read by the
 //!   view route; the push path never touches it.
 //! - **Sources** ([`SourceBoard`]): the NCCL and provider processors register read-only
-//!   [`ClusterViewSource`]s at start ([`component::view`]); the route asks them for the
+//!   [`ClusterViewSource`]s at start ([`ingero_wire::view`]); the route asks them for the
 //!   cluster's peer-lag heat map and the cost of waiting, only when a view is requested.
 //! - **Body**: the diagnostics summary of the cluster (the same fields as a
 //!   `/api/v1/diagnostics` page entry), its nodes with `straggler_since_unix_nano`, its
@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use component::Timestamp;
 use component::api::ApiResponse;
-use component::threshold::{ClusterReport, CohortDiagnostics};
-use component::view::{
+use ingero_wire::threshold::{ClusterReport, CohortDiagnostics};
+use ingero_wire::view::{
     ClusterViewSource, PeerLagStream, StragglerCause, ViewBoard, WaitingCostView,
 };
 use parking_lot::RwLock;
@@ -369,7 +369,7 @@ pub(crate) fn asset(path: &str) -> Option<ApiResponse> {
 mod tests {
     use super::*;
     use crate::store::tests::report;
-    use component::threshold::NodeDiagnostics;
+    use ingero_wire::threshold::NodeDiagnostics;
 
     fn with_stragglers(id: &str, stragglers: &[&str]) -> ClusterReport {
         let mut r = report(id, Some((0.9, true)));

@@ -9,10 +9,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use component::api::ApiRequest;
-use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
-use component::wire::http::THRESHOLD_API_PATH;
-use component::{ConfigValue, Extension, Timestamp};
+use component::{ConfigValue, Timestamp};
 use ingero_extension::{COLD_START_BODY, ThresholdExtension, create};
+use ingero_wire::http::THRESHOLD_API_PATH;
+use ingero_wire::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
 
 const CLUSTERS: u64 = 64;
 const PUBLISHES: u64 = 1_000;
@@ -124,7 +124,7 @@ fn check(c: u64, value: Option<(f64, bool)>, label: &str) -> Option<u64> {
 #[test]
 fn every_read_sees_one_publish_and_time_only_moves_forward() {
     let ext = Arc::new(create(&ConfigValue::Null).unwrap());
-    let sink = ext.threshold_sink().unwrap();
+    let sink = ingero_wire::threshold::threshold_sink(&*ext).unwrap();
     let store = ext.store();
     let done = Arc::new(AtomicBool::new(false));
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..READERS).map(|_| AtomicU64::new(0)).collect());

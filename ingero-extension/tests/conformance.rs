@@ -10,15 +10,14 @@ use std::sync::Arc;
 
 use component::api::ApiRequest;
 use component::config::{ComponentConfig, decode, parse_yaml};
-use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
-use component::wire::http::THRESHOLD_API_PATH;
-use component::{
-    ConfigValue, EmptyHost, Extension, MetricType, StaticHost, Timestamp, find_threshold_sink,
-};
+use component::{ConfigValue, EmptyHost, Extension, MetricType, StaticHost, Timestamp};
 use ingero_extension::config::{
     DEFAULT_ADMIN_ENDPOINT, DEFAULT_AGENT_ENDPOINT, DEFAULT_MAX_CLUSTERS,
 };
 use ingero_extension::{TYPE, ThresholdExtensionConfig, create, metrics};
+use ingero_wire::find_threshold_sink;
+use ingero_wire::http::THRESHOLD_API_PATH;
+use ingero_wire::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
 
 fn testdata(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -158,7 +157,7 @@ fn start_and_shutdown_twice_are_safe_and_keep_state() {
     ext.start(&EmptyHost).unwrap();
     ext.start(&EmptyHost).unwrap();
     assert!(ext.is_running());
-    ext.threshold_sink()
+    ingero_wire::threshold::threshold_sink(&ext)
         .unwrap()
         .publish(vec![report("prod", 0.8, true)], Timestamp::from_secs(1));
     ext.shutdown();

@@ -11,10 +11,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use component::api::ApiRequest;
-use component::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
-use component::wire::http::THRESHOLD_API_PATH;
-use component::{ConfigValue, Extension, Timestamp};
+use component::{ConfigValue, Timestamp};
 use ingero_extension::{ClusterIdParam, ThresholdExtension, cluster_id_from_query, create};
+use ingero_wire::http::THRESHOLD_API_PATH;
+use ingero_wire::threshold::{ClusterDiagnostics, ClusterReport, ThresholdValue};
 
 fn go_available() -> bool {
     let found = Command::new("go")
@@ -117,7 +117,7 @@ fn extension_with_state() -> (ThresholdExtension, Vec<(String, Option<ThresholdV
             diagnostics: Arc::clone(&diag),
         })
         .collect();
-    ext.threshold_sink()
+    ingero_wire::threshold::threshold_sink(&ext)
         .unwrap()
         .publish(reports, Timestamp::from_secs(1));
     clusters.push(("never-published".to_string(), None));

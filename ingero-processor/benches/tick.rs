@@ -19,11 +19,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use component::otlp::{self, NumberValue, ResourceMetrics};
-use component::wire::{attr, metric, resource};
 use component::{
-    BatchContext, ClusterReport, ComponentId, Extension, Host, Processor, StartError, StaticHost,
-    ThresholdSink, Timestamp,
+    BatchContext, ComponentId, Extension, Host, Processor, StartError, StaticHost, Timestamp,
 };
+use ingero_wire::{ClusterReport, ThresholdSink};
+use ingero_wire::{attr, metric, resource};
 
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -47,8 +47,11 @@ impl Extension for NoopExt {
         Ok(())
     }
     fn shutdown(&self) {}
-    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
-        Some(Arc::new(NoopSink))
+    fn provides(
+        &self,
+        interface: std::any::TypeId,
+    ) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        component::provide::<Arc<dyn ThresholdSink>>(interface, || Arc::new(NoopSink))
     }
 }
 

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use component::otlp::{self, MetricKind, ResourceMetrics};
-use component::view::{ClusterViewSource, StragglerCause};
-use component::wire::{attr, metric, resource};
+use ingero_wire::view::{ClusterViewSource, StragglerCause};
+use ingero_wire::{attr, metric, resource};
 use parking_lot::Mutex;
 use serde::Deserialize;
 
@@ -131,8 +131,8 @@ impl CauseBoard {
         };
         if cluster.len() > MAX_ID_BYTES
             || node.len() > MAX_ID_BYTES
-            || component::cluster_id::validate_cluster_id(cluster).is_err()
-            || component::cluster_id::validate_node_id(node).is_err()
+            || ingero_wire::cluster_id::validate_cluster_id(cluster).is_err()
+            || ingero_wire::cluster_id::validate_node_id(node).is_err()
         {
             return;
         }

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use component::otlp::{self, Metric, MetricKind, NumberDataPoint, ResourceMetrics};
-use component::wire::{attr, metric, resource};
 use component::{BatchContext, ProcessOutcome, Timestamp};
+use ingero_wire::{attr, metric, resource};
 use parking_lot::{Mutex, RwLock};
 
 use crate::metrics::{Counters, DropReason, RejectReason};
@@ -402,8 +402,8 @@ impl Ingest {
         }
         // The id character rule (no control, line-break or invisible format characters),
         // also enforced by the Rust host's ingest screen; here for every host.
-        if let Err(why) = component::cluster_id::validate_cluster_id(cluster_id)
-            .and_then(|()| component::cluster_id::validate_node_id(node_id))
+        if let Err(why) = ingero_wire::cluster_id::validate_cluster_id(cluster_id)
+            .and_then(|()| ingero_wire::cluster_id::validate_node_id(node_id))
         {
             self.reject(
                 out,

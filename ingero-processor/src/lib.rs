@@ -18,7 +18,7 @@
 //!   `ingero.fleet.node.straggler` gauges for downstream processors ([`tick`]).
 //! - **Causes** ([`causes`]): the top causal chain this project's agent attaches to its
 //!   `ingero.node.straggler_event` points is kept per node for the live view (a
-//!   [`component::view::ClusterViewSource`]), cleared by the recovery event or expiry.
+//!   [`ingero_wire::view::ClusterViewSource`]), cleared by the recovery event or expiry.
 //! - **Telemetry** ([`telemetry`]): self-metric families and diagnostics JSON, read from
 //!   the last tick's snapshot and the push path's counters.
 //!
@@ -70,23 +70,23 @@ pub use factory::FACTORY;
 /// (`ffi/tests/select_differential.rs` checks that a batch cut down to them gives the same
 /// outcome, telemetry, diagnostics and tick output).
 pub const READS_METRICS: &[&str] = &[
-    component::wire::metric::HEALTH_SCORE,
-    component::wire::metric::STRAGGLER_EVENT,
+    ingero_wire::metric::HEALTH_SCORE,
+    ingero_wire::metric::STRAGGLER_EVENT,
 ];
 
 /// The only resource attributes `process` reads (the C ABI decodes only these).
 pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
-    component::wire::resource::CLUSTER_ID,
-    component::wire::resource::NODE_ID,
+    ingero_wire::resource::CLUSTER_ID,
+    ingero_wire::resource::NODE_ID,
 ];
 
 /// The only data-point attributes `process` reads, on the points of [`READS_METRICS`] (the
 /// C ABI decodes only these).
 pub const READS_POINT_ATTRIBUTES: &[&str] = &[
-    component::wire::attr::NODE_STATE,
-    component::wire::attr::CGROUP_PATH_HASH,
-    component::wire::attr::CAUSAL_CHAIN_ID,
-    component::wire::attr::CAUSAL_CHAINS,
+    ingero_wire::attr::NODE_STATE,
+    ingero_wire::attr::CGROUP_PATH_HASH,
+    ingero_wire::attr::CAUSAL_CHAIN_ID,
+    ingero_wire::attr::CAUSAL_CHAINS,
 ];
 
 /// Decode, validate and build a processor from its config subtree (`null` = defaults).

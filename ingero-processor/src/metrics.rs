@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// OTLP gauge the tick emits per straggler node (int value 1, no data-point attributes).
-pub const NODE_STRAGGLER_METRIC: &str = component::wire::metric::FLEET_NODE_STRAGGLER;
+pub const NODE_STRAGGLER_METRIC: &str = ingero_wire::metric::FLEET_NODE_STRAGGLER;
 /// Unit of [`NODE_STRAGGLER_METRIC`].
 pub const NODE_STRAGGLER_UNIT: &str = "1";
 /// Instrumentation scope of tick-generated metrics.

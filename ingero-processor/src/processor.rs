@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use component::{
     BatchContext, ComponentId, ConfigErrors, Host, MetricFamily, ProcessOutcome, Processor,
-    ResourceMetrics, StartError, ThresholdSink, Timestamp,
+    ResourceMetrics, StartError, Timestamp,
 };
+use ingero_wire::ThresholdSink;
 use parking_lot::{Mutex, RwLock};
 
 use crate::causes::CauseBoard;
@@ -116,7 +117,7 @@ pub const NODE_RECORD_BYTES: usize = 192 + 16 + MAX_ID_BYTES;
 
 impl Processor for IngeroProcessor {
     fn start(&self, host: &dyn Host) -> Result<(), StartError> {
-        let found = component::find_threshold_sink(host);
+        let found = ingero_wire::find_threshold_sink(host);
         match &found {
             Some((id, _)) => {
                 tracing::info!(extension = %id, "ingero processor publishes thresholds")
@@ -127,8 +128,8 @@ impl Processor for IngeroProcessor {
             ),
         }
         *self.sink.write() = found;
-        if let Some((_, board)) = component::view::find_view_board(host) {
-            let view: Arc<dyn component::view::ClusterViewSource> = self.causes.clone();
+        if let Some((_, board)) = ingero_wire::view::find_view_board(host) {
+            let view: Arc<dyn ingero_wire::view::ClusterViewSource> = self.causes.clone();
             board.register(view);
         }
         Ok(())

@@ -9,6 +9,6 @@ mod tests {
     /// statistics compute with are the same number.
     #[test]
     fn the_mad_scale_is_the_wire_contract_one() {
-        assert_eq!(ingero_stats::MAD_SCALE, component::wire::MAD_SCALE);
+        assert_eq!(ingero_stats::MAD_SCALE, ingero_wire::MAD_SCALE);
     }
 }

@@ -26,7 +26,7 @@ impl NodeState {
     }
 
     pub fn parse(s: &str) -> Option<NodeState> {
-        use component::wire::state;
+        use ingero_wire::state;
         match s {
             state::ACTIVE => Some(NodeState::Active),
             state::IDLE => Some(NodeState::Idle),
@@ -36,7 +36,7 @@ impl NodeState {
     }
 
     pub fn as_str(self) -> &'static str {
-        use component::wire::state;
+        use ingero_wire::state;
         match self {
             NodeState::Active => state::ACTIVE,
             NodeState::Idle => state::IDLE,

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use component::MetricFamily;
-use component::threshold::CohortDiagnostics;
+use ingero_wire::threshold::CohortDiagnostics;
 use serde::Serialize;
 
 use crate::metrics::{self as m, Counters, DropReason, RejectReason};

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use component::Timestamp;
-use component::wire::{THRESHOLD_MAX, THRESHOLD_MIN};
+use ingero_wire::{THRESHOLD_MAX, THRESHOLD_MIN};
 
 use crate::config::IngeroConfig;
 use crate::stats::RobustStats;

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use component::otlp::{self, Gauge, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue};
-use component::threshold::{ClusterDiagnostics, CohortDiagnostics, NodeDiagnostics};
-use component::wire::resource;
-use component::{ClusterReport, ResourceMetrics, ThresholdValue, Timestamp};
+use component::{ResourceMetrics, Timestamp};
+use ingero_wire::resource;
+use ingero_wire::threshold::{ClusterDiagnostics, CohortDiagnostics, NodeDiagnostics};
+use ingero_wire::{ClusterReport, ThresholdValue};
 
 use crate::classifier::Transition;
 use crate::cluster::{ClusterParams, ClusterTick, ClusterTickState};

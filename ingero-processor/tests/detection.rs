@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use common::{ctx, health_only};
 use component::otlp;
-use component::wire::resource;
 use component::{
-    ClusterReport, ComponentId, Extension, Host, ManualClock, Processor, StartError, StaticHost,
-    ThresholdSink, Timestamp,
+    ComponentId, Extension, Host, ManualClock, Processor, StartError, StaticHost, Timestamp,
 };
 use ingero_processor::IngeroProcessor;
 use ingero_processor::config::IngeroConfig;
+use ingero_wire::resource;
+use ingero_wire::{ClusterReport, ThresholdSink};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
@@ -75,8 +75,11 @@ impl Extension for LastThresholdExt {
         Ok(())
     }
     fn shutdown(&self) {}
-    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
-        Some(self.0.clone())
+    fn provides(
+        &self,
+        interface: std::any::TypeId,
+    ) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        component::provide::<Arc<dyn ThresholdSink>>(interface, || self.0.clone())
     }
 }
 

@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use common::{active, agent_push, ctx, host_with_sink};
 use component::otlp::{self, MetricKind, NumberValue};
-use component::wire::{attr, metric, resource};
 use component::{
     EmptyHost, ManualClock, MetricFamily, Processor, ResourceMetrics, Timestamp, time::Clock,
 };
 use ingero_processor::config::IngeroConfig;
 use ingero_processor::metrics as m;
 use ingero_processor::{IngeroProcessor, create};
+use ingero_wire::{attr, metric, resource};
 
 const T0: Timestamp = Timestamp::from_secs(1_700_000_000);
 

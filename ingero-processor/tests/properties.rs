@@ -6,8 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{active, ctx, host_with_sink};
-use component::wire::{MAD_SCALE, THRESHOLD_MAX, THRESHOLD_MIN};
-use component::{Processor, ThresholdValue, Timestamp};
+use component::{Processor, Timestamp};
 use ingero_processor::IngeroProcessor;
 use ingero_processor::classifier::{CusumParams, ShortfallCusum};
 use ingero_processor::cluster::{ClusterParams, ClusterTickState};
@@ -15,6 +14,8 @@ use ingero_processor::config::IngeroConfig;
 use ingero_processor::stats::RobustStats;
 use ingero_processor::table::{NodeSample, NodeState};
 use ingero_processor::threshold::{CohortThreshold, ThresholdParams};
+use ingero_wire::ThresholdValue;
+use ingero_wire::{MAD_SCALE, THRESHOLD_MAX, THRESHOLD_MIN};
 use proptest::prelude::*;
 use statrs::statistics::{Data, Median};
 

@@ -12,7 +12,7 @@
 //! at the barrier (spec 5.2), so it says nothing about who was late.
 
 use component::otlp::{AnyValueKind, KeyValue, Metric, MetricKind, NumberDataPoint};
-use component::wire::{attr, metric};
+use ingero_wire::{attr, metric};
 
 use crate::metrics::{Counts, DropReason, Outcome};
 

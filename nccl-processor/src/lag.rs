@@ -11,7 +11,7 @@
 //! MAD is the median of `|lag|` over the instance: the absolute floor keeps sub-millisecond
 //! jitter from counting, the MAD term scales the bar up on noisy communicators.
 
-use component::wire::MAD_SCALE;
+use ingero_wire::MAD_SCALE;
 
 /// The parameters of the behind test.
 #[derive(Debug, Clone, Copy, PartialEq)]

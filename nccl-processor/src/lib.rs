@@ -57,25 +57,25 @@ pub use factory::FACTORY;
 /// `processor.rs` (`ffi/tests/select_differential.rs` checks that a batch cut down to them
 /// gives the same counters and tick output).
 pub const READS_METRICS: &[&str] = &[
-    component::wire::metric::NCCL_DURATION_MS,
-    component::wire::metric::NCCL_BYTES,
-    component::wire::metric::NCCL_BARRIER_WAIT_MS,
+    ingero_wire::metric::NCCL_DURATION_MS,
+    ingero_wire::metric::NCCL_BYTES,
+    ingero_wire::metric::NCCL_BARRIER_WAIT_MS,
 ];
 
 /// The only resource attributes `process` reads (the C ABI decodes only these).
 pub const READS_RESOURCE_ATTRIBUTES: &[&str] = &[
-    component::wire::resource::CLUSTER_ID,
-    component::wire::resource::NODE_ID,
+    ingero_wire::resource::CLUSTER_ID,
+    ingero_wire::resource::NODE_ID,
 ];
 
 /// The only data-point attributes `process` reads, on the points of [`READS_METRICS`] (the
 /// C ABI decodes only these).
 pub const READS_POINT_ATTRIBUTES: &[&str] = &[
-    component::wire::attr::NCCL_OP_TYPE,
-    component::wire::attr::NCCL_COMM_ID_HASH,
-    component::wire::attr::NCCL_RANK,
-    component::wire::attr::NCCL_NRANKS,
-    component::wire::attr::NCCL_OP_SEQ,
+    ingero_wire::attr::NCCL_OP_TYPE,
+    ingero_wire::attr::NCCL_COMM_ID_HASH,
+    ingero_wire::attr::NCCL_RANK,
+    ingero_wire::attr::NCCL_NRANKS,
+    ingero_wire::attr::NCCL_OP_SEQ,
 ];
 
 pub use config::NcclConfig;

@@ -1,7 +1,7 @@
 //! Names of everything this processor emits, and its self-metric counters.
 //!
-//! OTLP output: [`component::wire::metric::NCCL_PEER_LAG_MS`] with the `nccl.*` attributes
-//! from [`component::wire::attr`]; resource attribute [`ATTR_LAG_CLOCK`]. Self-metrics (Prometheus names)
+//! OTLP output: [`ingero_wire::metric::NCCL_PEER_LAG_MS`] with the `nccl.*` attributes
+//! from [`ingero_wire::attr`]; resource attribute [`ATTR_LAG_CLOCK`]. Self-metrics (Prometheus names)
 //! are the `*_TOTAL` / gauge constants below.
 
 use std::sync::atomic::{AtomicU64, Ordering};

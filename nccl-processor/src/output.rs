@@ -14,7 +14,7 @@ use component::otlp::{
     KeyValue, NumberDataPoint, ResourceMetrics, gauge_f64, kv_i64, kv_str, point_f64,
     resource_metrics,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 use crate::ingest::{OpTypes, format_comm_hash};
 use crate::metrics::{ATTR_LAG_CLOCK, CLOCK_MONOTONIC, CLOCK_WALL, LAG_UNIT, SCOPE_NAME};

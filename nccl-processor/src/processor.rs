@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use component::otlp::{ResourceMetrics, get_str, resource_attrs};
-use component::view::{ClusterViewSource, PeerLagView, find_view_board};
-use component::wire::resource;
 use component::{
     BatchContext, ConfigErrors, Host, MetricFamily, ProcessOutcome, Processor, StartError,
     Timestamp,
 };
+use ingero_wire::resource;
+use ingero_wire::view::{ClusterViewSource, PeerLagView, find_view_board};
 use parking_lot::{Mutex, RwLock};
 use serde_json::json;
 

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use component::view::{MAX_VIEW_RANKS, MAX_VIEW_STREAMS, PeerLagStream, PeerLagView, RankLagCell};
+use ingero_wire::view::{
+    MAX_VIEW_RANKS, MAX_VIEW_STREAMS, PeerLagStream, PeerLagView, RankLagCell,
+};
 use serde::Serialize;
 
 use crate::ingest::{OpTypes, format_comm_hash};

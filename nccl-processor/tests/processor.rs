@@ -10,8 +10,8 @@ use component::otlp::{
     KeyValue, ResourceMetrics, gauge_f64, get_i64, get_str, kv_i64, kv_str, number_points,
     point_f64, point_value, resource_attrs, resource_metrics,
 };
-use component::wire::{attr, metric, resource};
 use component::{BatchContext, MetricFamily, Processor, Timestamp};
+use ingero_wire::{attr, metric, resource};
 use nccl_processor::metrics::{DropReason, Outcome};
 use nccl_processor::{NcclPeerLagProcessor, create};
 

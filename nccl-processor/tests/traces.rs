@@ -16,8 +16,8 @@ use std::sync::Arc;
 use common::tracegen::{Format, Injected, MS, Pattern, Spec, T0, Trace, generate};
 use component::config::{ConfigValue, parse_yaml};
 use component::otlp::{ResourceMetrics, get_i64, number_points, point_value};
-use component::wire::attr;
 use component::{BatchContext, MetricFamily, Processor, Timestamp};
+use ingero_wire::attr;
 use nccl_processor::metrics::{CollectiveOutcome, Counts, DropReason};
 use nccl_processor::{NcclPeerLagProcessor, create};
 

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use component::config::parse_yaml;
 use component::otlp::{self, NumberDataPoint, NumberValue};
-use component::wire::{attr, metric, resource};
 use component::{BatchContext, Processor, ResourceMetrics, Timestamp};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use ingero_wire::{attr, metric, resource};
 use provider_processor::{ProviderLookupProcessor, create};
 
 const H100: &str = "NVIDIA H100 80GB HBM3";

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use component::BatchContext;
 use component::otlp::{self, ResourceMetrics};
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 use crate::cost::{LagPoint, NodeObservation, StragglerPoint};
 use crate::metrics::{self as m, reason};

@@ -1,10 +1,10 @@
 //! Names of everything this processor emits (Prometheus form, through `telemetry`), and
-//! the pipeline-internal input it reads besides the agent wire names of `component::wire`.
+//! the pipeline-internal input it reads besides the agent wire names of `ingero_wire`.
 
 /// Input produced by the `ingero` threshold processor's tick (not on the agent wire):
 /// gauge, int 1 per current straggler node; resource `ingero.cluster.id`,
 /// `ingero.node.id`; data-point attributes `score`, `threshold`.
-pub const INPUT_FLEET_NODE_STRAGGLER: &str = component::wire::metric::FLEET_NODE_STRAGGLER;
+pub const INPUT_FLEET_NODE_STRAGGLER: &str = ingero_wire::metric::FLEET_NODE_STRAGGLER;
 
 /// Barrier idle spend per cluster, currency units per hour.
 /// Labels: cluster_id, provider, gpu_model, currency.

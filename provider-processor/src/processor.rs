@@ -9,10 +9,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use component::config::{ConfigError, ConfigErrors};
 use component::otlp::{self, KeyValue, ResourceMetrics};
-use component::wire::resource;
 use component::{
     BatchContext, Host, MetricFamily, ProcessOutcome, Processor, StartError, Timestamp,
 };
+use ingero_wire::resource;
 use parking_lot::Mutex;
 
 use crate::config::ProviderConfig;
@@ -449,8 +449,8 @@ impl ProviderLookupProcessor {
 impl Processor for ProviderLookupProcessor {
     fn start(&self, host: &dyn Host) -> Result<(), StartError> {
         let first = !self.started.swap(true, Ordering::SeqCst);
-        if let Some((_, board)) = component::view::find_view_board(host) {
-            let view: Arc<dyn component::view::ClusterViewSource> = self.view.clone();
+        if let Some((_, board)) = ingero_wire::view::find_view_board(host) {
+            let view: Arc<dyn ingero_wire::view::ClusterViewSource> = self.view.clone();
             board.register(view);
         }
         if first {

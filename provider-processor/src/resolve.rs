@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use component::otlp::{self, KeyValue};
-use component::wire::resource;
+use ingero_wire::resource;
 use serde::Serialize;
 
 use crate::provider::{self, ProviderAliases};

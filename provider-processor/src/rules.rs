@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use component::config::{ConfigError, ConfigErrors, ConfigValue};
 use component::otlp::{self, AnyValueKind, KeyValue};
-use component::wire;
+use ingero_wire as wire;
 use serde::Deserialize;
 
 use crate::pattern::{Glob, IpNet};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use component::view::{ClusterViewSource, StragglerCost, WaitingCostView};
+use ingero_wire::view::{ClusterViewSource, StragglerCost, WaitingCostView};
 use parking_lot::Mutex;
 
 use crate::cost::{CostLedger, CostSnapshot};

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use component::config::{self, ConfigValue};
 use component::otlp::{self, kv_str};
-use component::wire::resource;
 use component::{Processor, Timestamp};
+use ingero_wire::resource;
 use provider_processor::{ProviderSource, create, metrics as m};
 
 fn with_rules(dir: &str, rules: &str, extra: &str) -> provider_processor::ProviderLookupProcessor {

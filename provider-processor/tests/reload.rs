@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use component::config;
 use component::otlp::kv_str;
-use component::wire::resource;
 use component::{EmptyHost, Processor, Timestamp};
+use ingero_wire::resource;
 use provider_processor::rules::MAX_RULES;
 use provider_processor::{ProviderSource, ReloadError, create, metrics as m};
 

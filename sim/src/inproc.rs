@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use component::api::ApiRequest;
 use component::otlp::{self, ExportMetricsServiceRequest};
-use component::wire::resource;
 use component::{BatchContext, ComponentId, Extension, Processor, StaticHost, Timestamp};
 use ingero_extension::{DIAGNOSTICS_PATH, ThresholdExtension, ThresholdExtensionConfig};
 use ingero_processor::{IngeroConfig, IngeroProcessor};
+use ingero_wire::resource;
 use nccl_processor::NcclPeerLagProcessor;
 use nccl_processor::config::NcclConfig;
 

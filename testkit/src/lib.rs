@@ -16,7 +16,7 @@ use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, InstrumentationScope, KeyValue,
     Metric, MetricKind, NumberDataPoint, NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 use prost::Message;
 use serde_json::{Value, json};
 

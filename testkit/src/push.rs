@@ -7,8 +7,8 @@
 //! Plain `http://` only: the tools push to a Fleet on loopback.
 
 use bytes::Bytes;
-use component::wire::http as names;
 use http_body_util::{BodyExt, Full};
+use ingero_wire::http as names;
 
 /// Why a [`Target`] could not be built or a push failed.
 #[derive(Debug, thiserror::Error)]

@@ -16,7 +16,7 @@
 
 use component::Timestamp;
 use component::otlp::{ExportMetricsServiceRequest, KeyValue};
-use component::wire::{attr, metric};
+use ingero_wire::{attr, metric};
 
 use crate::payload::{self, Identity, double_point, gauge, int_point, kv_int, kv_str};
 

@@ -6,7 +6,7 @@ use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, Gauge, InstrumentationScope, KeyValue,
     Metric, MetricKind, NumberDataPoint, NumberValue, Resource, ResourceMetrics, ScopeMetrics, Sum,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 use crate::health::core::{HealthReport, StragglerEmission};
 

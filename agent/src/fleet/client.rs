@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use component::otlp::ExportMetricsServiceRequest;
-use component::wire::http as names;
 use component::{Clock, Timestamp};
 use http::{HeaderMap, Method, Request};
 use http_body_util::Full;
+use ingero_wire::http as names;
 use parking_lot::Mutex;
 use prost::Message;
 use rand::Rng;

@@ -3,7 +3,7 @@
 //! `cluster_id` is set in the query with the other parameters kept, keys sorted, values
 //! form-encoded (Go's `url.Values.Encode`) with the `percent-encoding` crate.
 
-use component::wire::http as names;
+use ingero_wire::http as names;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// Decode a query key or value as the collector does (malformed escapes kept as written,

@@ -47,12 +47,12 @@ pub const MIN_BYTES_PER_CLUSTER: usize = 1024;
 /// new series per point (or per episode): unbounded cardinality for Prometheus, and the
 /// chains are kilobytes of JSON.
 pub const DEFAULT_DROP_ATTRIBUTES: [&str; 6] = [
-    component::wire::attr::NCCL_OP_SEQ,
-    component::wire::attr::EVENT_ID,
-    component::wire::attr::SCORE,
-    component::wire::attr::THRESHOLD,
-    component::wire::attr::CAUSAL_CHAIN_ID,
-    component::wire::attr::CAUSAL_CHAINS,
+    ingero_wire::attr::NCCL_OP_SEQ,
+    ingero_wire::attr::EVENT_ID,
+    ingero_wire::attr::SCORE,
+    ingero_wire::attr::THRESHOLD,
+    ingero_wire::attr::CAUSAL_CHAIN_ID,
+    ingero_wire::attr::CAUSAL_CHAINS,
 ];
 
 /// `resource_to_telemetry_conversion` block.

@@ -85,7 +85,7 @@ pub struct PrometheusExporter {
 fn cluster_key(rm: &ResourceMetrics) -> Option<std::borrow::Cow<'_, str>> {
     let c = component::otlp::get_str(
         component::otlp::resource_attrs(rm),
-        component::wire::resource::CLUSTER_ID,
+        ingero_wire::resource::CLUSTER_ID,
     )?;
     if !crate::text::needs_escape(c) {
         return Some(std::borrow::Cow::Borrowed(c));

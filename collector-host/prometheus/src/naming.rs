@@ -31,7 +31,7 @@ pub const RESERVED_PREFIXES: &[&str] = &[
 
 /// OTLP gauges that Fleet's processors put into the pipeline under a reserved name (the
 /// `ingero` processor's straggler gauge); the exporter stores them as data (as gauges only).
-pub const FLEET_PIPELINE_METRICS: &[&str] = &[component::wire::metric::FLEET_NODE_STRAGGLER];
+pub const FLEET_PIPELINE_METRICS: &[&str] = &[ingero_wire::metric::FLEET_NODE_STRAGGLER];
 
 /// Whether a Prometheus family name belongs to Fleet's own families
 /// ([`RESERVED_PREFIXES`]).

@@ -635,7 +635,7 @@ fn chunked_render_streams_the_same_page_in_bounded_pieces() {
 #[test]
 fn per_event_attributes_are_not_labels_by_default() {
     use component::otlp::kv_f64;
-    use component::wire::attr;
+    use ingero_wire::attr;
     // Two straggler events of one node and two NCCL collectives of one rank: everything
     // but the per-event values is equal.
     let p = AgentPush::fleet_node(1, false, now() * 1_000_000_000);

@@ -139,7 +139,7 @@ fn fleets_own_straggler_gauge_is_stored() {
             "cluster-b",
             "b6",
             vec![gauge(
-                component::wire::metric::FLEET_NODE_STRAGGLER,
+                ingero_wire::metric::FLEET_NODE_STRAGGLER,
                 "1",
                 vec![point(vec![], T0, 1.0)],
             )],
@@ -154,7 +154,7 @@ fn fleets_own_straggler_gauge_is_stored() {
         &[node(
             "cluster-b",
             "b7",
-            vec![summary(component::wire::metric::FLEET_NODE_STRAGGLER, T0)],
+            vec![summary(ingero_wire::metric::FLEET_NODE_STRAGGLER, T0)],
         )],
         ts(T0),
     );

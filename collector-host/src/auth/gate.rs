@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use component::api::{ApiRequest, ApiRoute, Visibility};
-use component::cluster_id::{ClusterIdParam, cluster_id_from_query};
 use http::{HeaderMap, HeaderValue, Request};
 use hyper::body::Incoming;
+use ingero_wire::cluster_id::{ClusterIdParam, cluster_id_from_query};
 
 use super::{Action, Denial, ListenerAuth};
 use crate::server::{Body, Handler, response};

@@ -343,7 +343,7 @@ pub fn parse_tokens_file(
                 for (j, c) in cs.iter().enumerate() {
                     match c.as_str() {
                         Some("*") => all = true,
-                        Some(c) if component::cluster_id::validate_cluster_id(c).is_ok() => {
+                        Some(c) if ingero_wire::cluster_id::validate_cluster_id(c).is_ok() => {
                             set.insert(Box::from(c));
                         }
                         _ => {

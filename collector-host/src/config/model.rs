@@ -94,9 +94,9 @@ impl Default for HttpServerConfig {
         HttpServerConfig {
             endpoint: "127.0.0.1:4318".into(),
             max_request_body_size: DEFAULT_MAX_REQUEST_BODY_SIZE,
-            metrics_url_path: component::wire::http::OTLP_METRICS_PATH.into(),
-            traces_url_path: component::wire::http::OTLP_TRACES_PATH.into(),
-            logs_url_path: component::wire::http::OTLP_LOGS_PATH.into(),
+            metrics_url_path: ingero_wire::http::OTLP_METRICS_PATH.into(),
+            traces_url_path: ingero_wire::http::OTLP_TRACES_PATH.into(),
+            logs_url_path: ingero_wire::http::OTLP_LOGS_PATH.into(),
             middlewares: None,
             read_header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),

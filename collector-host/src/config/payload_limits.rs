@@ -58,7 +58,7 @@ impl PayloadLimits {
             (
                 "max_attribute_value_bytes",
                 self.max_attribute_value_bytes,
-                component::cluster_id::MAX_CLUSTER_ID_LEN,
+                ingero_wire::cluster_id::MAX_CLUSTER_ID_LEN,
             ),
             (
                 "max_attributes_per_series",

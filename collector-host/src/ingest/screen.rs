@@ -1,7 +1,7 @@
 //! The payload screen of the ingest path: what every decoded export goes through before
 //! auth checks its clusters and before any pipeline sees it.
 //!
-//! - **One cluster identity per resource** ([`component::cluster_identity`]): a resource
+//! - **One cluster identity per resource** ([`ingero_wire::cluster_identity`]): a resource
 //!   whose cluster-id attributes conflict, are not strings or break the id rule is dropped
 //!   with all its points; agreeing duplicates and aliases collapse to one
 //!   `ingero.cluster.id`; a point naming another cluster than its resource is dropped.
@@ -13,7 +13,7 @@
 //!   with more metrics than `max_metrics_per_resource` is dropped whole.
 //!
 //! - **Node ids**: a resource whose `ingero.node.id` is not a string or breaks the id rule
-//!   (`component::cluster_id::validate_node_id`: no control, line-break or invisible
+//!   (`ingero_wire::cluster_id::validate_node_id`: no control, line-break or invisible
 //!   format characters, at most 256 bytes) is dropped with its points.
 //!
 //! - **Charging**: a resource that names no cluster gets the request's
@@ -24,12 +24,12 @@
 //! ([`traces`], [`logs`]): a resource whose identity is refused is dropped with its spans
 //! or log records, answered the same way (`rejected_spans`, `rejected_log_records`).
 
-use component::cluster_id::validate_node_id;
-use component::cluster_identity;
 use component::otlp::{
     AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind, get_str,
 };
-use component::wire::resource::{CLUSTER_ID, NODE_ID};
+use ingero_wire::cluster_id::validate_node_id;
+use ingero_wire::cluster_identity;
+use ingero_wire::resource::{CLUSTER_ID, NODE_ID};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use component::middleware::{Refusal, RefusalCode, RepeatedHeader, Signal};
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use component::wire::http as wire_http;
+use ingero_wire::http as wire_http;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
     LogsService, LogsServiceServer,
 };
@@ -52,7 +52,7 @@ fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, String> {
         wire_http::REQUEST_HEADER_CLUSTER_ID,
     ] {
         if let Some(v) = md.get(key) {
-            let v = component::cluster_id::header_cluster_id(v.as_bytes())
+            let v = ingero_wire::cluster_id::header_cluster_id(v.as_bytes())
                 .map_err(|e| format!("{key} metadata: {e}"))?;
             return Ok(Some(Arc::from(v)));
         }

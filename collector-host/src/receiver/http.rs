@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use component::middleware::{Refusal, Signal};
-use component::wire::http as wire_http;
 use http::{HeaderMap, HeaderName, Method, Request, Response};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use ingero_wire::http as wire_http;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -338,7 +338,7 @@ pub fn request_cluster(
     headers: &HeaderMap,
 ) -> Result<Option<Arc<str>>, String> {
     let header = headers.get(&CLUSTER_ID_HEADER).map(|h| h.as_bytes());
-    component::cluster_id::push_cluster(query, header).map(|c| c.map(|c| Arc::from(c.as_ref())))
+    ingero_wire::cluster_id::push_cluster(query, header).map(|c| c.map(|c| Arc::from(c.as_ref())))
 }
 
 /// A middleware's refusal (401/403/429/400) in the request's encoding, never with the

@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use collector_host::config::Plan;
-use collector_host::pipeline::{Delivery, Exporter, Unavailable};
-use collector_host::registry::{Components, ExporterFactory};
+use collector_host::registry::Components;
 use collector_host::service::{RunOptions, run};
+use component::exporter::{Delivery, Exporter, Unavailable};
+use component::factory::ExporterFactory;
 use component::factory::{Kind, Metadata};
 use component::otlp::{
     ExportMetricsServiceRequest, ResourceMetrics, gauge_f64, kv_str, point_f64, resource_metrics,

@@ -8,7 +8,7 @@
 use component::otlp::{
     ExportMetricsServiceResponse, KeyValue, Metric, gauge_f64, kv_f64, kv_i64, kv_str, point_f64,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };

@@ -12,8 +12,8 @@ use component::otlp::{
     ExportMetricsServiceRequest, KeyValue, Metric, gauge_f64, kv_f64, kv_i64, kv_str, point_f64,
     resource_metrics,
 };
-use component::wire::{attr, metric, resource};
 use http_body_util::{BodyExt, Full};
+use ingero_wire::{attr, metric, resource};
 use prost::Message;
 use serde_json::{Value, json};
 

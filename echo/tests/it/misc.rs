@@ -2,7 +2,7 @@
 //! cluster, and the token-protected example config.
 
 use component::otlp::{ExportMetricsServiceRequest, kv_str, resource_metrics};
-use component::wire::resource;
+use ingero_wire::resource;
 use serde_json::{Value, json};
 
 use crate::common::*;

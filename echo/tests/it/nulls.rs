@@ -5,7 +5,7 @@ use component::otlp::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse, gauge_f64, kv_f64, kv_str,
     point_f64, resource_metrics,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 use prost::Message;
 use serde_json::json;
 

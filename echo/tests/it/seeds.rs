@@ -3,7 +3,7 @@
 //! answers exactly; the views stay under the query budgets and the SQL check.
 
 use component::otlp::{gauge_f64, kv_str, point_f64};
-use component::wire::{attr, metric};
+use ingero_wire::{attr, metric};
 use serde_json::{Value, json};
 
 use crate::common::*;

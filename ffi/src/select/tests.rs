@@ -3,7 +3,7 @@
 
 use super::*;
 use component::otlp::{get_str, kv_i64, kv_str, resource_attrs};
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 use testkit::AgentPush;
 
 const HEALTH: Selection = Selection {

@@ -2,7 +2,7 @@
 
 use super::*;
 use component::otlp::{KeyValue, NumberValue};
-use component::wire::attr;
+use ingero_wire::attr;
 
 const T0: Timestamp = Timestamp::from_secs(1_700_000_000);
 

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use component::threshold::ClusterDiagnostics;
-use component::{MetricType, ThresholdValue, Timestamp};
+use component::{MetricType, Timestamp};
+use ingero_wire::ThresholdValue;
+use ingero_wire::threshold::ClusterDiagnostics;
 
 use super::*;
 use crate::tick::ClusterSummary;

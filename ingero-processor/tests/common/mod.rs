@@ -5,11 +5,9 @@
 use std::sync::Arc;
 
 use component::otlp::{self, NumberValue, ResourceMetrics};
-use component::wire::{attr, metric, resource};
-use component::{
-    BatchContext, ClusterReport, ComponentId, Extension, Host, StartError, StaticHost,
-    ThresholdSink, Timestamp,
-};
+use component::{BatchContext, ComponentId, Extension, Host, StartError, StaticHost, Timestamp};
+use ingero_wire::{ClusterReport, ThresholdSink};
+use ingero_wire::{attr, metric, resource};
 use parking_lot::Mutex;
 
 /// One health push as the agent builds it (`internal/health/emitter.go`): resource with
@@ -129,8 +127,11 @@ impl Extension for SinkExtension {
         Ok(())
     }
     fn shutdown(&self) {}
-    fn threshold_sink(&self) -> Option<Arc<dyn ThresholdSink>> {
-        Some(self.0.clone())
+    fn provides(
+        &self,
+        interface: std::any::TypeId,
+    ) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        component::provide::<Arc<dyn ThresholdSink>>(interface, || self.0.clone())
     }
 }
 

@@ -9,7 +9,7 @@ use component::otlp::{
     KeyValue, NumberDataPoint, NumberValue, ResourceMetrics, gauge_f64, kv_i64, kv_str, point_f64,
     resource_metrics,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 pub const MS: f64 = 1e6;
 /// A whole second in 2025 (Unix ns): the trace's wall-clock origin.

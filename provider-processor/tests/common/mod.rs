@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use component::otlp::{
     self, Gauge, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue, ResourceMetrics,
 };
-use component::wire::{attr, metric, resource};
 use component::{MetricFamily, Timestamp};
+use ingero_wire::{attr, metric, resource};
 
 pub const H100: &str = "NVIDIA H100 80GB HBM3";
 pub const A100: &str = "NVIDIA A100-SXM4-80GB";

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use component::Timestamp;
-use component::wire;
+use ingero_wire as wire;
 
 use super::threshold::CachedThreshold;
 

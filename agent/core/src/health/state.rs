@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use component::Timestamp;
-use component::wire;
+use ingero_wire as wire;
 
 pub const DEFAULT_IDLE_INTERVALS: u32 = 3;
 pub const DEFAULT_STALE_READ_FAILURES: u32 = 3;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use component::Timestamp;
-use component::wire::{THRESHOLD_MAX, THRESHOLD_MIN};
+use ingero_wire::{THRESHOLD_MAX, THRESHOLD_MIN};
 
 /// Minimum spacing of WARN lines per rejection reason.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(300);

@@ -8,7 +8,7 @@ use component::otlp::{
     Gauge, InstrumentationScope, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue,
     Resource, ResourceMetrics, ScopeMetrics, Sum, kv_f64, kv_i64, kv_str,
 };
-use component::wire::{attr, metric, resource};
+use ingero_wire::{attr, metric, resource};
 
 /// Per-cgroup cumulative totals the real collector adds when it has per-cgroup data.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 //! Processors never see that extension's type: at `start` a processor finds, through the
 //! host, an extension offering a [`ViewBoard`] ([`find_view_board`]) and registers a
 //! read-only [`ClusterViewSource`] with it, the same way the `ingero` processor finds its
-//! [`crate::ThresholdSink`]. The board calls a source only when a view is requested, so a
+//! [`crate::threshold::ThresholdSink`]. The board calls a source only when a view is requested, so a
 //! processor pays nothing while nobody looks.
 //!
 //! A source must answer from its current state without blocking on I/O; it holds its own
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::{ComponentId, Host};
+use component::{ComponentId, Extension, Host};
 
 /// One rank of one collective stream, as the peer-lag heat map shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -129,7 +129,10 @@ pub trait ViewBoard: Send + Sync {
 
 /// The first extension in `host` that offers a view board.
 pub fn find_view_board(host: &dyn Host) -> Option<(ComponentId, Arc<dyn ViewBoard>)> {
-    host.extensions()
-        .into_iter()
-        .find_map(|(id, ext)| ext.view_board().map(|b| (id, b)))
+    component::find_provided::<Arc<dyn ViewBoard>>(host)
+}
+
+/// The view board `ext` offers, if any (its [`Extension::provides`] answer).
+pub fn view_board(ext: &(impl Extension + ?Sized)) -> Option<Arc<dyn ViewBoard>> {
+    component::provided::<Arc<dyn ViewBoard>>(ext)
 }

@@ -6,15 +6,15 @@
 //! store's publish (a report whose id breaks the rule is dropped and counted, so such an id
 //! can never be found and never produce headers).
 //!
-//! Query values are decoded strictly ([`crate::text::form_decode`], unlike the lenient
+//! Query values are decoded strictly ([`component::text::form_decode`], unlike the lenient
 //! `component::api::query_values`): a malformed `%` escape or a value that does not decode
 //! to UTF-8 is an error, not a lossy guess, so two different raw values can never name the
 //! same cluster.
 
 use std::borrow::Cow;
 
-use crate::text::{FormDecodeError, form_decode};
-use crate::wire::http::{PARAM_CLUSTER_ID, REQUEST_HEADER_CLUSTER_ID};
+use crate::http::{PARAM_CLUSTER_ID, REQUEST_HEADER_CLUSTER_ID};
+use component::text::{FormDecodeError, form_decode};
 
 /// Longest accepted cluster id, in bytes (Kubernetes object names stop at 253).
 pub const MAX_CLUSTER_ID_LEN: usize = 256;

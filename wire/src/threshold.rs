@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::time::Timestamp;
-use crate::wire::{THRESHOLD_MAX, THRESHOLD_MIN};
+use crate::{THRESHOLD_MAX, THRESHOLD_MIN};
+use component::{ComponentId, Extension, Host, Timestamp};
 
 /// A threshold as delivered to agents. Construct with [`ThresholdValue::new`], which
 /// refuses anything the agent would reject (non-finite or outside [0.1, 0.99]).
@@ -108,6 +108,16 @@ pub trait ThresholdSink: Send + Sync {
     /// Replace the whole published state with this tick's reports. A cluster missing from
     /// `reports` is no longer known (its answers return to the cold-start shape).
     fn publish(&self, reports: Vec<ClusterReport>, computed_at: Timestamp);
+}
+
+/// The first extension in `host` that offers a threshold sink.
+pub fn find_threshold_sink(host: &dyn Host) -> Option<(ComponentId, Arc<dyn ThresholdSink>)> {
+    component::find_provided::<Arc<dyn ThresholdSink>>(host)
+}
+
+/// The threshold sink `ext` offers, if any (its [`Extension::provides`] answer).
+pub fn threshold_sink(ext: &(impl Extension + ?Sized)) -> Option<Arc<dyn ThresholdSink>> {
+    component::provided::<Arc<dyn ThresholdSink>>(ext)
 }
 
 #[cfg(test)]

@@ -1,8 +1,26 @@
-//! Wire-level names shared by the agent and Fleet.
+//! Ingero's wire: the names shared by the agent, Fleet and Echo, and the Fleet-specific
+//! types its components exchange through the generic `component` contract.
+//!
+//! - the wire names (this module: [`metric`], [`resource`], [`attr`], [`http`], ...);
+//! - [`cluster_id`]: the cluster and node id rules and where a push names its cluster;
+//! - [`cluster_identity`]: one cluster identity per resource;
+//! - [`threshold`]: what the `ingero` processor publishes to the threshold extension
+//!   ([`ThresholdSink`], found with [`find_threshold_sink`]);
+//! - [`view`]: the live cluster view's sources and board ([`find_view_board`]).
 //!
 //! Normative source: `docs/agent-protocol.md`, the project's text of the wire contract.
 //! Every metric name, attribute key, header, path and parameter that crosses the wire is
 //! spelled here once; the rest of the workspace refers to these constants, never to literals.
+
+#![forbid(unsafe_code)]
+
+pub mod cluster_id;
+pub mod cluster_identity;
+pub mod threshold;
+pub mod view;
+
+pub use threshold::{ClusterReport, ThresholdSink, ThresholdValue, find_threshold_sink};
+pub use view::find_view_board;
 
 /// Metric names (OTLP, dotted).
 pub mod metric {

@@ -2,7 +2,7 @@
 //!
 //! Auth, the processors and the exporters must agree on which cluster a resource belongs
 //! to, or a token scoped to cluster A could pass auth as A and still be exported as B. The
-//! places that disagreed: [`crate::otlp::get_str`] reads the first `ingero.cluster.id`, the
+//! places that disagreed: [`component::otlp::get_str`] reads the first `ingero.cluster.id`, the
 //! Prometheus exporter lets a later duplicate key win, turns an int or array into a label
 //! (`"7"`, `"[\"b\"]"`), and joins every attribute whose key sanitises to the label name
 //! `ingero_cluster_id` (`ingero_cluster_id`, `ingero-cluster-id`, ...) with `;`.
@@ -18,8 +18,8 @@
 use std::fmt;
 
 use crate::cluster_id::validate_cluster_id;
-use crate::otlp::{AnyValueKind, KeyValue};
-use crate::wire::resource::CLUSTER_ID;
+use crate::resource::CLUSTER_ID;
+use component::otlp::{AnyValueKind, KeyValue};
 
 /// The Prometheus label every cluster-id spelling turns into.
 const LABEL: &[u8] = b"ingero_cluster_id";
@@ -190,7 +190,7 @@ pub fn settle_point(attrs: &mut Vec<KeyValue>, cluster: Option<&str>) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::otlp::{AnyValue, kv_i64, kv_str};
+    use component::otlp::{AnyValue, kv_i64, kv_str};
 
     fn keys(attrs: &[KeyValue]) -> Vec<&str> {
         attrs.iter().map(|kv| kv.key.as_str()).collect()
