@@ -15,8 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/native.rs"]
-mod native;
+use crate::native;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
