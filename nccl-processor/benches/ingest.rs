@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/common/tracegen.rs"]
+#[path = "../tests/it/tracegen.rs"]
 mod tracegen;
 
 use std::hint::black_box;

@@ -178,7 +178,7 @@ FAKE_LIBS = (  # (source, soname, driver-linked)
 
 def build_fakes(out):
     """Compile the fake libraries and the C workload of agent/tests/c into out; returns the
-    workload's path (the same build as agent/tests/support/native.rs)."""
+    workload's path (the same build as agent/tests/e2e/native.rs)."""
     src = os.path.join(ROOT, "agent", "tests", "c")
     os.makedirs(out, exist_ok=True)
     rpath = f"-Wl,-rpath,{out}"

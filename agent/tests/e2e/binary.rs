@@ -4,10 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/fleet_server.rs"]
-mod fleet_server;
-#[path = "support/native.rs"]
-mod native;
+use crate::fleet_server;
+use crate::native;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may unwrap
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

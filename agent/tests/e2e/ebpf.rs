@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/native.rs"]
-mod native;
+use crate::native;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -99,7 +99,7 @@ fn the_families_are_the_declared_ones_with_unchanged_names_types_and_help() {
 
 #[test]
 fn the_readme_lists_every_declared_family_with_its_type() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     for spec in metrics::FAMILIES {
         let name = format!("`{}`", spec.name);
         let row = readme

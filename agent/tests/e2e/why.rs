@@ -15,45 +15,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/native.rs"]
-mod native;
+use crate::native;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use native::{TempDir, is_root};
+use native::{TempDir, build_why_workload, is_root, pinned_cpu, pinned_cpu_lock};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ingero-agent");
 
 /// Clean seconds before the disturbance, then seconds with it.
 const CLEAN_S: u64 = 5;
 const DISTURBED_S: u64 = 6;
-
-fn build_workload(dir: &Path, fakes: &native::Fakes) -> PathBuf {
-    let out = dir.join("why_workload");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/why_workload.c");
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg(&fakes.cudart)
-        .arg(&fakes.cuda)
-        .arg(&rpath)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
-}
-
-fn cpu() -> &'static str {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
-        "1"
-    } else {
-        "0"
-    }
-}
 
 fn spawn_pinned(bin: &Path, args: &[&str]) -> Child {
     let mut c = Command::new(bin)
@@ -195,8 +169,11 @@ fn run_node(dir: &Path, workload: &Path, node: &str, d: Disturbance) -> (PathBuf
     let file_s = file.to_str().unwrap().to_string();
     // Writes start when the test creates `<file>.go`.
     let mut work = match d {
-        Disturbance::Writes => spawn_pinned(workload, &["train", cpu(), &total_s, "3000", &file_s]),
-        _ => spawn_pinned(workload, &["train", cpu(), &total_s, "3000"]),
+        Disturbance::Writes => spawn_pinned(
+            workload,
+            &["train", pinned_cpu(), &total_s, "3000", &file_s],
+        ),
+        _ => spawn_pinned(workload, &["train", pinned_cpu(), &total_s, "3000"]),
     };
     let agent = start_agent(dir, node, &db, work.id());
     // Recording has started once the loop's synchronizes reach the store.
@@ -216,7 +193,7 @@ fn run_node(dir: &Path, workload: &Path, node: &str, d: Disturbance) -> (PathBuf
         Disturbance::Hog => {
             hog = Some(spawn_pinned(
                 workload,
-                &["hog", cpu(), &DISTURBED_S.to_string()],
+                &["hog", pinned_cpu(), &DISTURBED_S.to_string()],
             ));
             std::thread::sleep(Duration::from_secs(DISTURBED_S));
         }
@@ -244,9 +221,10 @@ fn explain_names_cpu_contention_and_block_io_and_nothing_on_a_clean_node() {
         );
         return;
     }
+    let _pinned = pinned_cpu_lock();
     let dir = TempDir::new("why");
     let fakes = native::build_fakes(dir.path());
-    let workload = build_workload(dir.path(), &fakes);
+    let workload = build_why_workload(dir.path(), &fakes);
 
     for (node, d) in [
         ("clean-node", Disturbance::None),

@@ -1,6 +1,6 @@
 //! Building and running the fake CUDA/NCCL libraries and the C workload.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -256,4 +256,40 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
+}
+
+/// The CPU the `why` and `why_layers` tests pin their training loops (and disturbances) to:
+/// 1 where there are two or more, else 0.
+pub fn pinned_cpu() -> &'static str {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// The `why` and `why_layers` tests pin their loops to the same CPU and read the scheduler's
+/// view of them: in one test process they run one at a time, whatever `--test-threads`.
+pub fn pinned_cpu_lock() -> std::sync::MutexGuard<'static, ()> {
+    static PINNED_CPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    PINNED_CPU
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Compile the fake training loop (`tests/c/why_workload.c`) into `dir`, linked against the
+/// fake runtime and driver there.
+pub fn build_why_workload(dir: &Path, fakes: &Fakes) -> PathBuf {
+    let out = dir.join("why_workload");
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(&out)
+        .arg(c_dir().join("why_workload.c"))
+        .arg(&fakes.cudart)
+        .arg(&fakes.cuda)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
 }

@@ -4,7 +4,7 @@
 //! `/api/v1/threshold`; 429/503 with `Retry-After` on demand; optional TLS with client
 //! certificates. It records every request, decoded from protobuf or JSON.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

@@ -10,7 +10,7 @@
 //! carries 0.4 of the score), and a 2 % chance per node-tick of a benign one-tick dip of
 //! 2-5 % of the score. After the healthy period one node slows down for good.
 //!
-//! `cargo test -p ingero-agent --test detection_sim -- --nocapture` prints the numbers.
+//! `cargo test -p ingero-agent --test e2e detection_sim:: -- --nocapture` prints the numbers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

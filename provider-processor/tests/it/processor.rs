@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may unwrap
 
-mod common;
+use crate::common;
 
 use common::*;
 use component::config::{self, ConfigValue};

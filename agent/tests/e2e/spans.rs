@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/fleet_server.rs"]
-mod fleet_server;
+use crate::fleet_server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/native.rs"]
-mod native;
+use crate::native;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

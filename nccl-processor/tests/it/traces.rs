@@ -8,12 +8,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::tracegen::{Format, Injected, MS, Pattern, Spec, T0, Trace, generate};
+use crate::tracegen::{Format, Injected, MS, Pattern, Spec, T0, Trace, generate};
 use component::config::{ConfigValue, parse_yaml};
 use component::otlp::{ResourceMetrics, get_i64, number_points, point_value};
 use component::{BatchContext, MetricFamily, Processor, Timestamp};

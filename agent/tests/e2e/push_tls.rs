@@ -3,10 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/fleet_server.rs"]
-mod fleet_server;
-#[path = "support/native.rs"]
-mod native;
+use crate::fleet_server;
+use crate::native;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -17,51 +17,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/native.rs"]
-mod native;
+use crate::native;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use native::{TempDir, is_root};
+use native::{TempDir, build_why_workload, is_root, pinned_cpu, pinned_cpu_lock};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ingero-agent");
 
-/// The tests pin their loops to the same CPU: one at a time, whatever `--test-threads`.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 const CLEAN_S: u64 = 5;
 const DISTURBED_S: u64 = 6;
-
-fn build_workload(dir: &Path, fakes: &native::Fakes) -> PathBuf {
-    let out = dir.join("why_workload");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/why_workload.c");
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg(&fakes.cudart)
-        .arg(&fakes.cuda)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
-}
-
-fn cpu() -> &'static str {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
-        "1"
-    } else {
-        "0"
-    }
-}
 
 /// Spawn and wait for its "started" line.
 fn spawn_started(mut cmd: Command) -> Child {
@@ -235,21 +202,21 @@ fn stop_child(mut c: Child) {
 
 #[test]
 fn a_thermally_throttled_gpu_is_named() {
-    let _serial = serial();
+    let _pinned = pinned_cpu_lock();
     if !is_root() {
         eprintln!("SKIP a_thermally_throttled_gpu_is_named: uprobes need root");
         return;
     }
     let dir = TempDir::new("why-gpu");
     let fakes = native::build_fakes(dir.path());
-    let workload = build_workload(dir.path(), &fakes);
+    let workload = build_why_workload(dir.path(), &fakes);
     let nvml_dir = native::build_fake_nvml(dir.path());
     // One control directory for the fake GPU: NVML's readings and the runtime's speed.
     let ctl = dir.path().join("gpu-ctl");
     std::fs::create_dir_all(&ctl).unwrap();
     let total = (30 + CLEAN_S + DISTURBED_S).to_string();
     let mut cmd = Command::new(&workload);
-    cmd.args(["train", cpu(), &total, "3000"])
+    cmd.args(["train", pinned_cpu(), &total, "3000"])
         .env("FAKE_GPU_CTL", &ctl);
     let work = spawn_started(cmd);
     let db = dir.path().join("gpu.db");
@@ -334,7 +301,7 @@ impl Drop for Netns {
 
 #[test]
 fn tcp_retransmits_are_named() {
-    let _serial = serial();
+    let _pinned = pinned_cpu_lock();
     if !is_root() {
         eprintln!("SKIP tcp_retransmits_are_named: tracepoints and uprobes need root");
         return;
@@ -345,13 +312,13 @@ fn tcp_retransmits_are_named() {
     };
     let dir = TempDir::new("why-net");
     let fakes = native::build_fakes(dir.path());
-    let workload = build_workload(dir.path(), &fakes);
+    let workload = build_why_workload(dir.path(), &fakes);
     let total = (30 + CLEAN_S + DISTURBED_S).to_string();
     // `ip netns exec` and `env` exec the workload: the child's pid is the workload's.
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &ns.0, "env", "WHY_NET=1"])
         .arg(&workload)
-        .args(["train", cpu(), &total, "3000"]);
+        .args(["train", pinned_cpu(), &total, "3000"]);
     let work = spawn_started(cmd);
     let db = dir.path().join("net.db");
     let agent = start_agent(dir.path(), "net-node", &db, &[work.id()], &[]);
@@ -446,7 +413,7 @@ impl Drop for MemCgroup {
 
 #[test]
 fn reclaim_stalls_and_an_oom_kill_are_recorded() {
-    let _serial = serial();
+    let _pinned = pinned_cpu_lock();
     if !is_root() {
         eprintln!("SKIP reclaim_stalls_and_an_oom_kill_are_recorded: tracepoints need root");
         return;
@@ -457,7 +424,7 @@ fn reclaim_stalls_and_an_oom_kill_are_recorded() {
     };
     let dir = TempDir::new("why-mem");
     let fakes = native::build_fakes(dir.path());
-    let workload = build_workload(dir.path(), &fakes);
+    let workload = build_why_workload(dir.path(), &fakes);
     let file = dir.path().join("cache.bin");
     let mut cmd = Command::new(&workload);
     cmd.args(["cache", file.to_str().unwrap(), "160", "4"]);
