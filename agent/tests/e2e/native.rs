@@ -293,3 +293,19 @@ pub fn build_why_workload(dir: &Path, fakes: &Fakes) -> PathBuf {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
 }
+
+/// Run `ingero-agent query --json` on the store `db` and parse the rows.
+pub fn query(db: &Path, sql: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ingero-agent"))
+        .args(["query", "--json", "--db"])
+        .arg(db)
+        .arg(sql)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use native::{TempDir, build_why_workload, is_root, pinned_cpu, pinned_cpu_lock};
+use native::{TempDir, build_why_workload, is_root, pinned_cpu, pinned_cpu_lock, query};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ingero-agent");
 
@@ -98,21 +98,6 @@ impl Agent {
         assert!(status.success(), "agent exit {status:?}\n{log}");
         log
     }
-}
-
-fn query(db: &Path, sql: &str) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["query", "--json", "--db"])
-        .arg(db)
-        .arg(sql)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Events stored so far (0 while the agent is still creating the file).
