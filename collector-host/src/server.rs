@@ -366,15 +366,16 @@ impl HostCheck {
 /// Refuse (403, counted in `stats`) the requests whose host `check` refuses; a request
 /// that names no host (HTTP/1.0) passes.
 pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>, check: HostCheck) -> Handler {
+    let guard = HOST_GUARDS.fetch_add(1, Relaxed);
     Arc::new(move |req: Request<Incoming>, peer| {
         // Checked in place (the header borrowed, not copied): `None` names no host.
-        let allowed = match req.uri().authority() {
-            Some(a) => Some(check.allows(a.as_str())),
-            None => req
-                .headers()
-                .get(http::header::HOST)
-                .map(|h| check.allows(&String::from_utf8_lossy(h.as_bytes()))),
+        let host = match req.uri().authority() {
+            Some(a) => Some(a.as_str().as_bytes()),
+            None => req.headers().get(http::header::HOST).map(|h| h.as_bytes()),
         };
+        let allowed = host.map(|h| {
+            LAST_ALLOWED_HOST.with(|memo| HostMemo::allows(memo, guard, h, |h| check.allows(h)))
+        });
         match allowed {
             Some(false) => {
                 stats.refused_host.fetch_add(1, Relaxed);
@@ -386,6 +387,61 @@ pub fn host_guard(handler: Handler, stats: Arc<ListenerStats>, check: HostCheck)
     })
 }
 
+/// Numbers the host guards, so that a memo entry names the guard (and so the check)
+/// that accepted it; a guard built later (a reload) never reads another's entry.
+static HOST_GUARDS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last host a guard accepted on this worker thread. A client sends the same
+    /// Host on every request of a connection (and most clients of a listener send the
+    /// same one), so the check itself runs when the host changes, not on every request.
+    static LAST_ALLOWED_HOST: std::cell::RefCell<HostMemo> =
+        const { std::cell::RefCell::new(HostMemo { guard: u64::MAX, len: 0, bytes: [0; HostMemo::MAX] }) };
+}
+
+/// One remembered accepted host: the guard's number and the host's exact bytes.
+struct HostMemo {
+    guard: u64,
+    len: usize,
+    bytes: [u8; HostMemo::MAX],
+}
+
+impl HostMemo {
+    /// Longer hosts are checked every time (names are usually much shorter).
+    const MAX: usize = 64;
+
+    /// Whether `check` allows `host` (as text; a host that is not UTF-8 is checked in its
+    /// lossy form, which no check accepts), answered from `memo` when `guard` accepted
+    /// exactly these bytes last on this thread. Only acceptances are remembered: a
+    /// refused host is checked again each time.
+    fn allows(
+        memo: &std::cell::RefCell<HostMemo>,
+        guard: u64,
+        host: &[u8],
+        check: impl Fn(&str) -> bool,
+    ) -> bool {
+        if let Ok(m) = memo.try_borrow()
+            && m.guard == guard
+            && m.bytes.get(..m.len) == Some(host)
+        {
+            return true;
+        }
+        let ok = match std::str::from_utf8(host) {
+            Ok(h) => check(h),
+            Err(_) => check(&String::from_utf8_lossy(host)),
+        };
+        if ok
+            && host.len() <= Self::MAX
+            && let Ok(mut m) = memo.try_borrow_mut()
+        {
+            m.bytes[..host.len()].copy_from_slice(host);
+            m.len = host.len();
+            m.guard = guard;
+        }
+        ok
+    }
+}
+
 pub fn response(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
     let body = Full::new(body.into())
         .map_err(|never| match never {})
@@ -393,10 +449,24 @@ pub fn response(status: u16, content_type: &str, body: impl Into<Bytes>) -> Resp
     let mut r = Response::new(body);
     *r.status_mut() =
         http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+    if let Some(v) = content_type_value(content_type) {
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
     }
     r
+}
+
+/// The header value of a content type: the usual ones are constants (no validation, no
+/// copy: every OTLP answer carries one), others are checked and copied.
+fn content_type_value(content_type: &str) -> Option<http::HeaderValue> {
+    const JSON: http::HeaderValue = http::HeaderValue::from_static("application/json");
+    const PROTOBUF: http::HeaderValue = http::HeaderValue::from_static("application/x-protobuf");
+    const TEXT: http::HeaderValue = http::HeaderValue::from_static("text/plain; charset=utf-8");
+    match content_type {
+        "application/json" => Some(JSON),
+        "application/x-protobuf" => Some(PROTOBUF),
+        "text/plain; charset=utf-8" => Some(TEXT),
+        other => http::HeaderValue::from_str(other).ok(),
+    }
 }
 
 /// A 200 whose body is streamed from `chunks` (sent with chunked transfer encoding on
@@ -483,6 +553,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The memo answers only for the guard and the exact bytes it accepted: another
+    /// guard, another host, a refused host or a host too long to keep run the check.
+    #[test]
+    fn the_host_memo_answers_only_what_the_same_guard_accepted() {
+        use std::cell::{Cell, RefCell};
+        let memo = RefCell::new(super::HostMemo {
+            guard: u64::MAX,
+            len: 0,
+            bytes: [0; super::HostMemo::MAX],
+        });
+        let calls = Cell::new(0);
+        let check = |h: &str| {
+            calls.set(calls.get() + 1);
+            h.starts_with("ok")
+        };
+        let allows =
+            |guard, host: &str| super::HostMemo::allows(&memo, guard, host.as_bytes(), check);
+        assert!(allows(1, "ok-a:80"));
+        assert!(allows(1, "ok-a:80"));
+        assert_eq!(
+            calls.get(),
+            1,
+            "the second request is answered from the memo"
+        );
+        assert!(allows(2, "ok-a:80"));
+        assert_eq!(calls.get(), 2, "another guard runs its own check");
+        assert!(!allows(2, "bad"));
+        assert!(!allows(2, "bad"));
+        assert_eq!(calls.get(), 4, "refusals are never remembered");
+        assert!(allows(2, "ok-a:8"));
+        assert_eq!(calls.get(), 5, "a prefix of the remembered host is checked");
+        let long = format!("ok{}", "x".repeat(super::HostMemo::MAX));
+        assert!(allows(2, &long));
+        assert!(allows(2, &long));
+        assert_eq!(
+            calls.get(),
+            7,
+            "a host longer than the memo is checked each time"
+        );
+        // Bytes that are not UTF-8 reach the check in their lossy form.
+        assert!(super::HostMemo::allows(&memo, 3, b"ok\xff", |h: &str| h == "ok\u{fffd}"));
     }
 
     #[test]

@@ -10,13 +10,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use component::middleware::{Refusal, Signal};
 use http::{HeaderMap, HeaderName, Method, Request, Response};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ingero_wire::http as wire_http;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+use super::body::{ReadBody, ReadError};
 use super::decode::{self, BodyEncoding, DecodeError};
 use crate::auth::gate;
 use crate::config::model::HttpServerConfig;
@@ -146,7 +146,10 @@ impl HttpReceiver {
         cluster: Option<&str>,
     ) -> Result<(BodyEncoding, Bytes), Response<Body>> {
         let counters = &self.ingest.counters;
-        let Some(enc) = BodyEncoding::from_content_type(content_type(req.headers())) else {
+        let headers = BodyHeaders::of(req.headers());
+        let Some(enc) =
+            BodyEncoding::from_content_type(headers.content_type.and_then(|v| v.to_str().ok()))
+        else {
             counters.reject("unsupported_content_type");
             let r = error(
                 None,
@@ -156,9 +159,8 @@ impl HttpReceiver {
             return Err(self.with_metadata(r, cluster));
         };
         let limit = self.cfg.max_request_body_size;
-        if let Some(len) = req
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
+        if let Some(len) = headers
+            .content_length
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             && len > limit
@@ -171,43 +173,37 @@ impl HttpReceiver {
             );
             return Err(self.with_metadata(r, cluster));
         }
-        let content_encoding = req
-            .headers()
-            .get(http::header::CONTENT_ENCODING)
+        let content_encoding = headers
+            .content_encoding
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let mut collect = std::pin::pin!(
-            Limited::new(
-                req.into_body(),
-                usize::try_from(limit).unwrap_or(usize::MAX),
-            )
-            .collect()
-        );
+        let mut read = std::pin::pin!(ReadBody::new(
+            req.into_body(),
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ));
         // A small push usually arrives with its headers: one poll reads it all, and the
         // read timeout's timer (registered in and removed from the runtime's shared timer
         // wheel, under a lock both workers take) is only set when the body is still
         // arriving.
-        let read = match std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await {
+        let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
             Poll::Ready(r) => Ok(r),
-            Poll::Pending => tokio::time::timeout(self.cfg.read_timeout, collect).await,
+            Poll::Pending => tokio::time::timeout(self.cfg.read_timeout, read).await,
         };
         let body: Bytes = match read {
             Err(_) => {
                 counters.reject("read_timeout");
                 return Err(error(Some(enc), 408, "timed out reading the request body"));
             }
-            Ok(Err(e)) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    counters.reject("body_too_large");
-                    let r = error(
-                        Some(enc),
-                        413,
-                        &format!("request body exceeds the {limit}-byte limit"),
-                    );
-                    return Err(self.with_metadata(r, cluster));
-                }
+            Ok(Err(ReadError::TooLarge)) => {
+                counters.reject("body_too_large");
+                let r = error(
+                    Some(enc),
+                    413,
+                    &format!("request body exceeds the {limit}-byte limit"),
+                );
+                return Err(self.with_metadata(r, cluster));
+            }
+            Ok(Err(ReadError::Read(e))) => {
                 counters.reject("read_error");
                 return Err(error(
                     Some(enc),
@@ -215,7 +211,7 @@ impl HttpReceiver {
                     &format!("failed to read the request body: {e}"),
                 ));
             }
-            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Ok(body)) => body,
         };
         // Decompression failures are counted with the decode failures of the signal.
         match decode::decompress(content_encoding.as_deref(), body, limit) {
@@ -326,6 +322,35 @@ fn known_header(name: &str) -> Option<&'static HeaderName> {
     }
 }
 
+/// The headers the body read depends on, found in one pass over the request's headers
+/// (a push has a handful; three map lookups cost more). Each is the header's first
+/// value, as `HeaderMap::get` would give.
+#[derive(Default)]
+struct BodyHeaders<'a> {
+    content_type: Option<&'a http::HeaderValue>,
+    content_length: Option<&'a http::HeaderValue>,
+    content_encoding: Option<&'a http::HeaderValue>,
+}
+
+impl<'a> BodyHeaders<'a> {
+    fn of(h: &'a HeaderMap) -> Self {
+        let mut b = BodyHeaders::default();
+        for (name, value) in h {
+            let slot = if name == http::header::CONTENT_TYPE {
+                &mut b.content_type
+            } else if name == http::header::CONTENT_LENGTH {
+                &mut b.content_length
+            } else if name == http::header::CONTENT_ENCODING {
+                &mut b.content_encoding
+            } else {
+                continue;
+            };
+            slot.get_or_insert(value);
+        }
+        b
+    }
+}
+
 fn content_type(h: &HeaderMap) -> Option<&str> {
     h.get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -370,6 +395,40 @@ fn error(enc: Option<BodyEncoding>, status: u16, message: &str) -> Response<Body
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One pass finds what three `get`s would: each header's first value, whatever the
+    /// order and however many other headers there are.
+    #[test]
+    fn body_headers_are_the_first_values_of_each() {
+        let mut h = HeaderMap::new();
+        assert!(BodyHeaders::of(&h).content_type.is_none());
+        h.append("x-other", http::HeaderValue::from_static("1"));
+        h.append(
+            http::header::CONTENT_ENCODING,
+            http::HeaderValue::from_static("gzip"),
+        );
+        h.append(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.append(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+        h.append(
+            http::header::CONTENT_LENGTH,
+            http::HeaderValue::from_static("12"),
+        );
+        let b = BodyHeaders::of(&h);
+        for (found, name) in [
+            (b.content_type, http::header::CONTENT_TYPE),
+            (b.content_length, http::header::CONTENT_LENGTH),
+            (b.content_encoding, http::header::CONTENT_ENCODING),
+        ] {
+            assert_eq!(found, h.get(&name), "{name}");
+        }
+        assert_eq!(content_type(&h), Some("application/json"));
+    }
 
     #[test]
     fn cluster_from_query_then_header() {

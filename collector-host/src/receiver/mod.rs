@@ -1,5 +1,6 @@
 //! The `otlp` receiver: OTLP/HTTP ([`http`]) and OTLP/gRPC ([`grpc`]).
 
+pub mod body;
 pub mod decode;
 pub mod grpc;
 pub mod grpc_conn_cap;

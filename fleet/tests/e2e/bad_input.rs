@@ -316,7 +316,7 @@ fn raw_status(s: &mut std::net::TcpStream) -> (u16, String) {
 fn a_body_that_arrives_in_pieces_is_read_and_one_that_stops_gets_408() {
     let cfg = test_config("1s", &[]).replace(
         "      http:\n        endpoint: 127.0.0.1:0\n",
-        "      http:\n        endpoint: 127.0.0.1:0\n        read_timeout: 1s\n",
+        "      http:\n        endpoint: 127.0.0.1:0\n        read_timeout: 1s\n        max_request_body_size: 4096\n",
     );
     assert!(cfg.contains("read_timeout: 1s"), "config edit applied");
     let f = Fleet::start_with(&cfg, &[]);
@@ -338,6 +338,43 @@ fn a_body_that_arrives_in_pieces_is_read_and_one_that_stops_gets_408() {
     s.write_all(rest).unwrap();
     let (status, text) = raw_status(&mut s);
     assert_eq!(status, 200, "split body accepted: {text}");
+
+    // The same push in three chunks (no Content-Length): joined and accepted.
+    let chunked_head = "POST /v1/metrics?cluster_id=slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let chunk = |s: &mut std::net::TcpStream, part: &[u8]| {
+        s.write_all(format!("{:x}\r\n", part.len()).as_bytes())
+            .unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    };
+    let mut s = std::net::TcpStream::connect(f.http()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(chunked_head.as_bytes()).unwrap();
+    let thirds = body.len() / 3;
+    for part in [
+        &body[..thirds],
+        &body[thirds..2 * thirds],
+        &body[2 * thirds..],
+    ] {
+        chunk(&mut s, part.as_bytes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let (status, text) = raw_status(&mut s);
+    assert_eq!(status, 200, "chunked body accepted: {text}");
+
+    // Chunks that add up to more than max_request_body_size (4096 here) with no
+    // Content-Length to refuse up front: 413 as soon as the limit is passed.
+    let mut s = std::net::TcpStream::connect(f.http()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(chunked_head.as_bytes()).unwrap();
+    chunk(&mut s, body.as_bytes());
+    chunk(&mut s, body.as_bytes());
+    let (status, text) = raw_status(&mut s);
+    assert_eq!(status, 413, "oversized chunked body: {text}");
+    assert!(text.contains("4096-byte limit"), "{text}");
 
     // Only the first half ever arrives: 408 once the read timeout passes.
     let mut s = std::net::TcpStream::connect(f.http()).unwrap();
