@@ -26,13 +26,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use component::middleware::{
-    Admission, HeaderValue, Refusal, RefusalCode, RepeatedHeader, RequestMeta, RequestMiddleware,
-    ResponseMiddleware, Signal, Transport,
+    Admission, HeaderName, HeaderValue, Refusal, RefusalCode, RepeatedHeader, RequestMeta,
+    RequestMiddleware, ResponseMiddleware, Signal, Transport,
 };
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse, count_points};
+use component::scope::{RequestScope, ScopeKey};
 use component::{BatchContext, Timestamp};
-use ingero_wire::cluster_id::validate_cluster_id;
-use ingero_wire::resource;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -59,6 +58,11 @@ pub struct Ingest {
     pub response: Vec<Arc<dyn ResponseMiddleware>>,
     /// Sizes a metrics export may carry (the [`screen`] drops what exceeds them).
     pub limits: PayloadLimits,
+    /// Where a request names its scope and how resources' scopes are settled.
+    pub scope: Arc<dyn RequestScope>,
+    /// The response middlewares' HTTP header names, parsed once
+    /// ([`ResponseMiddleware::http_header_names`]).
+    pub http_header_names: Vec<&'static (&'static str, HeaderName)>,
 }
 
 impl std::fmt::Debug for Ingest {
@@ -67,6 +71,7 @@ impl std::fmt::Debug for Ingest {
             .field("transport", &self.transport)
             .field("request_middlewares", &self.request.len())
             .field("response_middlewares", &self.response.len())
+            .field("scope", &self.scope)
             .finish()
     }
 }
@@ -251,19 +256,21 @@ impl Ingest {
         mut req: ExportMetricsServiceRequest,
     ) -> Result<MetricsExport, Refusal> {
         let points = count_points(&req.resource_metrics);
-        let screened = screen::metrics(&mut req, adm.cluster.as_deref(), &self.limits);
+        let scope = &*self.scope;
+        let key = scope.key();
+        let screened = screen::metrics(&mut req, adm.cluster.as_deref(), &self.limits, scope);
         self.check_payload(
             &adm,
-            req.resource_metrics.iter().map(|rm| {
-                component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
-            }),
+            req.resource_metrics
+                .iter()
+                .map(|rm| key.and_then(|k| k.of(component::otlp::resource_attrs(rm)))),
         )?;
         for (reason, n) in &screened.by_reason {
             self.counters.drop_points(reason, *n);
         }
         // Clients without a request cluster (OTel SDKs, `ingero trace`) still get the
         // response metadata of the cluster their resource names.
-        let response_cluster = adm.cluster.clone().or_else(|| payload_cluster(&req));
+        let response_cluster = adm.cluster.clone().or_else(|| payload_cluster(&req, scope));
         let ctx = BatchContext {
             cluster_id: adm.cluster,
             received_at: Timestamp::now(),
@@ -318,12 +325,13 @@ impl Ingest {
         adm: Admitted,
         mut req: ExportTraceServiceRequest,
     ) -> Result<ExportTraceServiceResponse, Refusal> {
-        let screened = screen::traces(&mut req);
+        let screened = screen::traces(&mut req, &*self.scope);
+        let key = self.scope.key();
         self.check_payload(
             &adm,
             req.resource_spans
                 .iter()
-                .map(|r| resource_cluster(r.resource.as_ref())),
+                .map(|r| resource_cluster(key, r.resource.as_ref())),
         )?;
         let partial = self.screened(Signal::Traces, &screened, "span(s)");
         let n: usize = req
@@ -356,12 +364,13 @@ impl Ingest {
         adm: Admitted,
         mut req: ExportLogsServiceRequest,
     ) -> Result<ExportLogsServiceResponse, Refusal> {
-        let screened = screen::logs(&mut req);
+        let screened = screen::logs(&mut req, &*self.scope);
+        let key = self.scope.key();
         self.check_payload(
             &adm,
             req.resource_logs
                 .iter()
-                .map(|r| resource_cluster(r.resource.as_ref())),
+                .map(|r| resource_cluster(key, r.resource.as_ref())),
         )?;
         let partial = self.screened(Signal::Logs, &screened, "log record(s)");
         let n: usize = req
@@ -402,19 +411,21 @@ impl Ingest {
     }
 }
 
-/// The first well-formed `ingero.cluster.id` resource attribute of a batch.
-fn payload_cluster(req: &ExportMetricsServiceRequest) -> Option<Arc<str>> {
+/// The first well-formed scope a resource of the batch names.
+fn payload_cluster(
+    req: &ExportMetricsServiceRequest,
+    scope: &dyn RequestScope,
+) -> Option<Arc<str>> {
+    let key = scope.key()?;
     req.resource_metrics.iter().find_map(|rm| {
-        component::otlp::get_str(component::otlp::resource_attrs(rm), resource::CLUSTER_ID)
-            .filter(|c| validate_cluster_id(c).is_ok())
+        key.of(component::otlp::resource_attrs(rm))
+            .filter(|c| scope.validate_id(c).is_ok())
             .map(Arc::from)
     })
 }
 
-/// The cluster a trace or log resource names (the screen has already settled it to one
-/// `ingero.cluster.id` and dropped the resources it refused).
-fn resource_cluster(r: Option<&Resource>) -> Option<&str> {
-    ingero_wire::cluster_identity::resource_cluster(&r?.attributes)
-        .ok()
-        .flatten()
+/// The scope a trace or log resource names (the screen has already settled it to one
+/// attribute under the scope's key and dropped the resources it refused).
+fn resource_cluster<'a>(key: Option<&ScopeKey>, r: Option<&'a Resource>) -> Option<&'a str> {
+    key?.of(&r?.attributes)
 }

@@ -2,8 +2,11 @@
 //! exporters, `ingero_auth`, `health_check`) plus the factories of the component crates it
 //! picks. Config validation, the `components` subcommand and the run path all read it.
 
+use std::sync::Arc;
+
 use component::Stability::{self, *};
 pub use component::factory::{ExporterFactory, ExtensionFactory, Kind, Metadata, ProcessorFactory};
+pub use component::scope::{NoScope, RequestScope};
 
 const fn host(
     kind: Kind,
@@ -92,12 +95,14 @@ pub static HEALTH_CHECK_EXTENSION: Metadata = host(
     "200 while serving, 503 while starting or draining",
 );
 
-/// What a binary is built with: the host's built-ins plus the picked factories.
+/// What a binary is built with: the host's built-ins plus the picked factories, and the
+/// request scope its receivers, ingest screen and token scopes use.
 #[derive(Debug, Clone)]
 pub struct Components {
     processors: Vec<&'static dyn ProcessorFactory>,
     exporters: Vec<&'static dyn ExporterFactory>,
     extensions: Vec<&'static dyn ExtensionFactory>,
+    scope: Arc<dyn RequestScope>,
 }
 
 impl Default for Components {
@@ -113,6 +118,7 @@ impl Components {
             processors: Vec::new(),
             exporters: Vec::new(),
             extensions: Vec::new(),
+            scope: Arc::new(NoScope),
         }
     }
 
@@ -126,6 +132,7 @@ impl Components {
             .with_processor(&nccl_processor::FACTORY)
             .with_processor(&provider_processor::FACTORY)
             .with_extension(&ingero_extension::FACTORY)
+            .with_request_scope(Arc::new(ingero_wire::scope::ClusterScope))
     }
 
     pub fn with_processor(mut self, f: &'static dyn ProcessorFactory) -> Self {
@@ -141,6 +148,23 @@ impl Components {
     pub fn with_extension(mut self, f: &'static dyn ExtensionFactory) -> Self {
         self.extensions.push(f);
         self
+    }
+
+    /// The scope of requests and resources (the tenant a distribution partitions by;
+    /// [`NoScope`] unless one is registered). Its ids must fit an attribute value at the
+    /// smallest `limits.max_attribute_value_bytes` a config may set.
+    pub fn with_request_scope(mut self, scope: Arc<dyn RequestScope>) -> Self {
+        assert!(
+            scope.max_id_len() <= crate::config::payload_limits::MIN_ATTRIBUTE_VALUE_BYTES,
+            "a request scope's ids must fit the smallest attribute value limit"
+        );
+        self.scope = scope;
+        self
+    }
+
+    /// The registered request scope.
+    pub fn request_scope(&self) -> &Arc<dyn RequestScope> {
+        &self.scope
     }
 
     /// Every component type, by kind (receivers, processors, exporters, extensions); within

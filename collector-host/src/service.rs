@@ -535,7 +535,8 @@ async fn build_exporters(
             ExporterPlan::Prometheus(c) => {
                 let inner = Arc::new(
                     PrometheusExporter::new(c.clone())
-                        .map_err(|e| anyhow!("exporters.{id}: {e}"))?,
+                        .map_err(|e| anyhow!("exporters.{id}: {e}"))?
+                        .with_scope_key(plan.scope.key().map(|k| k.key())),
                 );
                 prom.push(inner.clone());
                 let fams = component_families.clone();
@@ -705,13 +706,21 @@ async fn spawn_receivers(
                 .into_iter()
                 .collect::<Vec<_>>()
         };
-        let ingest = |transport, proto: &'static str, auth, listener: &str| Ingest {
-            transport,
-            fanout: fanout.clone(),
-            counters: telemetry.receiver(&id.to_string(), proto),
-            request: request_mw(auth, listener),
-            response: response_middlewares(plan, host, id, proto),
-            limits: cfg.limits.clone(),
+        let ingest = |transport, proto: &'static str, auth, listener: &str| {
+            let response = response_middlewares(plan, host, id, proto);
+            Ingest {
+                transport,
+                fanout: fanout.clone(),
+                counters: telemetry.receiver(&id.to_string(), proto),
+                request: request_mw(auth, listener),
+                http_header_names: response
+                    .iter()
+                    .flat_map(|m| m.http_header_names())
+                    .collect(),
+                response,
+                limits: cfg.limits.clone(),
+                scope: plan.scope.clone(),
+            }
         };
         if let Some(h) = &cfg.protocols.http {
             let name = format!("{id}/http");

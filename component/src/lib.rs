@@ -11,7 +11,9 @@
 //!
 //! Config is one serde struct per component (see [`config`]). Nothing here names a wire
 //! attribute: a distribution's own names and the interfaces its components share (Fleet's
-//! in the `ingero-wire` crate) live beside it, found through [`Extension::provides`].
+//! in the `ingero-wire` crate) live beside it, found through [`Extension::provides`]. What
+//! a request's and a resource's tenant is (Fleet: the cluster) is a distribution's
+//! [`scope::RequestScope`], registered with its component set.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +26,7 @@ pub mod middleware;
 pub mod otlp;
 pub mod range;
 pub mod recycle;
+pub mod scope;
 pub mod telemetry;
 pub mod text;
 pub mod time;

@@ -18,7 +18,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use http::HeaderValue;
+pub use http::{HeaderName, HeaderValue};
 
 /// How a request reached the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,9 @@ pub struct RequestMeta<'a> {
     pub peer: Option<SocketAddr>,
     /// The single `Authorization` value (`Ok(None)`: absent; `Err`: repeated).
     pub authorization: Result<Option<&'a [u8]>, RepeatedHeader>,
-    /// The cluster the request names (query `cluster_id`, else the `ingero.cluster.id`
-    /// header or metadata), when present and well formed.
+    /// The scope the request names, as the binary's [`crate::scope::RequestScope`] reads
+    /// it (Fleet: the cluster, from the `cluster_id` query parameter, a header or gRPC
+    /// metadata), when present and well formed.
     pub cluster: Option<&'a str>,
 }
 
@@ -156,6 +157,13 @@ pub trait ResponseMiddleware: Send + Sync {
         cluster: &str,
         out: &mut dyn FnMut(&'static str, &HeaderValue),
     );
+
+    /// The HTTP header names this middleware passes to `out`, each with its parsed form,
+    /// so the host inserts them without parsing a name on every response (a name not
+    /// listed here is parsed per insert).
+    fn http_header_names(&self) -> &'static [(&'static str, HeaderName)] {
+        &[]
+    }
 }
 
 impl fmt::Debug for dyn RequestMiddleware {

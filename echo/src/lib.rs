@@ -43,9 +43,12 @@ pub const API_TYPE: &str = "echo_api";
 /// The config `ingero-echo` runs with no `--config`: everything on loopback.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
-/// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension.
+/// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension,
+/// with requests and resources scoped to clusters as in Fleet
+/// ([`ingero_wire::scope::ClusterScope`]).
 pub fn components() -> Components {
     Components::host()
+        .with_request_scope(std::sync::Arc::new(ingero_wire::scope::ClusterScope))
         .with_exporter(&exporter::EXPORTER_FACTORY)
         .with_extension(&extension::API_FACTORY)
 }

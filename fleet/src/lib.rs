@@ -12,11 +12,13 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
 /// Ingero Fleet's set: the host's built-ins plus the shipped component crates
 /// ([`ingero_fleet_components`]: the `ingero`, `nccl_peer_lag` and `provider_lookup`
-/// processors and the `ingero_threshold` extension).
+/// processors and the `ingero_threshold` extension), with requests and resources scoped
+/// to clusters ([`ingero_fleet_components::request_scope`]).
 pub fn components() -> Components {
+    let host = Components::host().with_request_scope(ingero_fleet_components::request_scope());
     let set = ingero_fleet_components::PROCESSORS
         .iter()
-        .fold(Components::host(), |set, f| set.with_processor(*f));
+        .fold(host, |set, f| set.with_processor(*f));
     ingero_fleet_components::EXTENSIONS
         .iter()
         .fold(set, |set, f| set.with_extension(*f))

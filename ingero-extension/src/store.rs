@@ -501,9 +501,25 @@ impl ThresholdStore {
     }
 }
 
+/// The threshold headers' names as the host inserts them, parsed once.
+static HTTP_HEADER_NAMES: [(&str, HeaderName); 2] = [
+    (
+        ingero_wire::http::HEADER_THRESHOLD,
+        HeaderName::from_static("x-ingero-threshold"),
+    ),
+    (
+        ingero_wire::http::HEADER_QUORUM_MET,
+        HeaderName::from_static("x-ingero-quorum-met"),
+    ),
+];
+
 /// The threshold headers as a response middleware: what [`ThresholdStore::push_headers`]
 /// returns, written into the response without a copy of the header pair.
 impl ResponseMiddleware for ThresholdStore {
+    fn http_header_names(&self) -> &'static [(&'static str, HeaderName)] {
+        &HTTP_HEADER_NAMES
+    }
+
     fn response_metadata(
         &self,
         transport: Transport,
@@ -541,6 +557,21 @@ impl ThresholdSink for ThresholdStore {
 pub(crate) mod tests {
     use super::*;
     use ingero_wire::threshold::ClusterDiagnostics;
+
+    #[test]
+    fn parsed_header_names_are_the_wire_names() {
+        let store = ThresholdStore::default();
+        let names = ResponseMiddleware::http_header_names(&store);
+        let wire = [
+            ingero_wire::http::HEADER_THRESHOLD,
+            ingero_wire::http::HEADER_QUORUM_MET,
+        ];
+        assert_eq!(names.len(), wire.len());
+        for ((name, parsed), wire) in names.iter().zip(wire) {
+            assert_eq!(*name, wire);
+            assert_eq!(*parsed, HeaderName::from_bytes(wire.as_bytes()).unwrap());
+        }
+    }
 
     pub(crate) fn diagnostics(threshold: Option<f64>, quorum_met: bool) -> ClusterDiagnostics {
         ClusterDiagnostics {

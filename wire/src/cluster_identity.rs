@@ -20,54 +20,18 @@ use std::fmt;
 use crate::cluster_id::validate_cluster_id;
 use crate::resource::CLUSTER_ID;
 use component::otlp::{AnyValueKind, KeyValue};
+use component::scope::ScopeKey;
 
-/// The Prometheus label every cluster-id spelling turns into.
-const LABEL: &[u8] = b"ingero_cluster_id";
+/// The cluster attribute and its aliases: every key that becomes the Prometheus label
+/// `ingero_cluster_id` (every character outside `[a-zA-Z0-9_]` turns into `_`, as the
+/// exporter sanitises label names).
+pub const CLUSTER_KEY: ScopeKey = ScopeKey::new(CLUSTER_ID, "ingero_cluster_id");
 
-/// Whether `key` becomes the Prometheus label `ingero_cluster_id` (every character outside
-/// `[a-zA-Z0-9_]` turns into `_`, as the exporter sanitises label names):
+/// Whether `key` becomes the Prometheus label `ingero_cluster_id`:
 /// `ingero.cluster.id`, `ingero_cluster_id`, `ingero-cluster/id`, `ingero cluster id`, ...
 #[inline]
 pub fn is_cluster_id_key(key: &str) -> bool {
-    let b = key.as_bytes();
-    // The first six characters map to themselves, so they are these six bytes; this and
-    // the length turn away every other key after a few byte compares (the common case).
-    if b.len() < LABEL.len() || !b.starts_with(b"ingero") {
-        return false;
-    }
-    if b.len() == LABEL.len() {
-        // Seventeen bytes holding seventeen characters: ASCII, compared byte by byte. A
-        // multi-byte character here would leave fewer characters than the label has; it
-        // cannot pass either, since a lone non-ASCII byte at a separator position is not
-        // UTF-8 and every other position must be an ASCII letter.
-        let sep = |c: u8| !c.is_ascii_alphanumeric();
-        return sep(b[6]) && &b[7..14] == b"cluster" && sep(b[14]) && &b[15..] == b"id";
-    }
-    // Longer: only non-ASCII characters (each one `_`) can make it match.
-    !key.is_ascii() && maps_to_label_char_by_char(key)
-}
-
-/// The rule of [`is_cluster_id_key`] one character at a time, for keys longer than the
-/// label that hold non-ASCII characters (rare: kept out of the inlined check).
-#[cold]
-#[inline(never)]
-fn maps_to_label_char_by_char(key: &str) -> bool {
-    let mut n = 0;
-    for c in key.chars() {
-        let Some(&want) = LABEL.get(n) else {
-            return false;
-        };
-        let mapped = if c.is_ascii_alphanumeric() || c == '_' {
-            c
-        } else {
-            '_'
-        };
-        if mapped != char::from(want) {
-            return false;
-        }
-        n += 1;
-    }
-    n == LABEL.len()
+    CLUSTER_KEY.matches(key)
 }
 
 /// Why a resource's (or a point's) cluster identity was refused.
@@ -234,7 +198,7 @@ mod tests {
                 }
             })
             .collect();
-        mapped.as_bytes() == LABEL
+        mapped == CLUSTER_KEY.label()
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - the wire names (this module: [`metric`], [`resource`], [`attr`], [`http`], ...);
 //! - [`cluster_id`]: the cluster and node id rules and where a push names its cluster;
 //! - [`cluster_identity`]: one cluster identity per resource;
+//! - [`scope`]: [`scope::ClusterScope`], the host's request scope for Fleet and Echo (the
+//!   cluster of a request and of a resource);
 //! - [`threshold`]: what the `ingero` processor publishes to the threshold extension
 //!   ([`ThresholdSink`], found with [`find_threshold_sink`]);
 //! - [`view`]: the live cluster view's sources and board ([`find_view_board`]).
@@ -16,6 +18,7 @@
 
 pub mod cluster_id;
 pub mod cluster_identity;
+pub mod scope;
 pub mod threshold;
 pub mod view;
 

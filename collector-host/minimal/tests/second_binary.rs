@@ -132,6 +132,31 @@ fn it_starts_accepts_an_otlp_push_and_prints_it() {
         }
     };
     assert!(printed.contains("42"), "{printed}");
+
+    // No request scope is registered here: an empty `cluster_id` (refused by Fleet's
+    // scope) names nothing, and conflicting `ingero.cluster.id` attributes (a resource
+    // Fleet drops) are plain attributes. Accepted whole, nothing dropped.
+    let body = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"ingero.cluster.id","value":{"stringValue":"a"}},{"key":"ingero.cluster.id","value":{"stringValue":"b"}}]},"scopeMetrics":[{"metrics":[{"name":"unscoped.requests","gauge":{"dataPoints":[{"asDouble":7}]}}]}]}]}"#;
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /v1/metrics?cluster_id= HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(!resp.contains("rejected"), "{resp}");
+    let printed = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("debug exporter output");
+        if line.contains("unscoped.requests") {
+            break line;
+        }
+    };
+    assert!(printed.contains('7'), "{printed}");
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(&cfg);

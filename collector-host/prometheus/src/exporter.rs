@@ -78,15 +78,20 @@ pub struct PrometheusExporter {
     /// Series and estimated bytes held per cluster (escaped `ingero_cluster_id` label
     /// value), charged as series are created and released as they expire.
     clusters: ClusterTable,
+    /// The resource attribute that names a resource's cluster (the host's request scope
+    /// key; `ingero.cluster.id` unless the host sets another, `None`: no per-cluster caps
+    /// beyond the one shared allowance).
+    scope_key: Option<&'static str>,
     counters: Counters,
 }
 
-/// The cluster of a resource as its label value is interned (escaped), if it names one.
-fn cluster_key(rm: &ResourceMetrics) -> Option<std::borrow::Cow<'_, str>> {
-    let c = component::otlp::get_str(
-        component::otlp::resource_attrs(rm),
-        ingero_wire::resource::CLUSTER_ID,
-    )?;
+/// The cluster of a resource (its `key` attribute) as its label value is interned
+/// (escaped), if it names one.
+fn cluster_key<'a>(
+    rm: &'a ResourceMetrics,
+    key: Option<&str>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    let c = component::otlp::get_str(component::otlp::resource_attrs(rm), key?)?;
     if !crate::text::needs_escape(c) {
         return Some(std::borrow::Cow::Borrowed(c));
     }
@@ -140,8 +145,16 @@ impl PrometheusExporter {
             series: AtomicUsize::new(0),
             resources: AtomicUsize::new(0),
             clusters: ClusterTable::new(budget),
+            scope_key: Some(ingero_wire::resource::CLUSTER_ID),
             counters: Counters::default(),
         })
+    }
+
+    /// Charge resources to the cluster their `key` attribute names (the host's request
+    /// scope key), or, with `None`, all of them to the one shared allowance.
+    pub fn with_scope_key(mut self, key: Option<&'static str>) -> Self {
+        self.scope_key = key;
+        self
     }
 
     pub fn config(&self) -> &PrometheusExporterConfig {
@@ -247,7 +260,7 @@ impl PrometheusExporter {
             // Per-cluster caps only with promoted resource labels (the cluster is a label).
             // Resources that name no cluster share one allowance (the empty cluster), so
             // leaving the id out never escapes the per-cluster caps.
-            let cluster = cluster_key(rm)
+            let cluster = cluster_key(rm, self.scope_key)
                 .or(Some(std::borrow::Cow::Borrowed("")))
                 .filter(|_| self.settings.resource_to_telemetry);
             let interner = self.interner.read();

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use component::api::{ApiRequest, ApiRoute, Visibility};
+use component::scope::ScopeSource;
 use http::{HeaderMap, HeaderValue, Request};
 use hyper::body::Incoming;
-use ingero_wire::cluster_id::{ClusterIdParam, cluster_id_from_query};
 
 use super::{Action, Denial, ListenerAuth};
 use crate::server::{Body, Handler, response};
@@ -156,10 +156,11 @@ pub fn api_listener(
                 Action::GetThreshold
             };
             let query = req.uri().query();
-            let cluster = match cluster_id_from_query(query) {
-                ClusterIdParam::Valid(c) => Some(c),
-                _ => None,
-            };
+            let cluster = auth
+                .scope()
+                .request_scope(ScopeSource::Query(query))
+                .ok()
+                .flatten();
             let entry = match auth.check(authorization(req.headers()), Some(peer), action, None) {
                 Ok(e) => e,
                 Err(d) => return json_denial(d),

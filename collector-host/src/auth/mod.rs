@@ -8,10 +8,11 @@
 //!   an environment variable (`token_env`). Nothing secret is in the collector config, so
 //!   `print-config` cannot show a token. Only SHA-256 digests are kept; a presented token is
 //!   hashed and compared against every digest in constant time (`subtle`).
-//! - **Scopes**: each token lists its clusters or `["*"]`. The cluster a request names
-//!   before its body (query `cluster_id`, header `ingero.cluster.id`, gRPC metadata) is
-//!   checked before the body is read; clusters named by a payload's resources
-//!   (`ingero.cluster.id`) after decoding: any out-of-scope cluster refuses the whole batch
+//! - **Scopes**: each token lists its clusters or `["*"]`: ids of the binary's request
+//!   scope ([`component::scope::RequestScope`]; Fleet's is the cluster). The cluster a
+//!   request names before its body (where the scope reads it: query, header, gRPC
+//!   metadata) is checked before the body is read; clusters named by a payload's resources
+//!   (the scope's attribute) after decoding: any out-of-scope cluster refuses the whole batch
 //!   (403 / PERMISSION_DENIED) before it reaches a pipeline. A scoped token's push must
 //!   name its cluster (request or every resource). Threshold GET and one-cluster
 //!   diagnostics for an out-of-scope cluster answer exactly as for an unknown cluster
@@ -38,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
+use component::scope::RequestScope;
 use component::{Extension, Host, MetricFamily, StartError};
 use parking_lot::Mutex;
 
@@ -153,11 +155,14 @@ pub struct AuthExtension {
     listeners: Mutex<Vec<Arc<ListenerCounters>>>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// What a token's `clusters` entries and a request's scope are checked by.
+    scope: Arc<dyn RequestScope>,
 }
 
 impl AuthExtension {
-    pub fn new(id: &str, config: AuthConfig) -> Self {
+    pub fn new(id: &str, config: AuthConfig, scope: Arc<dyn RequestScope>) -> Self {
         AuthExtension {
+            scope,
             id: id.to_string(),
             store: TokenStore::new(config.grace_period, config.rate_limit),
             config,
@@ -171,7 +176,7 @@ impl AuthExtension {
     /// Load the tokens and open the audit log; an error names the key at fault.
     pub fn load_initial(&self) -> Result<(), String> {
         let bytes = self.read_source()?;
-        let parsed = tokens::parse_tokens_file(&bytes, &env_var)
+        let parsed = tokens::parse_tokens_file(&bytes, &env_var, &*self.scope)
             .map_err(|e| format!("{}: {}", self.source_key(), e.join("; ")))?;
         let st = self.store.apply(parsed, Instant::now());
         let log = AuditLog::open(&self.config.audit_log, config::AUDIT_QUEUE)
@@ -221,7 +226,7 @@ impl AuthExtension {
     /// Parse and apply new file content; on error keep the previous tokens. Logged and
     /// counted either way.
     pub fn apply_bytes(&self, bytes: &[u8], trigger: &str) -> Result<ApplyStats, Vec<String>> {
-        match tokens::parse_tokens_file(bytes, &env_var) {
+        match tokens::parse_tokens_file(bytes, &env_var, &*self.scope) {
             Ok(parsed) => {
                 let st = self.store.apply(parsed, Instant::now());
                 self.reloads_ok.fetch_add(1, Relaxed);
@@ -251,6 +256,11 @@ impl AuthExtension {
             errors = %why,
             "tokens not reloaded; keeping the previous tokens"
         );
+    }
+
+    /// The request scope token entries and API queries are read with.
+    pub fn scope(&self) -> &dyn RequestScope {
+        &*self.scope
     }
 
     pub fn store(&self) -> &TokenStore {
@@ -397,6 +407,11 @@ pub struct ListenerAuth {
 impl ListenerAuth {
     pub fn name(&self) -> &str {
         &self.counters.name
+    }
+
+    /// The authenticator's request scope.
+    pub fn scope(&self) -> &dyn RequestScope {
+        self.ext.scope()
     }
 
     /// Token, rate limit and the request-level cluster (if any). `authorization` is the
@@ -549,7 +564,11 @@ mod tests {
             audit_log: audit.into(),
             ..AuthConfig::default()
         };
-        let e = Arc::new(AuthExtension::new("ingero_auth", cfg));
+        let e = Arc::new(AuthExtension::new(
+            "ingero_auth",
+            cfg,
+            Arc::new(ingero_wire::scope::ClusterScope),
+        ));
         let yaml: String = (0..tokens)
             .map(|i| format!("- {{name: t{i}, token: token-number-{i:08}, clusters: [c{i}]}}\n"))
             .collect();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use component::scope::RequestScope;
 use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -253,6 +254,7 @@ impl TokenStore {
 pub fn parse_tokens_file(
     bytes: &[u8],
     env: &dyn Fn(&str) -> Option<String>,
+    scope: &dyn RequestScope,
 ) -> Result<Vec<ParsedToken>, Vec<String>> {
     let doc: Value = match serde_norway::from_slice(bytes) {
         Ok(v) => v,
@@ -343,7 +345,7 @@ pub fn parse_tokens_file(
                 for (j, c) in cs.iter().enumerate() {
                     match c.as_str() {
                         Some("*") => all = true,
-                        Some(c) if ingero_wire::cluster_id::validate_cluster_id(c).is_ok() => {
+                        Some(c) if scope.validate_id(c).is_ok() => {
                             set.insert(Box::from(c));
                         }
                         _ => {
@@ -432,7 +434,7 @@ mod tests {
     }
 
     fn parse(yaml: &str) -> Result<Vec<ParsedToken>, Vec<String>> {
-        parse_tokens_file(yaml.as_bytes(), &no_env)
+        parse_tokens_file(yaml.as_bytes(), &no_env, &ingero_wire::scope::ClusterScope)
     }
 
     fn store() -> TokenStore {
@@ -460,7 +462,7 @@ mod tests {
             "- {{name: a, token: {A}, clusters: [alpha, beta]}}\n\
              - {{name: b, token_env: TOK_B, clusters: ['*'], rate_limit: {{requests_per_second: 5}}}}\n"
         );
-        let t = parse_tokens_file(y.as_bytes(), &env).unwrap();
+        let t = parse_tokens_file(y.as_bytes(), &env, &ingero_wire::scope::ClusterScope).unwrap();
         assert_eq!(t.len(), 2);
         assert!(t[0].scope.allows("alpha") && !t[0].scope.allows("gamma"));
         assert!(t[1].scope.is_all());

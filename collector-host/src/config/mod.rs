@@ -134,6 +134,9 @@ pub struct Plan {
     /// Findings that do not stop the config (`key.path: message`), e.g. a private key
     /// file others can read.
     pub warnings: Vec<String>,
+    /// The binary's request scope (`Components::with_request_scope`): receivers, the
+    /// ingest screen and token scopes read requests' and resources' scopes through it.
+    pub scope: Arc<dyn component::scope::RequestScope>,
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -281,7 +284,11 @@ fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Compone
         |ty, id, v| {
             if ty == crate::auth::TYPE {
                 return decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
-                    let ext = crate::auth::AuthExtension::new(&id.to_string(), c);
+                    let ext = crate::auth::AuthExtension::new(
+                        &id.to_string(),
+                        c,
+                        components.request_scope().clone(),
+                    );
                     (ExtensionPlan::Auth(Arc::new(ext)), None)
                 });
             }
@@ -620,6 +627,7 @@ impl Plan {
             middlewares,
             listener_tls,
             warnings,
+            scope: components.request_scope().clone(),
         })
     }
 

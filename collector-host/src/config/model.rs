@@ -28,6 +28,11 @@ pub struct MiddlewareRef {
 
 pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 20 * 1024 * 1024;
 
+/// OTLP/HTTP's default paths (the OTLP specification's, as otelcol serves them).
+pub const OTLP_METRICS_PATH: &str = "/v1/metrics";
+pub const OTLP_TRACES_PATH: &str = "/v1/traces";
+pub const OTLP_LOGS_PATH: &str = "/v1/logs";
+
 /// `receivers.otlp.protocols.http`
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -94,9 +99,9 @@ impl Default for HttpServerConfig {
         HttpServerConfig {
             endpoint: "127.0.0.1:4318".into(),
             max_request_body_size: DEFAULT_MAX_REQUEST_BODY_SIZE,
-            metrics_url_path: ingero_wire::http::OTLP_METRICS_PATH.into(),
-            traces_url_path: ingero_wire::http::OTLP_TRACES_PATH.into(),
-            logs_url_path: ingero_wire::http::OTLP_LOGS_PATH.into(),
+            metrics_url_path: OTLP_METRICS_PATH.into(),
+            traces_url_path: OTLP_TRACES_PATH.into(),
+            logs_url_path: OTLP_LOGS_PATH.into(),
             middlewares: None,
             read_header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),

@@ -23,6 +23,11 @@ pub const DEFAULT_MAX_METRIC_UNIT_BYTES: usize = 63;
 /// Longest metric description (the exporter's HELP text).
 pub const DEFAULT_MAX_METRIC_DESCRIPTION_BYTES: usize = 1024;
 
+/// The smallest `max_attribute_value_bytes` a config may set: room for any id a request
+/// scope accepts (`Components::with_request_scope` checks the scope against it), so a
+/// resource stamped with its request's scope is never over the limit.
+pub const MIN_ATTRIBUTE_VALUE_BYTES: usize = 256;
+
 /// `receivers.otlp.limits`
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -51,14 +56,15 @@ impl Default for PayloadLimits {
 }
 
 impl PayloadLimits {
-    /// Every limit must be at least 1; the value limit must hold a cluster id (256 bytes).
+    /// Every limit must be at least 1; the value limit must hold a scope id
+    /// ([`MIN_ATTRIBUTE_VALUE_BYTES`]).
     pub fn validate(&self, e: &mut ConfigErrors, prefix: &str) {
         for (key, v, min) in [
             ("max_attribute_key_bytes", self.max_attribute_key_bytes, 32),
             (
                 "max_attribute_value_bytes",
                 self.max_attribute_value_bytes,
-                ingero_wire::cluster_id::MAX_CLUSTER_ID_LEN,
+                MIN_ATTRIBUTE_VALUE_BYTES,
             ),
             (
                 "max_attributes_per_series",

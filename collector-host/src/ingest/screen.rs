@@ -1,10 +1,13 @@
 //! The payload screen of the ingest path: what every decoded export goes through before
 //! auth checks its clusters and before any pipeline sees it.
 //!
-//! - **One cluster identity per resource** ([`ingero_wire::cluster_identity`]): a resource
-//!   whose cluster-id attributes conflict, are not strings or break the id rule is dropped
-//!   with all its points; agreeing duplicates and aliases collapse to one
-//!   `ingero.cluster.id`; a point naming another cluster than its resource is dropped.
+//! - **One scope per resource** ([`RequestScope::settle_resource`], the binary's request
+//!   scope; Fleet's is the cluster): a resource whose scope attributes conflict, are not
+//!   strings or break the id rule is dropped with all its points; agreeing duplicates and
+//!   aliases collapse to one attribute under the scope's key; a point naming another scope
+//!   than its resource is dropped ([`RequestScope::settle_point`]). Whether an attribute
+//!   key is one of the scope's is checked inline against its [`ScopeKey`], in the same pass
+//!   as the sizes.
 //!
 //! - **Sizes** ([`PayloadLimits`], `receivers.otlp.limits`): a resource with an over-long
 //!   attribute key or value, or more attributes than a series may have, is dropped with its
@@ -12,12 +15,12 @@
 //!   attributes are too long or too many (with its resource's) is dropped; a resource
 //!   with more metrics than `max_metrics_per_resource` is dropped whole.
 //!
-//! - **Node ids**: a resource whose `ingero.node.id` is not a string or breaks the id rule
-//!   (`ingero_wire::cluster_id::validate_node_id`: no control, line-break or invisible
-//!   format characters, at most 256 bytes) is dropped with its points.
+//! - **The scope's own checks** ([`RequestScope::check_metrics_resource`]; Fleet: a node
+//!   id that is not a string or breaks the id rule): a resource refused there is dropped
+//!   with its points.
 //!
-//! - **Charging**: a resource that names no cluster gets the request's
-//!   (`ingero.cluster.id` added), so it counts against that cluster's limits downstream.
+//! - **Charging**: a resource that names no scope gets the request's (its key added), so
+//!   it counts against that scope's limits downstream.
 //!
 //! Dropped points are counted by reason and answered with OTLP partial success; the rest
 //! of the batch goes on. Traces and logs go through the cluster-identity rule alone
@@ -25,11 +28,9 @@
 //! or log records, answered the same way (`rejected_spans`, `rejected_log_records`).
 
 use component::otlp::{
-    AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind, get_str,
+    AnyValue, AnyValueKind, ExportMetricsServiceRequest, KeyValue, Metric, MetricKind,
 };
-use ingero_wire::cluster_id::validate_node_id;
-use ingero_wire::cluster_identity;
-use ingero_wire::resource::{CLUSTER_ID, NODE_ID};
+use component::scope::{RequestScope, ScopeKey};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -167,12 +168,13 @@ fn kind_size(kind: &AnyValueKind, max: usize) -> usize {
 }
 
 /// Check one attribute list (`inherited`: attributes the series already has from its
-/// resource). `Ok` says whether a key of the list is a cluster-id key
-/// ([`cluster_identity::is_cluster_id_key`]), found in the same pass.
+/// resource). `Ok` says whether a key of the list is one of the scope's keys
+/// ([`ScopeKey::matches`]), found in the same pass.
 fn check_attrs(
     attrs: &[KeyValue],
     inherited: usize,
     l: &PayloadLimits,
+    key: Option<&ScopeKey>,
 ) -> Result<bool, (&'static str, String)> {
     if attrs.len().saturating_add(inherited) > l.max_attributes_per_series {
         return Err(size_error(
@@ -208,21 +210,26 @@ fn check_attrs(
                 ),
             ));
         }
-        cluster_key |= cluster_identity::is_cluster_id_key(&kv.key);
+        cluster_key |= key.is_some_and(|k| k.matches(&kv.key));
     }
     Ok(cluster_key)
 }
 
-/// Whether `attrs` passes [`check_attrs`] with no cluster-id key: the same checks, without
+/// Whether `attrs` passes [`check_attrs`] with no scope key: the same checks, without
 /// building the refusal.
 #[inline]
-fn attrs_pass(attrs: &[KeyValue], inherited: usize, l: &PayloadLimits) -> bool {
+fn attrs_pass(
+    attrs: &[KeyValue],
+    inherited: usize,
+    l: &PayloadLimits,
+    key: Option<&ScopeKey>,
+) -> bool {
     attrs.len().saturating_add(inherited) <= l.max_attributes_per_series
         && attrs.iter().all(|kv| {
             kv.key.len() <= l.max_attribute_key_bytes
                 && value_size(kv.value.as_ref(), l.max_attribute_value_bytes)
                     <= l.max_attribute_value_bytes
-                && !cluster_identity::is_cluster_id_key(&kv.key)
+                && !key.is_some_and(|k| k.matches(&kv.key))
         })
 }
 
@@ -230,12 +237,17 @@ fn attrs_pass(attrs: &[KeyValue], inherited: usize, l: &PayloadLimits) -> bool {
 /// [`attrs_pass`] (`inherited`: the resource's attribute count): then the per-point pass
 /// of [`metrics`] would keep everything and change nothing. The common case, checked
 /// without that pass's bookkeeping.
-fn metrics_pass(rm: &component::ResourceMetrics, inherited: usize, l: &PayloadLimits) -> bool {
+fn metrics_pass(
+    rm: &component::ResourceMetrics,
+    inherited: usize,
+    l: &PayloadLimits,
+    key: Option<&ScopeKey>,
+) -> bool {
     macro_rules! points_pass {
         ($points:expr) => {
             $points
                 .iter()
-                .all(|p| attrs_pass(&p.attributes, inherited, l))
+                .all(|p| attrs_pass(&p.attributes, inherited, l, key))
         };
     }
     rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).all(|m| {
@@ -292,13 +304,15 @@ fn check_metric(m: &Metric, l: &PayloadLimits) -> Result<(), (&'static str, Stri
     Ok(())
 }
 
-/// Screen a metrics export in place. `request_cluster` is the cluster the request names
-/// (query, header or metadata): the identity of resources that name none.
+/// Screen a metrics export in place. `request_cluster` is the scope the request names
+/// (query, header or metadata): the scope of resources that name none.
 pub fn metrics(
     req: &mut ExportMetricsServiceRequest,
     request_cluster: Option<&str>,
     limits: &PayloadLimits,
+    scope: &dyn RequestScope,
 ) -> Screened {
+    let key = scope.key();
     let mut out = Screened::default();
     let mut index = 0usize;
     req.resource_metrics.retain_mut(|rm| {
@@ -312,7 +326,7 @@ pub fn metrics(
                 .sum()
         };
         let attrs = component::otlp::resource_attrs(rm);
-        if let Err((reason, why)) = check_attrs(attrs, 0, limits) {
+        if let Err((reason, why)) = check_attrs(attrs, 0, limits, key) {
             out.drop(reason, resource_points(rm), || {
                 format!("resource {i}: {why}")
             });
@@ -330,10 +344,10 @@ pub fn metrics(
             return false;
         }
         let names_cluster = match rm.resource.as_mut() {
-            Some(r) => match cluster_identity::settle_resource(&mut r.attributes) {
+            Some(r) => match scope.settle_resource(&mut r.attributes) {
                 Ok(named) => named,
                 Err(e) => {
-                    out.drop(e.reason(), resource_points(rm), || {
+                    out.drop(e.reason, resource_points(rm), || {
                         format!("resource {i}: {e}")
                     });
                     return false;
@@ -341,35 +355,31 @@ pub fn metrics(
             },
             None => false,
         };
-        if let Some(node) = component::otlp::find(component::otlp::resource_attrs(rm), NODE_ID)
-            && let Err(why) = match node {
-                AnyValueKind::StringValue(n) => validate_node_id(n),
-                _ => Err("node id is not a string"),
-            }
-        {
-            out.drop("node_id_invalid", resource_points(rm), || {
-                format!("resource {i}: {NODE_ID} refused: {why}")
+        if let Err(e) = scope.check_metrics_resource(component::otlp::resource_attrs(rm)) {
+            out.drop(e.reason, resource_points(rm), || {
+                format!("resource {i}: {e}")
             });
             return false;
         }
         let inherited = component::otlp::resource_attrs(rm).len();
-        // A resource that names no cluster belongs to the request's: it says so from here
+        // A resource that names no scope belongs to the request's: it says so from here
         // on, so every stage (and the exporter's per-cluster caps) charges it there.
-        // (A resource that names one has exactly one `ingero.cluster.id`, a string, now.)
-        if !names_cluster && let Some(c) = request_cluster {
+        // (A resource that names one has exactly one attribute under the key, a string, now.)
+        if !names_cluster
+            && let Some(c) = request_cluster
+            && let Some(k) = key
+        {
             rm.resource
                 .get_or_insert_with(Default::default)
                 .attributes
-                .push(component::otlp::kv_str(CLUSTER_ID, c));
+                .push(component::otlp::kv_str(k.key(), c));
         }
         let cluster = if names_cluster {
-            rm.resource
-                .as_ref()
-                .and_then(|r| get_str(&r.attributes, CLUSTER_ID))
+            key.and_then(|k| rm.resource.as_ref().and_then(|r| k.of(&r.attributes)))
         } else {
             request_cluster
         };
-        if metrics_pass(rm, inherited, limits) {
+        if metrics_pass(rm, inherited, limits, key) {
             return true;
         }
         for sm in &mut rm.scope_metrics {
@@ -382,13 +392,15 @@ pub fn metrics(
                 let mut per_reason: Vec<(&'static str, u64)> = Vec::new();
                 retain_points(m, &mut |attrs| {
                     // Sizes first; the cluster-id rule only for a point that has such a key.
-                    let verdict = check_attrs(attrs, inherited, limits).and_then(|cluster_key| {
-                        if !cluster_key {
-                            return Ok(());
-                        }
-                        cluster_identity::settle_point(attrs, cluster)
-                            .map_err(|e| (e.reason(), format!("data point attribute: {e}")))
-                    });
+                    let verdict =
+                        check_attrs(attrs, inherited, limits, key).and_then(|cluster_key| {
+                            if !cluster_key {
+                                return Ok(());
+                            }
+                            scope
+                                .settle_point(attrs, cluster)
+                                .map_err(|e| (e.reason, format!("data point attribute: {e}")))
+                        });
                     match verdict {
                         Ok(()) => true,
                         Err((reason, why)) => {
@@ -415,12 +427,13 @@ pub fn metrics(
     out
 }
 
-/// Drop the resources whose cluster identity is refused (with their `count` items) and
-/// settle the others to one `ingero.cluster.id`, as [`metrics`] does.
+/// Drop the resources whose scope is refused (with their `count` items) and settle the
+/// others to one scope attribute, as [`metrics`] does.
 fn resources<T>(
     list: &mut Vec<T>,
     resource: fn(&mut T) -> Option<&mut Resource>,
     count: fn(&T) -> u64,
+    scope: &dyn RequestScope,
 ) -> Screened {
     let mut out = Screened::default();
     let mut index = 0usize;
@@ -430,10 +443,10 @@ fn resources<T>(
         let Some(res) = resource(r) else {
             return true;
         };
-        match cluster_identity::settle_resource(&mut res.attributes) {
+        match scope.settle_resource(&mut res.attributes) {
             Ok(_) => true,
             Err(e) => {
-                out.drop(e.reason(), count(r), || format!("resource {i}: {e}"));
+                out.drop(e.reason, count(r), || format!("resource {i}: {e}"));
                 false
             }
         }
@@ -443,17 +456,18 @@ fn resources<T>(
 
 /// Screen a traces export in place: a resource whose cluster identity is refused is
 /// dropped with its spans; the rest goes on.
-pub fn traces(req: &mut ExportTraceServiceRequest) -> Screened {
+pub fn traces(req: &mut ExportTraceServiceRequest, scope: &dyn RequestScope) -> Screened {
     resources(
         &mut req.resource_spans,
         |r| r.resource.as_mut(),
         |r| r.scope_spans.iter().map(|s| s.spans.len() as u64).sum(),
+        scope,
     )
 }
 
 /// Screen a logs export in place: a resource whose cluster identity is refused is dropped
 /// with its log records; the rest goes on.
-pub fn logs(req: &mut ExportLogsServiceRequest) -> Screened {
+pub fn logs(req: &mut ExportLogsServiceRequest, scope: &dyn RequestScope) -> Screened {
     resources(
         &mut req.resource_logs,
         |r| r.resource.as_mut(),
@@ -463,13 +477,51 @@ pub fn logs(req: &mut ExportLogsServiceRequest) -> Screened {
                 .map(|s| s.log_records.len() as u64)
                 .sum()
         },
+        scope,
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use component::otlp::{gauge_f64, kv_i64, kv_str, point_f64, resource_metrics};
+    use component::otlp::{gauge_f64, get_str, kv_i64, kv_str, point_f64, resource_metrics};
+    use ingero_wire::resource::{CLUSTER_ID, NODE_ID};
+    use ingero_wire::scope::ClusterScope;
+
+    // The screen under Fleet's scope (the cluster), as `ingero-fleet` registers it.
+    const KEY: Option<&ScopeKey> = Some(&ingero_wire::cluster_identity::CLUSTER_KEY);
+
+    fn metrics(
+        req: &mut ExportMetricsServiceRequest,
+        request_cluster: Option<&str>,
+        limits: &PayloadLimits,
+    ) -> Screened {
+        super::metrics(req, request_cluster, limits, &ClusterScope)
+    }
+
+    fn traces(req: &mut ExportTraceServiceRequest) -> Screened {
+        super::traces(req, &ClusterScope)
+    }
+
+    fn logs(req: &mut ExportLogsServiceRequest) -> Screened {
+        super::logs(req, &ClusterScope)
+    }
+
+    fn check_attrs(
+        attrs: &[KeyValue],
+        inherited: usize,
+        l: &PayloadLimits,
+    ) -> Result<bool, (&'static str, String)> {
+        super::check_attrs(attrs, inherited, l, KEY)
+    }
+
+    fn attrs_pass(attrs: &[KeyValue], inherited: usize, l: &PayloadLimits) -> bool {
+        super::attrs_pass(attrs, inherited, l, KEY)
+    }
+
+    fn metrics_pass(rm: &component::ResourceMetrics, inherited: usize, l: &PayloadLimits) -> bool {
+        super::metrics_pass(rm, inherited, l, KEY)
+    }
 
     fn push(resource: Vec<KeyValue>, points: Vec<Vec<KeyValue>>) -> component::ResourceMetrics {
         let points = points.into_iter().map(|a| point_f64(a, 1, 0.5)).collect();
@@ -875,5 +927,122 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// A scope of the test's own, to show the screen takes its key and rules from the
+    /// registered scope and from nothing else.
+    struct TenantScope;
+
+    const TENANT: ScopeKey = ScopeKey::new("acme.tenant", "acme_tenant");
+
+    impl RequestScope for TenantScope {
+        fn name(&self) -> &'static str {
+            "tenant"
+        }
+        fn key(&self) -> Option<&ScopeKey> {
+            Some(&TENANT)
+        }
+        fn request_scope<'a>(
+            &self,
+            _: component::scope::ScopeSource<'a>,
+        ) -> Result<Option<std::borrow::Cow<'a, str>>, String> {
+            Ok(None)
+        }
+        fn validate_id(&self, id: &str) -> Result<(), &'static str> {
+            if id.is_empty() { Err("empty") } else { Ok(()) }
+        }
+        fn max_id_len(&self) -> usize {
+            64
+        }
+        fn settle_resource(
+            &self,
+            attrs: &mut Vec<KeyValue>,
+        ) -> Result<bool, component::scope::ScopeRefusal> {
+            let n = attrs.iter().filter(|kv| TENANT.matches(&kv.key)).count();
+            if n > 1 {
+                return Err(component::scope::ScopeRefusal {
+                    reason: "tenant_conflict",
+                    message: "two tenants".into(),
+                });
+            }
+            Ok(n == 1)
+        }
+        fn settle_point(
+            &self,
+            attrs: &mut Vec<KeyValue>,
+            scope: Option<&str>,
+        ) -> Result<(), component::scope::ScopeRefusal> {
+            attrs.retain(|kv| {
+                !TENANT.matches(&kv.key) || get_str(std::slice::from_ref(kv), &kv.key) == scope
+            });
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_screen_follows_the_registered_scope() {
+        let rm = |res: Vec<KeyValue>, pts: Vec<Vec<KeyValue>>| push(res, pts);
+        // Fleet's cluster attributes mean nothing to this scope: kept, never refused.
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![
+                rm(
+                    vec![kv_str(CLUSTER_ID, "a"), kv_str(CLUSTER_ID, "b")],
+                    vec![vec![kv_str(CLUSTER_ID, "c")]],
+                ),
+                rm(
+                    vec![kv_str("acme.tenant", "t1"), kv_str("acme_tenant", "t2")],
+                    vec![vec![]],
+                ),
+                rm(
+                    vec![kv_i64(NODE_ID, 1)],
+                    vec![vec![kv_str("acme-tenant", "x")]],
+                ),
+            ],
+        };
+        let s = super::metrics(
+            &mut req,
+            Some("t9"),
+            &PayloadLimits::default(),
+            &TenantScope,
+        );
+        assert_eq!(s.by_reason, [("tenant_conflict", 1)]);
+        assert_eq!(s.first.as_deref(), Some("resource 1: two tenants"));
+        assert_eq!(req.resource_metrics.len(), 2);
+        let first = component::otlp::resource_attrs(&req.resource_metrics[0]);
+        assert_eq!(
+            first.len(),
+            3,
+            "untouched, and charged to the request's tenant"
+        );
+        assert_eq!(TENANT.of(first), Some("t9"));
+        // The point's alias of another tenant was settled away by the scope.
+        let last = &req.resource_metrics[1];
+        let Some(MetricKind::Gauge(g)) = &last.scope_metrics[0].metrics[0].data else {
+            panic!("{last:?}");
+        };
+        assert!(g.data_points[0].attributes.is_empty(), "{g:?}");
+
+        // Without a scope nothing is settled, stamped or refused.
+        let mut req = ExportMetricsServiceRequest {
+            resource_metrics: vec![rm(
+                vec![
+                    kv_str(CLUSTER_ID, "a"),
+                    kv_i64(CLUSTER_ID, 7),
+                    kv_i64(NODE_ID, 1),
+                ],
+                vec![vec![kv_str(CLUSTER_ID, "z")]],
+            )],
+        };
+        let before = req.clone();
+        let s = super::metrics(
+            &mut req,
+            Some("a"),
+            &PayloadLimits::default(),
+            &component::scope::NoScope,
+        );
+        assert_eq!(s.dropped, 0);
+        assert_eq!(req, before);
+        let mut t = ExportTraceServiceRequest::default();
+        assert_eq!(super::traces(&mut t, &component::scope::NoScope).dropped, 0);
     }
 }

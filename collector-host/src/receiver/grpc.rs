@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use component::middleware::{Refusal, RefusalCode, RepeatedHeader, Signal};
 use component::otlp::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use ingero_wire::http as wire_http;
+use component::scope::{RequestScope, ScopeSource};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
     LogsService, LogsServiceServer,
 };
@@ -45,19 +45,16 @@ impl std::fmt::Debug for GrpcReceiver {
     }
 }
 
-/// The cluster named in request metadata: `cluster_id`, else `ingero.cluster.id`.
-fn metadata_cluster(md: &MetadataMap) -> Result<Option<Arc<str>>, String> {
-    for key in [
-        wire_http::PARAM_CLUSTER_ID,
-        wire_http::REQUEST_HEADER_CLUSTER_ID,
-    ] {
-        if let Some(v) = md.get(key) {
-            let v = ingero_wire::cluster_id::header_cluster_id(v.as_bytes())
-                .map_err(|e| format!("{key} metadata: {e}"))?;
-            return Ok(Some(Arc::from(v)));
-        }
-    }
-    Ok(None)
+/// The scope named in request metadata, read by the binary's request scope (Fleet:
+/// `cluster_id`, else `ingero.cluster.id`).
+fn metadata_cluster(
+    scope: &dyn RequestScope,
+    md: &MetadataMap,
+) -> Result<Option<Arc<str>>, String> {
+    let get = |key: &str| md.get(key).map(|v| v.as_bytes());
+    scope
+        .request_scope(ScopeSource::Grpc(&get))
+        .map(|c| c.map(|c| Arc::from(c.as_ref())))
 }
 
 /// The status of a middleware's refusal (`RESOURCE_EXHAUSTED` carries `retry-after`).
@@ -165,7 +162,7 @@ impl GrpcReceiver {
         };
         self.ingest
             .admit(signal, peer_addr(request), authorization, || {
-                metadata_cluster(md)
+                metadata_cluster(&*self.ingest.scope, md)
             })
             .map_err(refused)
     }

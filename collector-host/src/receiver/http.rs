@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use component::middleware::{Refusal, Signal};
-use http::{HeaderMap, HeaderName, Method, Request, Response};
+use component::scope::{RequestScope, ScopeSource};
+use http::{HeaderMap, Method, Request, Response};
 use hyper::body::Incoming;
-use ingero_wire::http as wire_http;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -114,7 +114,7 @@ impl HttpReceiver {
                 signal,
                 Some(peer),
                 gate::authorization(req.headers()),
-                || request_cluster(req.uri().query(), req.headers()),
+                || request_cluster(&*self.ingest.scope, req.uri().query(), req.headers()),
             )
             .map_err(|r| match r {
                 Refused::Middleware(r) => denial(enc(), &r),
@@ -291,10 +291,13 @@ impl HttpReceiver {
     }
 
     /// Attach the response middlewares' headers (the threshold pair: both or neither).
+    /// A name the middleware declared is inserted in its parsed form (a name given as a
+    /// string is parsed and lower-cased on every insert).
     fn with_metadata(&self, mut r: Response<Body>, cluster: Option<&str>) -> Response<Body> {
+        let known = &self.ingest.http_header_names;
         self.ingest.response_metadata(cluster, &mut |name, value| {
-            match known_header(name) {
-                Some(known) => r.headers_mut().insert(known.clone(), value.clone()),
+            match known.iter().find(|(n, _)| *n == name) {
+                Some((_, parsed)) => r.headers_mut().insert(parsed.clone(), value.clone()),
                 None => r.headers_mut().insert(name, value.clone()),
             };
         });
@@ -302,24 +305,17 @@ impl HttpReceiver {
     }
 }
 
-/// The threshold headers' names, parsed once (a name given as a string is parsed and
-/// lower-cased on every insert); a test checks them against the wire names.
-static THRESHOLD_HEADER: HeaderName = HeaderName::from_static("x-ingero-threshold");
-static QUORUM_MET_HEADER: HeaderName = HeaderName::from_static("x-ingero-quorum-met");
-/// The request header naming the cluster, parsed once.
-static CLUSTER_ID_HEADER: HeaderName =
-    HeaderName::from_static(wire_http::REQUEST_HEADER_CLUSTER_ID);
-
-/// The parsed name of a response header a middleware names, when it is one of the
-/// threshold pair.
-fn known_header(name: &str) -> Option<&'static HeaderName> {
-    if name == wire_http::HEADER_THRESHOLD {
-        Some(&THRESHOLD_HEADER)
-    } else if name == wire_http::HEADER_QUORUM_MET {
-        Some(&QUORUM_MET_HEADER)
-    } else {
-        None
-    }
+/// The scope a push names at the HTTP layer (`scope` reads the query string and the
+/// headers; Fleet: the `cluster_id` query parameter, else a request header). `Err` for a
+/// present but malformed value.
+pub fn request_cluster(
+    scope: &dyn RequestScope,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Option<Arc<str>>, String> {
+    scope
+        .request_scope(ScopeSource::Http { query, headers })
+        .map(|c| c.map(|c| Arc::from(c.as_ref())))
 }
 
 /// The headers the body read depends on, found in one pass over the request's headers
@@ -356,16 +352,6 @@ fn content_type(h: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
-/// The cluster a push names at the HTTP layer: the `cluster_id` query parameter, else the
-/// `ingero.cluster.id` request header. `Err` for a present but malformed value.
-pub fn request_cluster(
-    query: Option<&str>,
-    headers: &HeaderMap,
-) -> Result<Option<Arc<str>>, String> {
-    let header = headers.get(&CLUSTER_ID_HEADER).map(|h| h.as_bytes());
-    ingero_wire::cluster_id::push_cluster(query, header).map(|c| c.map(|c| Arc::from(c.as_ref())))
-}
-
 /// A middleware's refusal (401/403/429/400) in the request's encoding, never with the
 /// response middlewares' headers.
 fn denial(enc: Option<BodyEncoding>, r: &Refusal) -> Response<Body> {
@@ -395,6 +381,8 @@ fn error(enc: Option<BodyEncoding>, status: u16, message: &str) -> Response<Body
 #[cfg(test)]
 mod tests {
     use super::*;
+    use component::scope::NoScope;
+    use ingero_wire::scope::ClusterScope;
 
     /// One pass finds what three `get`s would: each header's first value, whatever the
     /// order and however many other headers there are.
@@ -433,41 +421,24 @@ mod tests {
     #[test]
     fn cluster_from_query_then_header() {
         let mut h = HeaderMap::new();
+        let fleet = |q, h: &HeaderMap| request_cluster(&ClusterScope, q, h);
         assert_eq!(
-            request_cluster(Some("cluster_id=prod"), &h)
-                .unwrap()
-                .as_deref(),
+            fleet(Some("cluster_id=prod"), &h).unwrap().as_deref(),
             Some("prod")
         );
-        assert_eq!(request_cluster(None, &h).unwrap(), None);
+        assert_eq!(fleet(None, &h).unwrap(), None);
         h.insert("ingero.cluster.id", http::HeaderValue::from_static("hdr"));
-        assert_eq!(request_cluster(None, &h).unwrap().as_deref(), Some("hdr"));
+        assert_eq!(fleet(None, &h).unwrap().as_deref(), Some("hdr"));
         assert_eq!(
-            request_cluster(Some("cluster_id=q"), &h)
-                .unwrap()
-                .as_deref(),
+            fleet(Some("cluster_id=q"), &h).unwrap().as_deref(),
             Some("q")
         );
-    }
-
-    #[test]
-    fn parsed_header_names_are_the_wire_names() {
-        for (parsed, wire) in [
-            (&THRESHOLD_HEADER, wire_http::HEADER_THRESHOLD),
-            (&QUORUM_MET_HEADER, wire_http::HEADER_QUORUM_MET),
-            (&CLUSTER_ID_HEADER, wire_http::REQUEST_HEADER_CLUSTER_ID),
-        ] {
-            assert_eq!(*parsed, HeaderName::from_bytes(wire.as_bytes()).unwrap());
-        }
+        // Without a registered scope nothing names one, and nothing is malformed.
         assert_eq!(
-            known_header(wire_http::HEADER_THRESHOLD),
-            Some(&THRESHOLD_HEADER)
+            request_cluster(&NoScope, Some("cluster_id=q"), &h),
+            Ok(None)
         );
-        assert_eq!(
-            known_header(wire_http::HEADER_QUORUM_MET),
-            Some(&QUORUM_MET_HEADER)
-        );
-        assert_eq!(known_header("x-other"), None);
+        assert_eq!(request_cluster(&NoScope, Some("cluster_id="), &h), Ok(None));
     }
 
     #[test]
@@ -481,7 +452,7 @@ mod tests {
             "cluster_id=%ff%fe",
             "cluster_id=a%zz",
         ] {
-            assert!(request_cluster(Some(q), &h).is_err(), "{q}");
+            assert!(request_cluster(&ClusterScope, Some(q), &h).is_err(), "{q}");
         }
     }
 }

@@ -5,4 +5,5 @@
 
 mod durable_exporter;
 mod no_ingero_components;
+mod no_ingero_names;
 mod otlp_json_differential;

@@ -4,9 +4,13 @@
 //! builds its processors through the same factories; the Go shim's component files, the
 //! OCB manifest entries and the README status rows are generated from them
 //! (`cargo run -p ingero-fleet --example generate`). Adding a component crate means adding
-//! it here and running the generator.
+//! it here and running the generator. The list comes with the request scope the
+//! components expect ([`request_scope`]: the cluster of a request and a resource).
+
+use std::sync::Arc;
 
 use component::factory::{ExtensionFactory, Metadata, ProcessorFactory};
+use component::scope::RequestScope;
 
 /// Processors, in the order listings show them.
 pub static PROCESSORS: [&dyn ProcessorFactory; 3] = [
@@ -17,6 +21,12 @@ pub static PROCESSORS: [&dyn ProcessorFactory; 3] = [
 
 /// Extensions, in the order listings show them.
 pub static EXTENSIONS: [&dyn ExtensionFactory; 1] = [&ingero_extension::FACTORY];
+
+/// The request scope Fleet's components expect of their host: a request and a resource
+/// belong to a cluster (`ingero.cluster.id`, the `cluster_id` query parameter, ...).
+pub fn request_scope() -> Arc<dyn RequestScope> {
+    Arc::new(ingero_wire::scope::ClusterScope)
+}
 
 /// The processor factory called `name` (canonical type or alias).
 pub fn processor(name: &str) -> Option<&'static dyn ProcessorFactory> {
