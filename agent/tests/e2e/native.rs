@@ -56,6 +56,11 @@ impl StderrLog {
         log
     }
 
+    /// The lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.0.lock().unwrap().clone()
+    }
+
     /// The first line that `want` accepts, waiting at most `wait` for it.
     pub fn wait_line(&self, want: impl Fn(&str) -> bool, wait: Duration) -> Option<String> {
         let (lines, ready) = &*self.0;
