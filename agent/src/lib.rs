@@ -37,6 +37,7 @@ pub mod signals;
 pub mod spans;
 pub mod status;
 pub mod store;
+pub mod tlsfiles;
 
 pub use ingero_agent_core::{health, timefmt};
 

@@ -152,13 +152,21 @@ pub fn render(s: &StatusSnapshot) -> String {
         &mut o,
         TLS_RELOADS_TOTAL,
         "counter",
-        "Changed TLS files (CA, client certificate, key) of the Fleet and fan-out clients: ok when the new files are in use, error when they did not load and the previous ones stayed.",
+        "Changed TLS files, by role (client: the CA, certificate and key of the Fleet, span and fan-out clients; server: the query API's certificate, key and client CA) and result: ok when the new files are in use, error when they did not load and the previous ones stayed.",
     );
-    let ok = crate::fleet::transport::TLS_RELOADS.load(std::sync::atomic::Ordering::Relaxed);
-    let failed =
-        crate::fleet::transport::TLS_RELOAD_FAILURES.load(std::sync::atomic::Ordering::Relaxed);
-    let _ = writeln!(o, "{TLS_RELOADS_TOTAL}{{result=\"ok\"}} {ok}");
-    let _ = writeln!(o, "{TLS_RELOADS_TOTAL}{{result=\"error\"}} {failed}");
+    for role in crate::tlsfiles::Role::ALL {
+        let (r, c) = (role.label(), role.counts());
+        let _ = writeln!(
+            o,
+            "{TLS_RELOADS_TOTAL}{{role=\"{r}\",result=\"ok\"}} {}",
+            c.ok()
+        );
+        let _ = writeln!(
+            o,
+            "{TLS_RELOADS_TOTAL}{{role=\"{r}\",result=\"error\"}} {}",
+            c.error()
+        );
+    }
     head(
         &mut o,
         STRAGGLER_EVENTS_TOTAL,
@@ -458,6 +466,15 @@ mod tests {
             "ingero_agent_host_dropped_total{reason=\"procs_full\"} 2\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        // The reload counter: both roles and both results (the values are the process's).
+        for role in ["client", "server"] {
+            for result in ["ok", "error"] {
+                let want = format!(
+                    "\ningero_agent_tls_reloads_total{{role=\"{role}\",result=\"{result}\"}} "
+                );
+                assert!(text.contains(&want), "missing {want:?} in\n{text}");
+            }
         }
         // Exactly one mode and one state series at 1.
         assert_eq!(text.matches("_detection_mode{").count(), MODES.len());

@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 use super::handlers::{self, Fail, QueryRequest};
 use super::{ApiConfig, ApiError};
 use crate::httpserve::stopped;
+use crate::tlsfiles::Reloading;
 
 /// A TLS handshake (or a request's headers) must arrive within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -46,7 +47,8 @@ struct State {
 /// A bound server, ready to [`ApiServer::run`].
 pub struct ApiServer {
     listener: tokio::net::TcpListener,
-    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// The TLS config, taken for each new connection (it changes when its files do).
+    tls: Option<Arc<Reloading<Arc<rustls::ServerConfig>, ApiError>>>,
     state: Arc<State>,
     pub local_addr: SocketAddr,
 }
@@ -55,7 +57,7 @@ impl std::fmt::Debug for ApiServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiServer")
             .field("local_addr", &self.local_addr)
-            .field("tls", &self.acceptor.is_some())
+            .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -89,7 +91,7 @@ impl ApiServer {
             ),
             None => None,
         };
-        let acceptor = if c.no_tls {
+        let tls = if c.no_tls {
             None
         } else {
             let tls = super::tls::server_config(&c, addr)?;
@@ -108,7 +110,7 @@ impl ApiServer {
                     ))
                 })?;
             }
-            Some(tokio_rustls::TlsAcceptor::from(tls.config))
+            Some(tls.config)
         };
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -119,7 +121,7 @@ impl ApiServer {
         let queries = Arc::new(Semaphore::new(c.max_concurrent_queries));
         Ok(ApiServer {
             listener,
-            acceptor,
+            tls,
             state: Arc::new(State {
                 opts: ServeOptions { config: c, ..opts },
                 token,
@@ -143,16 +145,23 @@ impl ApiServer {
             let Ok((tcp, _)) = accepted else { continue };
             let _ = tcp.set_nodelay(true);
             let state = self.state.clone();
-            let acceptor = self.acceptor.clone();
+            let tls = self.tls.clone();
             let conn_shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                match acceptor {
-                    Some(a) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(tcp)).await {
-                        Ok(Ok(tls)) => serve_conn(TokioIo::new(tls), state, conn_shutdown).await,
-                        Ok(Err(e)) => tracing::debug!(error = %e, "api: TLS handshake refused"),
-                        Err(_) => tracing::debug!("api: TLS handshake timed out"),
-                    },
+                match tls {
+                    Some(tls) => {
+                        // The files are looked at here, in the connection's task, not in
+                        // the accept loop.
+                        let a = tokio_rustls::TlsAcceptor::from(tls.get());
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, a.accept(tcp)).await {
+                            Ok(Ok(tls)) => {
+                                serve_conn(TokioIo::new(tls), state, conn_shutdown).await
+                            }
+                            Ok(Err(e)) => tracing::debug!(error = %e, "api: TLS handshake refused"),
+                            Err(_) => tracing::debug!("api: TLS handshake timed out"),
+                        }
+                    }
                     None => serve_conn(TokioIo::new(tcp), state, conn_shutdown).await,
                 }
             });

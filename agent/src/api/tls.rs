@@ -1,5 +1,8 @@
 //! The API's TLS: TLS 1.3 only (ring), the configured certificate or a generated ECDSA P-256
-//! one, and a client-certificate verifier when `api.client_ca` is set.
+//! one, and a client-certificate verifier when `api.client_ca` is set. The configured files
+//! are looked at on each new connection and loaded again when they changed, so a renewed
+//! certificate (or CA) is served without a restart; files that do not load leave the
+//! previous config in use.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,11 +12,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{ApiConfig, ApiError};
+use crate::tlsfiles::{Reloading, Role, given};
 
-/// The server config and, when the certificate was generated, its PEM.
+/// The server config (as it is now: take it for each new connection) and, when the
+/// certificate was generated, its PEM.
 #[derive(Debug)]
 pub struct ServerTls {
-    pub config: Arc<rustls::ServerConfig>,
+    pub config: Arc<Reloading<Arc<rustls::ServerConfig>, ApiError>>,
     pub generated_pem: Option<String>,
 }
 
@@ -72,7 +77,13 @@ pub fn generate(
     Ok((cert.pem(), cert.der().clone(), key_der))
 }
 
-pub fn server_config(cfg: &ApiConfig, listen: SocketAddr) -> Result<ServerTls, ApiError> {
+/// The parts of the server config that are not reloaded: the generated certificate, when
+/// no files were given.
+type Generated = (CertificateDer<'static>, PrivateKeyDer<'static>);
+
+/// Build the server config from `cfg`'s files, or from `generated` when it has no
+/// certificate files.
+fn build(cfg: &ApiConfig, generated: Option<&Generated>) -> Result<rustls::ServerConfig, ApiError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -95,21 +106,38 @@ pub fn server_config(cfg: &ApiConfig, listen: SocketAddr) -> Result<ServerTls, A
         }
         None => builder.with_no_client_auth(),
     };
-    let (chain, key, generated_pem) = match (&cfg.tls_cert, &cfg.tls_key) {
-        (Some(c), Some(k)) => {
+    let (chain, key) = match (&cfg.tls_cert, &cfg.tls_key, generated) {
+        (Some(c), Some(k), _) => {
             let key = PrivateKeyDer::from_pem_slice(&read(k)?)
                 .map_err(|e| ApiError::Tls(format!("{}: {e}", k.display())))?;
-            (certs(c)?, key, None)
+            (certs(c)?, key)
         }
-        _ => {
-            let (pem, der, key) = generate(listen)?;
-            (vec![der], key, Some(pem))
-        }
+        (_, _, Some((der, key))) => (vec![der.clone()], key.clone_key()),
+        _ => return Err(ApiError::Tls("no certificate".into())),
     };
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| ApiError::Tls(e.to_string()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The API's server config, built again from `api.tls_cert`, `api.tls_key` and
+/// `api.client_ca` when they change (looked at on each new connection; see
+/// [`crate::tlsfiles`]). A generated certificate is made once, at start.
+pub fn server_config(cfg: &ApiConfig, listen: SocketAddr) -> Result<ServerTls, ApiError> {
+    let (generated, generated_pem) = match (&cfg.tls_cert, &cfg.tls_key) {
+        (Some(_), Some(_)) => (None, None),
+        _ => {
+            let (pem, der, key) = generate(listen)?;
+            (Some((der, key)), Some(pem))
+        }
+    };
+    let files = given([&cfg.tls_cert, &cfg.tls_key, &cfg.client_ca]);
+    let cfg = cfg.clone();
+    let config = Reloading::new(Role::Server, files, move || {
+        build(&cfg, generated.as_ref()).map(Arc::new)
+    })?;
     Ok(ServerTls {
         config: Arc::new(config),
         generated_pem,

@@ -3,15 +3,15 @@
 //! spread across Fleet replicas), a per-request timeout, a capped response body, and an
 //! optional bearer token read from a file on every request.
 //!
-//! The TLS files (CA, client certificate and key) are looked at before every request: when
-//! one of them changed (cert-manager renewing the Secret, which swaps the files), the TLS
-//! config is built again from the new files and the next requests use it on new
-//! connections. New files that do not load (half written, a key that does not match) are
-//! logged and counted, and the previous config stays in use until the files change again.
+//! The TLS files (CA, client certificate and key) are looked at before every request
+//! ([`crate::tlsfiles`]): when one of them changed (cert-manager renewing the Secret, which
+//! swaps the files), the client is built again from the new files and the next requests use
+//! it on new connections. New files that do not load (half written, a key that does not
+//! match) are logged and counted (`role="client"`), and the previous client stays in use
+//! until the files change again.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +20,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::tlsfiles::{Reloading, Role, given};
 
 pub const IDLE_CONN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_IDLE_PER_HOST: usize = 1;
@@ -80,41 +82,10 @@ pub struct Response {
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// TLS configs built again from changed files, in this process (`ingero_agent_tls_reloads_total{result="ok"}`).
-pub static TLS_RELOADS: AtomicU64 = AtomicU64::new(0);
-/// Changed TLS files that did not load; the previous config stayed in use
-/// (`ingero_agent_tls_reloads_total{result="error"}`).
-pub static TLS_RELOAD_FAILURES: AtomicU64 = AtomicU64::new(0);
-
-/// What identifies one version of a file: device, inode, modification time and size (a
-/// Secret update swaps a symlink to new files, so the inode changes even when the time
-/// does not). `None`: the file could not be looked at.
-type FileStamp = Option<(u64, u64, i64, i64, u64)>;
-
-fn stamp(path: &Path) -> FileStamp {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.len()))
-}
-
-/// The stamps of the TLS files, in the order ca, cert, key.
-fn stamps(files: &TlsFiles) -> [FileStamp; 3] {
-    [&files.ca, &files.cert, &files.key].map(|p| p.as_deref().and_then(stamp))
-}
-
-/// The client in use and the file stamps it was built from (or last failed to build from).
-struct Current {
-    client: HttpsClient,
-    /// The files the client was built from.
-    built: [FileStamp; 3],
-    /// Files that failed to load: not tried again until they change.
-    failed: Option<[FileStamp; 3]>,
-}
-
 #[derive(Clone)]
 pub struct HttpTransport {
-    current: Arc<parking_lot::Mutex<Current>>,
-    tls: TlsFiles,
+    /// The client, built again when the TLS files change.
+    current: Arc<Reloading<HttpsClient, TransportError>>,
     timeout: Duration,
     token_file: Option<PathBuf>,
 }
@@ -247,15 +218,15 @@ impl HttpTransport {
         timeout: Duration,
         token_file: Option<PathBuf>,
     ) -> Result<Self, TransportError> {
-        let built = stamps(tls);
-        let client = Self::client(client_tls_config(tls)?, timeout);
+        let files = given([&tls.ca, &tls.cert, &tls.key]);
+        let tls = tls.clone();
+        // A new client on every change, so pooled connections made with the old
+        // certificate are not reused.
+        let current = Reloading::new(Role::Client, files, move || {
+            Ok(Self::client(client_tls_config(&tls)?, timeout))
+        })?;
         Ok(HttpTransport {
-            current: Arc::new(parking_lot::Mutex::new(Current {
-                client,
-                built,
-                failed: None,
-            })),
-            tls: tls.clone(),
+            current: Arc::new(current),
             timeout,
             token_file,
         })
@@ -278,42 +249,6 @@ impl HttpTransport {
             .build(connector)
     }
 
-    /// The client to send with: rebuilt first when a TLS file changed since the current
-    /// one was built (a new client, so pooled connections made with the old certificate
-    /// are not reused). New files that do not load leave the current client in place.
-    fn current_client(&self) -> HttpsClient {
-        if self.tls == TlsFiles::default() {
-            return self.current.lock().client.clone();
-        }
-        let now = stamps(&self.tls);
-        let mut cur = self.current.lock();
-        if now == cur.built || cur.failed == Some(now) {
-            return cur.client.clone();
-        }
-        match client_tls_config(&self.tls) {
-            Ok(cfg) => {
-                cur.client = Self::client(cfg, self.timeout);
-                cur.built = now;
-                cur.failed = None;
-                TLS_RELOADS.fetch_add(1, Relaxed);
-                tracing::info!(
-                    cert = ?self.tls.cert,
-                    ca = ?self.tls.ca,
-                    "TLS files changed: new connections use them"
-                );
-            }
-            Err(e) => {
-                cur.failed = Some(now);
-                TLS_RELOAD_FAILURES.fetch_add(1, Relaxed);
-                tracing::warn!(
-                    error = %e,
-                    "TLS files changed but do not load; keeping the previous certificate until they change again"
-                );
-            }
-        }
-        cur.client.clone()
-    }
-
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -331,7 +266,7 @@ impl HttpTransport {
                 .map_err(|e| SendError::Token(e.to_string()))?;
             req.headers_mut().insert(http::header::AUTHORIZATION, v);
         }
-        let client = self.current_client();
+        let client = self.current.get();
         let exchange = async {
             let resp = client
                 .request(req)
@@ -548,8 +483,9 @@ mod tests {
                 .unwrap();
             t.send(req, 1024)
         };
-        let ok_before = TLS_RELOADS.load(Relaxed);
-        let failed_before = TLS_RELOAD_FAILURES.load(Relaxed);
+        let counts = Role::Client.counts();
+        let ok_before = counts.ok();
+        let failed_before = counts.error();
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
 
@@ -558,7 +494,7 @@ mod tests {
         replace(&key, &b_key);
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
         assert_eq!(seen.lock().last(), Some(&b_der), "the renewed certificate");
-        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 1);
+        assert_eq!(counts.ok(), ok_before + 1);
 
         // Broken replacements (half written; then a certificate beside another one's
         // key) do not load: B stays in use and each is counted once.
@@ -567,13 +503,13 @@ mod tests {
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
         replace(&cert, &a_pem);
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
-        assert_eq!(TLS_RELOAD_FAILURES.load(Relaxed), failed_before + 2);
-        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 1);
+        assert_eq!(counts.error(), failed_before + 2);
+        assert_eq!(counts.ok(), ok_before + 1);
 
         // The pair is whole again (A's key beside A's certificate): A is used.
         replace(&key, &a_key);
         assert_eq!(push().await.unwrap().status, StatusCode::OK);
-        assert_eq!(TLS_RELOADS.load(Relaxed), ok_before + 2);
+        assert_eq!(counts.ok(), ok_before + 2);
         let a = a_der.clone();
         let b = b_der.clone();
         assert_eq!(

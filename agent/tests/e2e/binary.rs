@@ -59,22 +59,7 @@ fn stderr_of(child: &mut Child) -> String {
 /// The bound address from the `listen=` start-up log line (stderr read on a thread, so the
 /// test never blocks on it; the rest of stderr is drained there).
 fn listen_address(child: &mut Child) -> Option<String> {
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            if let Some(i) = l.find("listen=") {
-                let _ = tx.send(
-                    l[i + 7..]
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or("")
-                        .to_string(),
-                );
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(10)).ok()
+    crate::native::StderrLog::read(child).listen("", Duration::from_secs(10))
 }
 
 /// One plain HTTP/1 GET: (status, body).

@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -63,21 +62,8 @@ fn agent(dir: &Path, db: &Path) -> (Agent, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let err = c.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if let Some(i) = line.find("listen=") {
-                let addr: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| !c.is_whitespace())
-                    .collect();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
+    let addr = crate::native::StderrLog::read(&mut c)
+        .listen("", Duration::from_secs(60))
         .expect("the agent logs its API address");
     (Agent(c), addr)
 }

@@ -9,6 +9,7 @@
 mod fleet_server;
 mod native;
 
+mod api_tls;
 mod binary;
 mod conformance;
 mod detection_sim;

@@ -36,6 +36,54 @@ impl Drop for TempDir {
     }
 }
 
+/// A child's stderr read on a thread: every line kept (so the child never blocks on a full
+/// pipe, and a failing test can show them).
+#[derive(Debug, Clone)]
+pub struct StderrLog(std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>);
+
+impl StderrLog {
+    /// Take `child`'s stderr (it must be piped) and read it until it closes.
+    pub fn read(child: &mut Child) -> StderrLog {
+        let err = child.stderr.take().expect("stderr piped");
+        let log = StderrLog(Default::default());
+        let shared = log.0.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                shared.0.lock().unwrap().push(line);
+                shared.1.notify_all();
+            }
+        });
+        log
+    }
+
+    /// The lines so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.0.lock().unwrap().clone()
+    }
+
+    /// The first line that `want` accepts, waiting at most `wait` for it.
+    pub fn wait_line(&self, want: impl Fn(&str) -> bool, wait: Duration) -> Option<String> {
+        let (lines, ready) = &*self.0;
+        let deadline = Instant::now() + wait;
+        let mut g = lines.lock().unwrap();
+        loop {
+            if let Some(l) = g.iter().find(|l| want(l)) {
+                return Some(l.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            g = ready.wait_timeout(g, left).unwrap().0;
+        }
+    }
+
+    /// The `listen=` address of the first start-up line that contains `what` (any, when
+    /// empty), waiting at most `wait` for it.
+    pub fn listen(&self, what: &str, wait: Duration) -> Option<String> {
+        let l = self.wait_line(|l| l.contains(what) && l.contains("listen="), wait)?;
+        let i = l.find("listen=")?;
+        l[i + 7..].split_whitespace().next().map(str::to_string)
+    }
+}
+
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
