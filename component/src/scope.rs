@@ -25,6 +25,12 @@ use crate::otlp::{KeyValue, get_str};
 pub struct ScopeKey {
     key: &'static str,
     label: &'static str,
+    /// The label's first 16 bytes as two little-endian words: a key that matches has
+    /// exactly these bytes wherever the label has a letter or digit (they map to
+    /// themselves); the `_` positions take any separator.
+    head: [u64; 2],
+    /// The bytes of `head` that count: the label's letters and digits.
+    head_mask: [u64; 2],
 }
 
 impl ScopeKey {
@@ -46,7 +52,20 @@ impl ScopeKey {
             assert!(mapped == l[i], "label must be the key's label form");
             i += 1;
         }
-        ScopeKey { key, label }
+        let (mut head, mut head_mask, mut i) = ([0u64; 2], [0u64; 2], 0);
+        while i < l.len() && i < 16 {
+            if l[i] != b'_' {
+                head[i / 8] |= (l[i] as u64) << (8 * (i % 8));
+                head_mask[i / 8] |= 0xff << (8 * (i % 8));
+            }
+            i += 1;
+        }
+        ScopeKey {
+            key,
+            label,
+            head,
+            head_mask,
+        }
     }
 
     /// The attribute key a settled resource carries its scope under.
@@ -59,32 +78,33 @@ impl ScopeKey {
         self.label
     }
 
-    /// Whether `key` becomes this key's label (the key itself or an alias). A few byte
-    /// compares turn away almost every other key.
+    /// Whether `key` becomes this key's label (the key itself or an alias). This runs for
+    /// every attribute of every push: the length and a few compares turn away almost
+    /// every other key.
     #[inline]
     pub fn matches(&self, key: &str) -> bool {
         let b = key.as_bytes();
         let l = self.label.as_bytes();
-        if b.len() < l.len() {
+        if b.len() != l.len() {
+            // Longer: only non-ASCII characters (each one `_`) can make it match. A
+            // leading letter or digit maps to itself, so a match starts with that byte.
+            return b.len() > l.len()
+                && (l[0] == b'_' || b[0] == l[0])
+                && !key.is_ascii()
+                && maps_char_by_char(key, l);
+        }
+        // As many bytes as the label has characters: a match is ASCII, one character per
+        // byte, so the label's letters and digits sit at the same offsets in the key. Two
+        // word compares turn away almost every other key; what passes gets the whole rule.
+        let differs = |word: &[u8; 8], i: usize| {
+            (u64::from_le_bytes(*word) ^ self.head[i]) & self.head_mask[i] != 0
+        };
+        if let Some((w0, rest)) = b.split_first_chunk::<8>()
+            && (differs(w0, 0) || rest.first_chunk::<8>().is_some_and(|w1| differs(w1, 1)))
+        {
             return false;
         }
-        // A leading letter or digit maps to itself, so a match starts with that byte.
-        if l[0] != b'_' && b[0] != l[0] {
-            return false;
-        }
-        if b.len() == l.len() {
-            // As many bytes as the label has characters: a match is ASCII, one character
-            // per byte (a multi-byte character would leave too few characters).
-            return b.iter().zip(l).all(|(&c, &want)| {
-                if want == b'_' {
-                    c.is_ascii() && !c.is_ascii_alphanumeric()
-                } else {
-                    c == want
-                }
-            });
-        }
-        // Longer: only non-ASCII characters (each one `_`) can make it match.
-        !key.is_ascii() && maps_char_by_char(key, l)
+        same_length_match(b, l)
     }
 
     /// The scope a settled resource's attributes name (the value of [`Self::key`]).
@@ -92,6 +112,19 @@ impl ScopeKey {
     pub fn of<'a>(&self, attrs: &'a [KeyValue]) -> Option<&'a str> {
         get_str(attrs, self.key)
     }
+}
+
+/// [`ScopeKey::matches`] for a key of the label's length: ASCII, a separator where the
+/// label has `_`, the label's byte everywhere else.
+#[inline(never)]
+fn same_length_match(key: &[u8], label: &[u8]) -> bool {
+    key.iter().zip(label).all(|(&c, &want)| {
+        if want == b'_' {
+            c.is_ascii() && !c.is_ascii_alphanumeric()
+        } else {
+            c == want
+        }
+    })
 }
 
 /// [`ScopeKey::matches`] one character at a time, for keys longer than the label that
@@ -309,6 +342,24 @@ mod tests {
         // A label that starts with `_` takes any separator first.
         let under = ScopeKey::new(".x", "_x");
         assert!(under.matches("-x") && under.matches("_x") && !under.matches("yx"));
+        // Keys shorter than the 8-byte head word, and a head as long as the word.
+        let short = ScopeKey::new("ab.c", "ab_c");
+        for (k, want) in [
+            ("ab-c", true),
+            ("ab_c", true),
+            ("ax.c", false),
+            ("ab.d", false),
+        ] {
+            assert_eq!(short.matches(k), want, "{k}");
+        }
+        let long = ScopeKey::new("abcdefghij.k", "abcdefghij_k");
+        for (k, want) in [
+            ("abcdefghij/k", true),
+            ("abcdefgXij.k", false),
+            ("abcdefghiX.k", false),
+        ] {
+            assert_eq!(long.matches(k), want, "{k}");
+        }
     }
 
     #[test]
