@@ -43,9 +43,13 @@ pub const API_TYPE: &str = "echo_api";
 /// The config `ingero-echo` runs with no `--config`: everything on loopback.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
-/// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension.
+/// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension. The
+/// host's own families keep the names of Ingero's distributions (`ingero_fleet_*`,
+/// [`ingero_wire::family`]).
 pub fn components() -> Components {
     Components::host()
+        .with_metric_prefix(ingero_wire::family::HOST_PREFIX)
+        .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES)
         .with_exporter(&exporter::EXPORTER_FACTORY)
         .with_extension(&extension::API_FACTORY)
 }

@@ -134,6 +134,12 @@ pub struct Plan {
     /// Findings that do not stop the config (`key.path: message`), e.g. a private key
     /// file others can read.
     pub warnings: Vec<String>,
+    /// The prefix of the host's own metric families (the distribution's,
+    /// [`Components::metric_prefix`]).
+    pub metric_prefix: component::telemetry::MetricPrefix,
+    /// Family name prefixes the distribution's components own
+    /// ([`Components::reserved_metric_prefixes`]).
+    pub reserved_metric_prefixes: &'static [&'static str],
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -281,7 +287,8 @@ fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Compone
         |ty, id, v| {
             if ty == crate::auth::TYPE {
                 return decode_host::<crate::auth::config::AuthConfig>(v).map(|c| {
-                    let ext = crate::auth::AuthExtension::new(&id.to_string(), c);
+                    let ext = crate::auth::AuthExtension::new(&id.to_string(), c)
+                        .with_metric_prefix(components.metric_prefix());
                     (ExtensionPlan::Auth(Arc::new(ext)), None)
                 });
             }
@@ -620,6 +627,8 @@ impl Plan {
             middlewares,
             listener_tls,
             warnings,
+            metric_prefix: components.metric_prefix(),
+            reserved_metric_prefixes: components.reserved_metric_prefixes(),
         })
     }
 

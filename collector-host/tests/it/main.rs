@@ -4,5 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod durable_exporter;
+mod host_metric_prefix;
 mod no_ingero_components;
 mod otlp_json_differential;
