@@ -276,10 +276,7 @@ pub fn metric_sections() -> Vec<(&'static str, Vec<String>)> {
         ("nccl_peer_lag", names(nccl_processor::metrics::FAMILIES)),
         (
             "provider_lookup",
-            provider_processor::metrics::ALL
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            names(provider_processor::metrics::FAMILIES),
         ),
         ("host", names(collector_host::telemetry::families::FAMILIES)),
         ("auth", names(collector_host::auth::FAMILIES)),
