@@ -17,7 +17,7 @@
 //!   refused.
 //!
 //! Closures, evictions and refusals are counted in the listener's [`ListenerStats`]
-//! (`ingero_fleet_connections_closed_total{reason}`, `..._refused_total{reason}`).
+//! (`<prefix>connections_closed_total{reason}`, `..._refused_total{reason}`).
 
 use std::collections::HashMap;
 use std::future::Future;

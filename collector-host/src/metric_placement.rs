@@ -11,8 +11,9 @@
 //!   cluster-scoped bearer check (a scrape needs a token for every cluster).
 //! - **Self-telemetry endpoint** (the collector's own health): the host's `otelcol_*`,
 //!   connection, TLS and latency families (see `telemetry.rs`), and the `ingero_auth`
-//!   extension's families ([`HOST_HEALTH_PREFIXES`]), which count listener decisions and
-//!   token reloads, never a cluster.
+//!   extension's families (`<prefix>auth_*` under the distribution's metric prefix,
+//!   [`HOST_HEALTH_PARTS`]), which count listener decisions and token reloads, never a
+//!   cluster.
 //!
 //! A config with no prometheus exporter serves the data families on the self-telemetry
 //! endpoint instead, so they are never lost and still appear once.
@@ -21,9 +22,11 @@
 //! between endpoints when its first cluster appears.
 
 use component::MetricFamily;
+use component::telemetry::MetricPrefix;
 
-/// Name prefixes of component families that are collector health, not fleet data.
-pub const HOST_HEALTH_PREFIXES: &[&str] = &["ingero_fleet_auth_"];
+/// Name prefixes, after the distribution's metric prefix, of component families that are
+/// collector health, not fleet data.
+pub const HOST_HEALTH_PARTS: &[&str] = &["auth_"];
 
 /// Where a component family is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +37,13 @@ pub enum Endpoint {
     SelfTelemetry,
 }
 
-/// The endpoint of a component family, when a prometheus exporter is running.
-pub fn endpoint_of(family: &str) -> Endpoint {
-    if HOST_HEALTH_PREFIXES.iter().any(|p| family.starts_with(p)) {
+/// The endpoint of a component family, when a prometheus exporter is running; `prefix` is
+/// the host's metric prefix.
+pub fn endpoint_of(family: &str, prefix: MetricPrefix) -> Endpoint {
+    let health = family
+        .strip_prefix(prefix.as_str())
+        .is_some_and(|rest| HOST_HEALTH_PARTS.iter().any(|p| rest.starts_with(p)));
+    if health {
         Endpoint::SelfTelemetry
     } else {
         Endpoint::Exporter
@@ -44,8 +51,8 @@ pub fn endpoint_of(family: &str) -> Endpoint {
 }
 
 /// The component families a prometheus exporter endpoint serves.
-pub fn for_exporter(mut fams: Vec<MetricFamily>) -> Vec<MetricFamily> {
-    fams.retain(|f| endpoint_of(&f.name) == Endpoint::Exporter);
+pub fn for_exporter(mut fams: Vec<MetricFamily>, prefix: MetricPrefix) -> Vec<MetricFamily> {
+    fams.retain(|f| endpoint_of(&f.name, prefix) == Endpoint::Exporter);
     fams
 }
 
@@ -54,9 +61,10 @@ pub fn for_exporter(mut fams: Vec<MetricFamily>) -> Vec<MetricFamily> {
 pub fn for_self_telemetry(
     mut fams: Vec<MetricFamily>,
     exporter_running: bool,
+    prefix: MetricPrefix,
 ) -> Vec<MetricFamily> {
     if exporter_running {
-        fams.retain(|f| endpoint_of(&f.name) == Endpoint::SelfTelemetry);
+        fams.retain(|f| endpoint_of(&f.name, prefix) == Endpoint::SelfTelemetry);
     }
     fams
 }
@@ -64,6 +72,8 @@ pub fn for_self_telemetry(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FLEET: MetricPrefix = MetricPrefix::new("ingero_fleet_");
 
     fn fams() -> Vec<MetricFamily> {
         [
@@ -86,8 +96,8 @@ mod tests {
 
     #[test]
     fn every_family_is_served_exactly_once() {
-        let exp = for_exporter(fams());
-        let tel = for_self_telemetry(fams(), true);
+        let exp = for_exporter(fams(), FLEET);
+        let tel = for_self_telemetry(fams(), true, FLEET);
         assert_eq!(exp.len() + tel.len(), fams().len());
         for f in &exp {
             assert!(!names(&tel).contains(&f.name.as_str()), "{} twice", f.name);
@@ -104,6 +114,28 @@ mod tests {
 
     #[test]
     fn without_an_exporter_self_telemetry_serves_everything() {
-        assert_eq!(names(&for_self_telemetry(fams(), false)), names(&fams()));
+        assert_eq!(
+            names(&for_self_telemetry(fams(), false, FLEET)),
+            names(&fams())
+        );
+    }
+
+    /// The auth families are health under the prefix the host was given, and only there.
+    #[test]
+    fn health_follows_the_host_prefix() {
+        let generic = crate::telemetry::HOST_METRIC_PREFIX;
+        assert_eq!(
+            endpoint_of("collector_host_auth_tokens", generic),
+            Endpoint::SelfTelemetry
+        );
+        assert_eq!(
+            endpoint_of("ingero_fleet_auth_tokens", generic),
+            Endpoint::Exporter
+        );
+        assert_eq!(
+            endpoint_of("ingero_fleet_auth_tokens", FLEET),
+            Endpoint::SelfTelemetry
+        );
+        assert_eq!(endpoint_of("ingero_fleet_authx", FLEET), Endpoint::Exporter);
     }
 }

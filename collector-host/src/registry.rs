@@ -7,6 +7,7 @@ use std::sync::Arc;
 use component::Stability::{self, *};
 pub use component::factory::{ExporterFactory, ExtensionFactory, Kind, Metadata, ProcessorFactory};
 pub use component::scope::{NoScope, RequestScope};
+use component::telemetry::MetricPrefix;
 
 const fn host(
     kind: Kind,
@@ -95,14 +96,17 @@ pub static HEALTH_CHECK_EXTENSION: Metadata = host(
     "200 while serving, 503 while starting or draining",
 );
 
-/// What a binary is built with: the host's built-ins plus the picked factories, and the
-/// request scope its receivers, ingest screen and token scopes use.
+/// What a binary is built with: the host's built-ins plus the picked factories, the
+/// request scope its receivers, ingest screen and token scopes use, and how the host names
+/// its own metric families.
 #[derive(Debug, Clone)]
 pub struct Components {
     processors: Vec<&'static dyn ProcessorFactory>,
     exporters: Vec<&'static dyn ExporterFactory>,
     extensions: Vec<&'static dyn ExtensionFactory>,
     scope: Arc<dyn RequestScope>,
+    metric_prefix: MetricPrefix,
+    reserved_metric_prefixes: &'static [&'static str],
 }
 
 impl Default for Components {
@@ -119,7 +123,37 @@ impl Components {
             exporters: Vec::new(),
             extensions: Vec::new(),
             scope: Arc::new(NoScope),
+            metric_prefix: crate::telemetry::HOST_METRIC_PREFIX,
+            reserved_metric_prefixes: &[],
         }
+    }
+
+    /// Name the host's own metric families (connections, TLS, receiver drops, the
+    /// `ingero_auth` extension's and the Prometheus exporter's counters) under `prefix`
+    /// instead of [`HOST_METRIC_PREFIX`](crate::telemetry::HOST_METRIC_PREFIX). The
+    /// OpenTelemetry Collector's `otelcol_*` families keep their names.
+    pub fn with_metric_prefix(mut self, prefix: MetricPrefix) -> Self {
+        self.metric_prefix = prefix;
+        self
+    }
+
+    /// Name prefixes of the families the picked components write on the Prometheus
+    /// exporter page: pushed data that would translate to one of them is refused, as it is
+    /// for the host's own prefix.
+    pub fn with_reserved_metric_prefixes(mut self, prefixes: &'static [&'static str]) -> Self {
+        self.reserved_metric_prefixes = prefixes;
+        self
+    }
+
+    /// The prefix of the host's own metric families.
+    pub fn metric_prefix(&self) -> MetricPrefix {
+        self.metric_prefix
+    }
+
+    /// The name prefixes reserved for the picked components' families (besides
+    /// [`metric_prefix`](Self::metric_prefix)).
+    pub fn reserved_metric_prefixes(&self) -> &'static [&'static str] {
+        self.reserved_metric_prefixes
     }
 
     /// Ingero Fleet's set, for the library's own unit tests only: the Ingero component

@@ -262,7 +262,7 @@ pub async fn run(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let telemetry = Arc::new(Telemetry::default());
+    let telemetry = Arc::new(Telemetry::with_prefix(plan.metric_prefix));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let healthy = Arc::new(AtomicBool::new(false));
     let mut listeners = Listeners {
@@ -536,13 +536,15 @@ async fn build_exporters(
                 let inner = Arc::new(
                     PrometheusExporter::new(c.clone())
                         .map_err(|e| anyhow!("exporters.{id}: {e}"))?
-                        .with_scope_key(plan.scope.key().map(|k| k.key())),
+                        .with_scope_key(plan.scope.key().map(|k| k.key()))
+                        .with_names(plan.metric_prefix, plan.reserved_metric_prefixes),
                 );
                 prom.push(inner.clone());
                 let fams = component_families.clone();
                 let scr = inner.clone();
+                let prefix = plan.metric_prefix;
                 let mut handler = metrics_handler(Arc::new(move |buf, flush| {
-                    let fams = crate::metric_placement::for_exporter(fams());
+                    let fams = crate::metric_placement::for_exporter(fams(), prefix);
                     scr.render_chunked(Timestamp::now(), &fams, buf, flush)
                 }));
                 if let Some(g) = gate(plan, c.auth.as_ref(), &id.to_string()) {
@@ -877,6 +879,7 @@ async fn serve_self_telemetry(
             all.extend(crate::metric_placement::for_self_telemetry(
                 fams(),
                 !proms.is_empty(),
+                tel.metric_prefix(),
             ));
             for e in &proms {
                 e.telemetry(&mut all);

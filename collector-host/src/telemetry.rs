@@ -1,5 +1,7 @@
 //! The host's own telemetry, with the OpenTelemetry Collector's metric names
-//! (`otelcol_receiver_accepted_metric_points`, ...), rendered as Prometheus families.
+//! (`otelcol_receiver_accepted_metric_points`, ...) and, for what otelcol has no name for,
+//! names under the distribution's [`MetricPrefix`] ([`HOST_METRIC_PREFIX`] unless the
+//! distribution gives its own), rendered as Prometheus families.
 //! Counters are plain atomics owned by the component that increments them, so the push
 //! path never takes a lock to count.
 
@@ -8,12 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use component::MetricFamily;
-use component::telemetry::MetricSpec;
+use component::telemetry::{MetricPrefix, MetricSpec};
 use parking_lot::Mutex;
 
 use crate::server::ListenerStats;
 
 pub mod families;
+
+/// The prefix of the host's own families (`collector_host_connections_open`, ...) in a
+/// binary whose distribution gives none (`Components::with_metric_prefix`): the library's
+/// name, since `otelcol_` is the OpenTelemetry Collector's namespace and these families
+/// are not among its documented ones.
+pub const HOST_METRIC_PREFIX: MetricPrefix = component::telemetry::DEFAULT_HOST_PREFIX;
 
 /// Counts by reason (requests refused, items dropped).
 type ReasonCounts = Mutex<Vec<(&'static str, u64)>>;
@@ -246,11 +254,21 @@ pub struct Telemetry {
     listeners: Mutex<Vec<Arc<ListenerStats>>>,
     /// Tick outputs and other internal data-path losses, by (component, reason).
     pub tick_panics: AtomicU64,
+    /// The prefix of the host's own families.
+    prefix: MetricPrefix,
 }
 
 impl Default for Telemetry {
     fn default() -> Self {
+        Telemetry::with_prefix(HOST_METRIC_PREFIX)
+    }
+}
+
+impl Telemetry {
+    /// A registry whose own families are named under `prefix` (the distribution's).
+    pub fn with_prefix(prefix: MetricPrefix) -> Self {
         Telemetry {
+            prefix,
             started: Instant::now(),
             receivers: Mutex::new(Vec::new()),
             processors: Mutex::new(Vec::new()),
@@ -260,9 +278,12 @@ impl Default for Telemetry {
             tick_panics: AtomicU64::new(0),
         }
     }
-}
 
-impl Telemetry {
+    /// The prefix of the host's own families.
+    pub fn metric_prefix(&self) -> MetricPrefix {
+        self.prefix
+    }
+
     pub fn receiver(&self, receiver: &str, transport: &'static str) -> Arc<ReceiverCounters> {
         let c = Arc::new(ReceiverCounters {
             receiver: receiver.to_string(),
@@ -331,10 +352,11 @@ impl Telemetry {
         use families::{LABEL_OUTCOME as OUTCOME, LABEL_REASON as REASON};
         use families::{LABEL_RECEIVER as RECEIVER, LABEL_TRANSPORT as TRANSPORT};
         let load = |c: &AtomicU64| c.load(Relaxed) as f64;
+        let family = |s: &MetricSpec| s.family_in(self.prefix);
         let mut fams = Vec::new();
         let receivers = self.receivers.lock().clone();
         for s in Signal::ALL {
-            let mut f = families::receiver_specs(s).map(MetricSpec::family);
+            let mut f = families::receiver_specs(s).map(family);
             for r in &receivers {
                 let l = [(RECEIVER, r.receiver.as_str()), (TRANSPORT, r.transport)];
                 let c = r.signal(s);
@@ -353,11 +375,11 @@ impl Telemetry {
             }
             f
         };
-        fams.push(by_reason(spec::REJECTED_REQUESTS.family(), |r| {
+        fams.push(by_reason(family(&spec::REJECTED_REQUESTS), |r| {
             &r.rejected_requests
         }));
         for s in Signal::ALL {
-            let f = families::receiver_dropped_spec(s).family();
+            let f = family(families::receiver_dropped_spec(s));
             fams.push(match s {
                 Signal::Metrics => by_reason(f, |r| &r.dropped_points),
                 Signal::Traces => by_reason(f, |r| &r.dropped_spans),
@@ -366,8 +388,8 @@ impl Telemetry {
         }
 
         let mut f = [
-            spec::PROCESSOR_INCOMING_ITEMS.family(),
-            spec::PROCESSOR_OUTGOING_ITEMS.family(),
+            family(&spec::PROCESSOR_INCOMING_ITEMS),
+            family(&spec::PROCESSOR_OUTGOING_ITEMS),
         ];
         for p in self.processors.lock().iter() {
             let l = [(PROCESSOR, p.processor.as_str()), (SIGNAL, "metrics")];
@@ -379,7 +401,7 @@ impl Telemetry {
         let exporters = self.exporters.lock().clone();
         for s in Signal::ALL {
             let i = ExporterCounters::idx(s);
-            let mut f = families::exporter_specs(s).map(MetricSpec::family);
+            let mut f = families::exporter_specs(s).map(family);
             for e in &exporters {
                 let l = [(EXPORTER, e.exporter.as_str())];
                 for (f, c) in f
@@ -392,8 +414,8 @@ impl Telemetry {
             fams.extend(f);
         }
         let mut f = [
-            spec::EXPORTER_QUEUE_SIZE.family(),
-            spec::EXPORTER_QUEUE_CAPACITY.family(),
+            family(&spec::EXPORTER_QUEUE_SIZE),
+            family(&spec::EXPORTER_QUEUE_CAPACITY),
         ];
         for e in &exporters {
             let l = [(EXPORTER, e.exporter.as_str())];
@@ -402,8 +424,8 @@ impl Telemetry {
         }
         fams.extend(f);
 
-        let mut hs = spec::TLS_HANDSHAKES.family();
-        let mut rl = spec::TLS_RELOADS.family();
+        let mut hs = family(&spec::TLS_HANDSHAKES);
+        let mut rl = family(&spec::TLS_RELOADS);
         for t in self.tls.lock().iter() {
             let l = t.listener.as_str();
             for (outcome, c) in [
@@ -419,11 +441,11 @@ impl Telemetry {
         }
         fams.extend([hs, rl]);
 
-        let mut open = spec::CONNECTIONS_OPEN.family();
-        let mut accepted = spec::CONNECTIONS_ACCEPTED.family();
-        let mut refused = spec::CONNECTIONS_REFUSED.family();
-        let mut refused_req = spec::REQUESTS_REFUSED.family();
-        let mut closed = spec::CONNECTIONS_CLOSED.family();
+        let mut open = family(&spec::CONNECTIONS_OPEN);
+        let mut accepted = family(&spec::CONNECTIONS_ACCEPTED);
+        let mut refused = family(&spec::CONNECTIONS_REFUSED);
+        let mut refused_req = family(&spec::REQUESTS_REFUSED);
+        let mut closed = family(&spec::CONNECTIONS_CLOSED);
         for c in self.listeners.lock().iter() {
             let name = c.listener.as_str();
             open.push(&[(LISTENER, name)], load(&c.open));
@@ -448,20 +470,12 @@ impl Telemetry {
         }
         fams.extend([open, accepted, refused, refused_req, closed]);
 
-        fams.push(
-            spec::PROCESS_UPTIME
-                .family()
-                .with(&[], self.started.elapsed().as_secs_f64()),
-        );
+        fams.push(family(&spec::PROCESS_UPTIME).with(&[], self.started.elapsed().as_secs_f64()));
         if let Some((rss, cpu)) = process_stats() {
-            fams.push(spec::PROCESS_MEMORY_RSS.family().with(&[], rss));
-            fams.push(spec::PROCESS_CPU_SECONDS.family().with(&[], cpu));
+            fams.push(family(&spec::PROCESS_MEMORY_RSS).with(&[], rss));
+            fams.push(family(&spec::PROCESS_CPU_SECONDS).with(&[], cpu));
         }
-        fams.push(
-            spec::COMPONENT_PANICS
-                .family()
-                .with(&[], load(&self.tick_panics)),
-        );
+        fams.push(family(&spec::COMPONENT_PANICS).with(&[], load(&self.tick_panics)));
         fams
     }
 
@@ -469,11 +483,12 @@ impl Telemetry {
     /// by [`render_text`]).
     pub fn render_histograms(&self, out: &mut String) {
         let spec = &families::spec::PUSH_DURATION;
-        spec.header(out);
+        spec.header_in(self.prefix, out);
+        let name = spec.name_in(self.prefix);
         for r in self.receivers.lock().iter() {
             let mut lines = Vec::new();
             r.latency.render(
-                spec.name,
+                &name,
                 &[
                     (families::LABEL_RECEIVER, &r.receiver),
                     (families::LABEL_TRANSPORT, r.transport),
@@ -592,22 +607,69 @@ mod tests {
             .collect();
         assert_eq!(fams.len(), declared.len());
         for (f, spec) in fams.iter().zip(declared) {
-            assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+            assert!(
+                spec.describes_in(t.metric_prefix(), f),
+                "{} does not match {spec:?}",
+                f.name
+            );
             assert!(!f.samples.is_empty(), "{} has no sample", f.name);
         }
         let mut text = String::new();
         t.render_histograms(&mut text);
         let push = &families::spec::PUSH_DURATION;
         let mut head = String::new();
-        push.header(&mut head);
+        push.header_in(t.metric_prefix(), &mut head);
         assert!(text.starts_with(&head), "{text}");
         assert!(
             text.contains(&format!(
                 "{}_count{{receiver=\"otlp\",transport=\"grpc\"}} 1\n",
-                push.name
+                push.name_in(t.metric_prefix())
             )),
             "{text}"
         );
+    }
+
+    /// Every family the host writes is otelcol's or under the prefix it was given; by
+    /// default that is the library's own, which names nothing of Ingero.
+    #[test]
+    fn own_families_take_the_given_prefix() {
+        let page = |t: Telemetry| {
+            let r = t.receiver("otlp", "grpc");
+            r.latency.observe(Duration::from_millis(3));
+            t.tls("otlp/grpc");
+            t.listener("otlp/grpc");
+            let mut s = String::new();
+            render_text(&t.families(), &mut s);
+            t.render_histograms(&mut s);
+            s
+        };
+        let types = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter_map(|l| l.strip_prefix("# TYPE "))
+                .filter_map(|l| l.split(' ').next())
+                .map(str::to_string)
+                .collect()
+        };
+        let generic = types(&page(Telemetry::default()));
+        let named = types(&page(Telemetry::with_prefix(MetricPrefix::new("dist_"))));
+        assert_eq!(generic.len(), families::FAMILIES.len());
+        assert_eq!(generic.len(), named.len());
+        assert!(
+            generic
+                .iter()
+                .any(|n| n == "collector_host_connections_open")
+        );
+        assert!(named.iter().any(|n| n == "dist_push_duration_seconds"));
+        for (g, n) in generic.iter().zip(&named) {
+            assert!(!g.contains("ingero"), "{g}");
+            match g.strip_prefix("collector_host_") {
+                Some(rest) => assert_eq!(n.strip_prefix("dist_"), Some(rest)),
+                None => {
+                    assert!(g.starts_with("otelcol_"), "{g}");
+                    assert_eq!(g, n);
+                }
+            }
+        }
     }
 
     #[test]

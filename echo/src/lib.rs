@@ -45,10 +45,13 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 
 /// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension,
 /// with requests and resources scoped to clusters as in Fleet
-/// ([`ingero_wire::scope::ClusterScope`]).
+/// ([`ingero_wire::scope::ClusterScope`]). The host's own families keep the names of
+/// Ingero's distributions (`ingero_fleet_*`, [`ingero_wire::family`]).
 pub fn components() -> Components {
     Components::host()
         .with_request_scope(std::sync::Arc::new(ingero_wire::scope::ClusterScope))
+        .with_metric_prefix(ingero_wire::family::HOST_PREFIX)
+        .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES)
         .with_exporter(&exporter::EXPORTER_FACTORY)
         .with_extension(&extension::API_FACTORY)
 }

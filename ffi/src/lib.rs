@@ -35,7 +35,7 @@
 //!   only when it differs from the input.
 //!
 //! The header `include/ingero_fleet.h` is generated from this crate by a pinned cbindgen
-//! (`tests/header.rs` fails when it is stale; `INGERO_BLESS=1` rewrites it).
+//! (`tests/it/header.rs` fails when it is stale; `INGERO_BLESS=1` rewrites it).
 
 // With the `mimalloc` feature (the Go shim's build) the library's own allocations use
 // mimalloc; the host program's malloc is untouched (no `override`). Memory handed to

@@ -27,7 +27,7 @@
 //! and for the wire type of known fields, not for their content (e.g. UTF-8 of their
 //! strings, nesting depth of attribute values): the bytes come from the collector's own
 //! marshaler, so this only matters for input that was never a valid batch. Whatever prost
-//! accepts is accepted here with the same selected content (`tests/select_differential.rs`).
+//! accepts is accepted here with the same selected content (`tests/it/select_differential.rs`).
 
 use WireType::LengthDelimited as Len;
 use component::otlp::{

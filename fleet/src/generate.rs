@@ -257,10 +257,15 @@ fn reads_name(text: &str, name: &str) -> bool {
 }
 
 /// The generated sections of `examples/exported-metrics.txt`: (section, family names), each
-/// from a component's declaration.
-pub fn metric_sections() -> Vec<(&'static str, Vec<&'static str>)> {
-    let names = |specs: &[component::telemetry::MetricSpec]| -> Vec<&'static str> {
-        specs.iter().map(|s| s.name).collect()
+/// from a component's declaration; the host's own families under the prefix Fleet gives its
+/// host ([`ingero_wire::family::HOST_PREFIX`]).
+pub fn metric_sections() -> Vec<(&'static str, Vec<String>)> {
+    let prefix = crate::components().metric_prefix();
+    let names = |specs: &[component::telemetry::MetricSpec]| -> Vec<String> {
+        specs
+            .iter()
+            .map(|s| s.name_in(prefix).into_owned())
+            .collect()
     };
     vec![
         ("ingero", names(ingero_processor::metrics::FAMILIES)),
@@ -269,7 +274,10 @@ pub fn metric_sections() -> Vec<(&'static str, Vec<&'static str>)> {
             names(ingero_extension::metrics::FAMILIES),
         ),
         ("nccl_peer_lag", names(nccl_processor::metrics::FAMILIES)),
-        ("provider_lookup", provider_processor::metrics::ALL.to_vec()),
+        (
+            "provider_lookup",
+            names(provider_processor::metrics::FAMILIES),
+        ),
         ("host", names(collector_host::telemetry::families::FAMILIES)),
         ("auth", names(collector_host::auth::FAMILIES)),
         ("echo", names(echo_telemetry::FAMILIES)),
@@ -286,8 +294,8 @@ fn exported_metrics(repo: &Path) -> Result<Generated, GenerateError> {
     for (section, names) in metric_sections() {
         let mut body = String::new();
         for name in names {
-            body.push_str(name);
-            if reads_name(&readers, name) {
+            body.push_str(&name);
+            if reads_name(&readers, &name) {
                 body.push_str("  # dashboard");
             }
             body.push('\n');

@@ -13,9 +13,14 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 /// Ingero Fleet's set: the host's built-ins plus the shipped component crates
 /// ([`ingero_fleet_components`]: the `ingero`, `nccl_peer_lag` and `provider_lookup`
 /// processors and the `ingero_threshold` extension), with requests and resources scoped
-/// to clusters ([`ingero_fleet_components::request_scope`]).
+/// to clusters ([`ingero_fleet_components::request_scope`]). The host's own families are
+/// named `ingero_fleet_*` and the components' name prefixes are reserved on the Prometheus
+/// exporter page ([`ingero_wire::family`]).
 pub fn components() -> Components {
-    let host = Components::host().with_request_scope(ingero_fleet_components::request_scope());
+    let host = Components::host()
+        .with_request_scope(ingero_fleet_components::request_scope())
+        .with_metric_prefix(ingero_wire::family::HOST_PREFIX)
+        .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES);
     let set = ingero_fleet_components::PROCESSORS
         .iter()
         .fold(host, |set, f| set.with_processor(*f));

@@ -67,7 +67,7 @@ pub use factory::FACTORY;
 /// the data kind, the number of points and, of gauge and sum points, the value and the
 /// attributes in [`READS_POINT_ATTRIBUTES`]; of a resource only the attributes in
 /// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `ingest.rs`
-/// (`ffi/tests/select_differential.rs` checks that a batch cut down to them gives the same
+/// (`ffi/tests/it/select_differential.rs` checks that a batch cut down to them gives the same
 /// outcome, telemetry, diagnostics and tick output).
 pub const READS_METRICS: &[&str] = &[
     ingero_wire::metric::HEALTH_SCORE,

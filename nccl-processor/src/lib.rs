@@ -54,7 +54,7 @@ pub use factory::FACTORY;
 /// the data kind and, of gauge and sum points, the timestamp and the attributes in
 /// [`READS_POINT_ATTRIBUTES`]; of a resource only the attributes in
 /// [`READS_RESOURCE_ATTRIBUTES`]. Keep the three lists in step with `ingest.rs` and
-/// `processor.rs` (`ffi/tests/select_differential.rs` checks that a batch cut down to them
+/// `processor.rs` (`ffi/tests/it/select_differential.rs` checks that a batch cut down to them
 /// gives the same counters and tick output).
 pub const READS_METRICS: &[&str] = &[
     ingero_wire::metric::NCCL_DURATION_MS,

@@ -7,14 +7,8 @@ use crate::metrics as m;
 
 /// The cost families of a snapshot.
 pub(crate) fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
-    let mut idle_rate = MetricFamily::gauge(
-        m::COST_BARRIER_IDLE_RATE,
-        "GPU spend idle at NCCL barriers, currency units per hour (window average).",
-    );
-    let mut idle_gpus = MetricFamily::gauge(
-        m::COST_BARRIER_IDLE_GPUS,
-        "GPUs idle at NCCL barriers on average over the window.",
-    );
+    let mut idle_rate = m::spec::COST_BARRIER_IDLE_RATE.family();
+    let mut idle_gpus = m::spec::COST_BARRIER_IDLE_GPUS.family();
     for r in &snap.barrier {
         idle_rate.push(
             &[
@@ -34,10 +28,7 @@ pub(crate) fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
             r.idle_gpus,
         );
     }
-    let mut straggler_rate = MetricFamily::gauge(
-        m::COST_STRAGGLER_RATE,
-        "GPU spend held back by each current straggler, currency units per hour.",
-    );
+    let mut straggler_rate = m::spec::COST_STRAGGLER_RATE.family();
     for r in &snap.stragglers {
         straggler_rate.push(
             &[
@@ -50,18 +41,9 @@ pub(crate) fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
             r.rate_per_hour,
         );
     }
-    let mut idle_total = MetricFamily::counter(
-        m::COST_BARRIER_IDLE_TOTAL,
-        "GPU spend idle at NCCL barriers, currency units.",
-    );
-    let mut idle_gpu_s = MetricFamily::counter(
-        m::COST_BARRIER_IDLE_GPU_SECONDS_TOTAL,
-        "GPU-seconds idle at NCCL barriers.",
-    );
-    let mut straggler_total = MetricFamily::counter(
-        m::COST_STRAGGLER_TOTAL,
-        "GPU spend held back by stragglers, currency units.",
-    );
+    let mut idle_total = m::spec::COST_BARRIER_IDLE_TOTAL.family();
+    let mut idle_gpu_s = m::spec::COST_BARRIER_IDLE_GPU_SECONDS_TOTAL.family();
+    let mut straggler_total = m::spec::COST_STRAGGLER_TOTAL.family();
     for (key, t) in &snap.totals {
         match key {
             SeriesKey::Barrier {
@@ -104,10 +86,7 @@ pub(crate) fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
             ),
         }
     }
-    let mut hourly = MetricFamily::gauge(
-        m::GPU_HOURLY_RATE,
-        "Rate per GPU-hour in use for the GPUs of live nodes.",
-    );
+    let mut hourly = m::spec::GPU_HOURLY_RATE.family();
     for (price, currency, rate) in &snap.gpu_rates {
         hourly.push(
             &[
@@ -118,15 +97,14 @@ pub(crate) fn cost_families(snap: &CostSnapshot) -> Vec<MetricFamily> {
             *rate,
         );
     }
-    let mut nodes = MetricFamily::gauge(m::PROVIDER_NODES, "Live nodes per cluster and provider.");
+    let mut nodes = m::spec::PROVIDER_NODES.family();
     for (cluster, provider, n) in &snap.provider_nodes {
         nodes.push(
             &[("cluster_id", cluster), ("provider", provider)],
             *n as f64,
         );
     }
-    let mut stragglers =
-        MetricFamily::gauge(m::PROVIDER_STRAGGLERS, "Current stragglers per cluster.");
+    let mut stragglers = m::spec::PROVIDER_STRAGGLERS.family();
     for (cluster, n) in &snap.straggler_counts {
         stragglers.push(&[("cluster_id", cluster)], *n as f64);
     }

@@ -594,52 +594,42 @@ impl Processor for ProviderLookupProcessor {
         };
         out.extend(exposition::cost_families(&snap));
 
-        let mut rules_loaded =
-            MetricFamily::gauge(m::RULES_LOADED, "Operator provider rules in use.");
+        let mut rules_loaded = m::spec::RULES_LOADED.family();
         rules_loaded.push(&[], self.rules_loaded() as f64);
         out.push(rules_loaded);
-        let mut rates_loaded =
-            MetricFamily::gauge(m::RATES_LOADED, "(provider, GPU model) rates in use.");
+        let mut rates_loaded = m::spec::RATES_LOADED.family();
         rates_loaded.push(&[], self.rates.load().len() as f64);
         out.push(rates_loaded);
-        for (name, help, c) in [
-            (
-                m::RULES_RELOAD_TOTAL,
-                "Rules file reloads by outcome.",
-                &self.rules_reloads,
-            ),
-            (
-                m::RATES_RELOAD_TOTAL,
-                "Rates file reloads by outcome.",
-                &self.rates_reloads,
-            ),
+        for (spec, c) in [
+            (&m::spec::RULES_RELOAD_TOTAL, &self.rules_reloads),
+            (&m::spec::RATES_RELOAD_TOTAL, &self.rates_reloads),
         ] {
-            let mut f = MetricFamily::counter(name, help);
+            let mut f = spec.family();
             f.push(
-                &[("outcome", "success")],
+                &[(m::LABEL_OUTCOME, "success")],
                 c.success.load(Ordering::Relaxed) as f64,
             );
             f.push(
-                &[("outcome", "failure")],
+                &[(m::LABEL_OUTCOME, "failure")],
                 c.failure.load(Ordering::Relaxed) as f64,
             );
             out.push(f);
         }
 
-        let mut unknown = MetricFamily::counter(
-            m::UNKNOWN_GPU_MODEL_TOTAL,
-            "Node reports whose GPU model has no rate for its provider (priced at the fallback).",
-        );
+        let mut unknown = m::spec::UNKNOWN_GPU_MODEL_TOTAL.family();
         {
             let u = self.unknown_models.lock();
             for ((p, model), n) in &u.counts {
-                unknown.push(&[("provider", p), ("gpu_model", model)], *n as f64);
+                unknown.push(
+                    &[(m::LABEL_PROVIDER, p), (m::LABEL_GPU_MODEL, model)],
+                    *n as f64,
+                );
             }
             if u.overflow > 0 {
                 unknown.push(
                     &[
-                        ("provider", m::OVERFLOW_LABEL),
-                        ("gpu_model", m::OVERFLOW_LABEL),
+                        (m::LABEL_PROVIDER, m::OVERFLOW_LABEL),
+                        (m::LABEL_GPU_MODEL, m::OVERFLOW_LABEL),
                     ],
                     u.overflow as f64,
                 );
@@ -647,27 +637,27 @@ impl Processor for ProviderLookupProcessor {
         }
         out.push(unknown);
 
-        let mut resolved = MetricFamily::counter(
-            m::RESOLVED_TOTAL,
-            "Resources tagged with a provider, by source.",
-        );
+        let mut resolved = m::spec::RESOLVED_TOTAL.family();
         for (i, s) in SOURCES.iter().enumerate() {
             resolved.push(
-                &[("source", s)],
+                &[(m::LABEL_SOURCE, s)],
                 self.resolved[i].load(Ordering::Relaxed) as f64,
             );
         }
         out.push(resolved);
 
-        let mut dropped = MetricFamily::counter(m::DROPPED_TOTAL, "Inputs not kept, by reason.");
+        let mut dropped = m::spec::DROPPED_TOTAL.family();
         {
             let d = self.dropped.lock();
             for why in reason::ALL {
-                dropped.push(&[("reason", why)], d.get(why).copied().unwrap_or(0) as f64);
+                dropped.push(
+                    &[(m::LABEL_REASON, why)],
+                    d.get(why).copied().unwrap_or(0) as f64,
+                );
             }
         }
         for (why, n) in ledger_drops {
-            dropped.push(&[("reason", why.as_str())], n as f64);
+            dropped.push(&[(m::LABEL_REASON, why.as_str())], n as f64);
         }
         out.push(dropped);
     }

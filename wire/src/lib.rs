@@ -1,7 +1,8 @@
 //! Ingero's wire: the names shared by the agent, Fleet and Echo, and the Fleet-specific
 //! types its components exchange through the generic `component` contract.
 //!
-//! - the wire names (this module: [`metric`], [`resource`], [`attr`], [`http`], ...);
+//! - the wire names (this module: [`metric`], [`resource`], [`attr`], [`http`], ...) and
+//!   the Prometheus family prefixes of the distributions ([`family`]);
 //! - [`cluster_id`]: the cluster and node id rules and where a push names its cluster;
 //! - [`cluster_identity`]: one cluster identity per resource;
 //! - [`scope`]: [`scope::ClusterScope`], the host's request scope for Fleet and Echo (the
@@ -49,6 +50,31 @@ pub mod metric {
     /// data-point attributes (they would become Prometheus labels).
     pub const FLEET_NODE_STRAGGLER: &str = "ingero.fleet.node.straggler";
     pub const NCCL_BYTES: &str = "nccl.collective.bytes";
+}
+
+/// Prometheus family names: how Ingero's distributions (`ingero-fleet`, `ingero-echo`) name
+/// what their host and their components write on a scrape page.
+pub mod family {
+    use component::telemetry::MetricPrefix;
+
+    /// The prefix the distributions give their host's own families
+    /// (`ingero_fleet_connections_open`, `ingero_fleet_auth_requests_total`,
+    /// `ingero_fleet_prometheus_series`, ...).
+    pub const HOST_PREFIX: MetricPrefix = MetricPrefix::new("ingero_fleet_");
+
+    /// Name prefixes of the families Fleet's own components write on the exporter page (the
+    /// threshold processor, cost attribution, NCCL lag, provider attribution, the threshold
+    /// extension). The Prometheus exporter refuses pushed data that would translate to one
+    /// of them: recording rules and alerts select on these families, so no client may add
+    /// series to them or change their type.
+    pub const RESERVED_PREFIXES: &[&str] = &[
+        "ingero_fleet_",
+        "ingero_cost_",
+        "ingero_nccl_",
+        "ingero_provider_",
+        "ingero_threshold_",
+        "ingero_gpu_hourly_rate",
+    ];
 }
 
 /// Resource attribute keys.

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/agent.rs"]
+#[path = "../tests/it/common/agent.rs"]
 mod agent;
 
 use std::hint::black_box;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/agent.rs"]
+#[path = "../tests/it/common/agent.rs"]
 mod agent;
 
 use std::hint::black_box;

@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use component::config::ConfigErrors;
+use component::telemetry::MetricPrefix;
 use component::{ComponentConfig, MetricFamily, ResourceMetrics, Timestamp};
 use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
@@ -129,6 +130,8 @@ impl PrometheusExporter {
             drop_attributes: cfg.drop_attributes.clone(),
             layout_memo: true,
             reserved: Default::default(),
+            own_prefix: component::telemetry::DEFAULT_HOST_PREFIX,
+            reserved_prefixes: &[],
         };
         let budget = cluster_usage::Budget {
             max_bytes: cfg.max_bytes,
@@ -192,6 +195,18 @@ impl PrometheusExporter {
     /// Points dropped so far for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.counters.dropped(reason)
+    }
+
+    /// The same exporter with its own families named under `prefix` (the host's metric
+    /// prefix, which the distribution gives; [`DEFAULT_HOST_PREFIX`] otherwise), and
+    /// pushed data refused under that prefix and under each of `reserved` (the name
+    /// prefixes of the families the distribution's components write on the page).
+    ///
+    /// [`DEFAULT_HOST_PREFIX`]: component::telemetry::DEFAULT_HOST_PREFIX
+    pub fn with_names(mut self, prefix: MetricPrefix, reserved: &'static [&'static str]) -> Self {
+        self.settings.own_prefix = prefix;
+        self.settings.reserved_prefixes = reserved;
+        self
     }
 
     /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
@@ -682,7 +697,7 @@ impl PrometheusExporter {
             groups
                 .iter()
                 .map(|g| g.name)
-                .filter(|n| !crate::naming::is_reserved_family(n) && !r.contains(*n))
+                .filter(|n| !self.settings.is_reserved_family(n) && !r.contains(*n))
                 .collect()
         };
         if fresh.is_empty() {
@@ -695,83 +710,47 @@ impl PrometheusExporter {
         self.interner.write().forget_decisions();
     }
 
-    /// Append this exporter's self-metrics.
+    /// Append this exporter's self-metrics ([`metrics::FAMILIES`], in order, named under
+    /// the host's prefix).
     pub fn telemetry(&self, out: &mut Vec<MetricFamily>) {
+        use metrics::{LABEL_REASON as REASON, spec};
         let (bytes, families) = {
             let i = self.interner.read();
             (i.heap_bytes(), i.families.len())
         };
-        out.push(
-            MetricFamily::gauge(metrics::SERIES, "Series held by the Prometheus exporter.")
-                .with(&[], self.series.load(Relaxed) as f64),
-        );
-        out.push(
-            MetricFamily::gauge(
-                metrics::RESOURCES,
-                "Resource label sets (nodes) held by the Prometheus exporter.",
-            )
-            .with(&[], self.resources.load(Relaxed) as f64),
-        );
-        out.push(
-            MetricFamily::gauge(
-                metrics::FAMILIES,
-                "Metric families known to the Prometheus exporter.",
-            )
-            .with(&[], families as f64),
-        );
-        out.push(
-            MetricFamily::gauge(
-                metrics::INTERNED_BYTES,
-                "Heap bytes of the Prometheus exporter's intern tables.",
-            )
-            .with(&[], bytes as f64),
-        );
-        out.push(
-            MetricFamily::counter(
-                metrics::POINTS_RECEIVED,
-                "Data points received by the Prometheus exporter.",
-            )
-            .with(&[], self.counters.points_received.load(Relaxed) as f64),
-        );
-        let mut dropped = MetricFamily::counter(
-            metrics::POINTS_DROPPED,
-            "Data points the Prometheus exporter did not store, by reason.",
-        );
+        let family = |s: &component::telemetry::MetricSpec| s.family_in(self.settings.own_prefix);
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed) as f64;
+        out.push(family(&spec::SERIES).with(&[], self.series.load(Relaxed) as f64));
+        out.push(family(&spec::RESOURCES).with(&[], self.resources.load(Relaxed) as f64));
+        out.push(family(&spec::FAMILIES_KNOWN).with(&[], families as f64));
+        out.push(family(&spec::INTERNED_BYTES).with(&[], bytes as f64));
+        out.push(family(&spec::POINTS_RECEIVED).with(&[], load(&self.counters.points_received)));
+        let mut dropped = family(&spec::POINTS_DROPPED);
         for r in DropReason::ALL {
-            dropped.push(&[("reason", r.as_str())], self.counters.dropped(r) as f64);
+            dropped.push(&[(REASON, r.as_str())], self.counters.dropped(r) as f64);
         }
         out.push(dropped);
         out.push(
-            MetricFamily::counter(
-                metrics::SERIES_DROPPED,
-                "Series refused at max_series (limit) or removed after metric_expiration (expired).",
-            )
-            .with(
-                &[("reason", "limit")],
-                self.counters.dropped(DropReason::SeriesLimit) as f64,
-            )
-            .with(
-                &[("reason", "expired")],
-                self.counters.series_expired.load(Relaxed) as f64,
-            ),
+            family(&spec::SERIES_DROPPED)
+                .with(
+                    &[(REASON, "limit")],
+                    self.counters.dropped(DropReason::SeriesLimit) as f64,
+                )
+                .with(&[(REASON, "expired")], load(&self.counters.series_expired)),
         );
-        out.push(
-            MetricFamily::counter(
-                metrics::COMPACTIONS,
-                "Intern-table rebuilds that freed entries no live series used.",
-            )
-            .with(&[], self.counters.compactions.load(Relaxed) as f64),
-        );
-        let mut rejected = MetricFamily::counter(
-            metrics::SELF_METRICS_REJECTED,
-            "Self-metric families or samples given to render and left out, by reason.",
-        );
+        out.push(family(&spec::COMPACTIONS).with(&[], load(&self.counters.compactions)));
+        let mut rejected = family(&spec::SELF_METRICS_REJECTED);
         for (r, c) in ExtraReject::ALL
             .iter()
             .zip(self.counters.self_rejected.iter())
         {
-            rejected.push(&[("reason", r.as_str())], c.load(Relaxed) as f64);
+            rejected.push(&[(REASON, r.as_str())], load(c));
         }
         out.push(rejected);
+    }
+
+    /// The prefix this exporter names its own families under (the host's).
+    pub fn metric_prefix(&self) -> MetricPrefix {
+        self.settings.own_prefix
     }
 }

@@ -15,29 +15,9 @@
 //! Label names: every character outside `[a-zA-Z0-9_]` becomes `_`; a leading digit gets
 //! `key_`, a single leading `_` gets `key`.
 
-/// Name prefixes of the families Fleet's own components write on the exporter page (the
-/// threshold processor, cost attribution, NCCL lag, provider attribution, the threshold
-/// extension). Pushed data that would translate to one of them is refused
-/// ([`crate::DropReason::ReservedName`]): recording rules and alerts select on these
-/// families, so no client may add series to them or change their type.
-pub const RESERVED_PREFIXES: &[&str] = &[
-    "ingero_fleet_",
-    "ingero_cost_",
-    "ingero_nccl_",
-    "ingero_provider_",
-    "ingero_threshold_",
-    "ingero_gpu_hourly_rate",
-];
-
 /// OTLP gauges that Fleet's processors put into the pipeline under a reserved name (the
 /// `ingero` processor's straggler gauge); the exporter stores them as data (as gauges only).
 pub const FLEET_PIPELINE_METRICS: &[&str] = &[ingero_wire::metric::FLEET_NODE_STRAGGLER];
-
-/// Whether a Prometheus family name belongs to Fleet's own families
-/// ([`RESERVED_PREFIXES`]).
-pub fn is_reserved_family(name: &str) -> bool {
-    RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
-}
 
 /// What the name is for; decides the type suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -49,8 +49,9 @@ pub enum DropReason {
     /// It would have taken its cluster's estimated bytes beyond `max_bytes_per_cluster`
     /// (see [`crate::cluster_usage`]).
     ClusterBytesLimit,
-    /// The metric would translate to the name of a family Fleet's own components write
-    /// ([`crate::naming::is_reserved_family`], or a self-metric the page already carries).
+    /// The metric would translate to the name of a family the host or the distribution's
+    /// components write ([`crate::translate::Settings::is_reserved_family`], or a
+    /// self-metric the page already carries).
     ReservedName,
     /// It would have taken the clusters of its tenant (the bearer token whose push
     /// created the cluster) beyond `max_series_per_tenant`.

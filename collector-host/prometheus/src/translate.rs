@@ -50,12 +50,23 @@ pub struct Settings {
     pub drop_attributes: Vec<String>,
     /// Use the layout memo (on; off only in differential tests).
     pub layout_memo: bool,
-    /// Names of the self-metric families the page has carried (besides
-    /// [`crate::naming::RESERVED_PREFIXES`]): data never creates a family of these names.
+    /// Names of the self-metric families the page has carried (besides the reserved
+    /// prefixes): data never creates a family of these names.
     pub reserved: std::sync::Arc<parking_lot::RwLock<HashSet<Box<str>>>>,
+    /// The prefix of the exporter's own families (the host's): reserved.
+    pub own_prefix: component::telemetry::MetricPrefix,
+    /// Name prefixes of the families the distribution's components write: reserved.
+    pub reserved_prefixes: &'static [&'static str],
 }
 
 impl Settings {
+    /// Whether a Prometheus family name is one pushed data may not take: under the
+    /// exporter's own prefix or one of the distribution's reserved prefixes.
+    pub fn is_reserved_family(&self, name: &str) -> bool {
+        name.starts_with(self.own_prefix.as_str())
+            || self.reserved_prefixes.iter().any(|p| name.starts_with(p))
+    }
+
     /// Whether attribute `key` is left out of every label set.
     #[inline]
     pub fn dropped(&self, key: &str) -> bool {
@@ -187,8 +198,7 @@ fn resolve_family(
     let fleets_own =
         kind == NameKind::Gauge && crate::naming::FLEET_PIPELINE_METRICS.contains(&m.name.as_str());
     if !fleets_own
-        && (crate::naming::is_reserved_family(&name)
-            || settings.reserved.read().contains(name.as_str()))
+        && (settings.is_reserved_family(&name) || settings.reserved.read().contains(name.as_str()))
     {
         return Err(DropReason::ReservedName);
     }

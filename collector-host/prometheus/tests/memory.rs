@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
+// Its own binary: the counting global allocator would count the other tests' threads.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,6 +1,6 @@
 //! The audit log: one JSON line per decision, written by a dedicated thread so a slow disk
 //! never blocks a request. Lines go through a bounded queue; when it is full the line is
-//! dropped and counted (`ingero_fleet_auth_audit_dropped_total`).
+//! dropped and counted (`<prefix>auth_audit_dropped_total`).
 //!
 //! Fields: `time` (RFC 3339, UTC, milliseconds), `listener`, `remote`, `token_fingerprint`
 //! (first 12 hex digits of the token's SHA-256; `null` when no token was presented),

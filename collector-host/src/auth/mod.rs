@@ -40,6 +40,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use component::scope::RequestScope;
+use component::telemetry::MetricPrefix;
 use component::{Extension, Host, MetricFamily, StartError};
 use parking_lot::Mutex;
 
@@ -157,6 +158,8 @@ pub struct AuthExtension {
     reloads_failed: AtomicU64,
     /// What a token's `clusters` entries and a request's scope are checked by.
     scope: Arc<dyn RequestScope>,
+    /// The prefix of the extension's families (the distribution's).
+    metric_prefix: MetricPrefix,
 }
 
 impl AuthExtension {
@@ -170,7 +173,15 @@ impl AuthExtension {
             listeners: Mutex::new(Vec::new()),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
+            metric_prefix: crate::telemetry::HOST_METRIC_PREFIX,
         }
+    }
+
+    /// Name the extension's families under `prefix` (the distribution's, as the host's
+    /// own families are).
+    pub fn with_metric_prefix(mut self, prefix: MetricPrefix) -> Self {
+        self.metric_prefix = prefix;
+        self
     }
 
     /// Load the tokens and open the audit log; an error names the key at fault.
@@ -314,7 +325,7 @@ impl Extension for AuthExtension {
 
     fn telemetry(&self, out: &mut Vec<MetricFamily>) {
         let id = self.id.as_str();
-        let mut req = spec::REQUESTS.family();
+        let mut req = spec::REQUESTS.family_in(self.metric_prefix);
         for l in self.listeners.lock().iter() {
             for o in Outcome::ALL {
                 req.push(
@@ -330,7 +341,7 @@ impl Extension for AuthExtension {
         out.push(req);
         out.push(
             spec::RELOADS
-                .family()
+                .family_in(self.metric_prefix)
                 .with(
                     &[(LABEL_AUTHENTICATOR, id), (LABEL_RESULT, "success")],
                     self.reloads_ok.load(Relaxed) as f64,
@@ -343,7 +354,7 @@ impl Extension for AuthExtension {
         let (active, retired) = self.store.counts(Instant::now());
         out.push(
             spec::TOKENS
-                .family()
+                .family_in(self.metric_prefix)
                 .with(
                     &[(LABEL_AUTHENTICATOR, id), (LABEL_STATE, "active")],
                     active as f64,
@@ -359,12 +370,12 @@ impl Extension for AuthExtension {
             .unwrap_or((0, 0));
         out.push(
             spec::AUDIT_DROPPED
-                .family()
+                .family_in(self.metric_prefix)
                 .with(&[(LABEL_AUTHENTICATOR, id)], dropped as f64),
         );
         out.push(
             spec::AUDIT_WRITTEN
-                .family()
+                .family_in(self.metric_prefix)
                 .with(&[(LABEL_AUTHENTICATOR, id)], written as f64),
         );
     }
@@ -381,18 +392,18 @@ pub const LABEL_STATE: &str = "state";
 component::metric_set! {
     specs: pub mod spec;
     all: pub FAMILIES;
-    REQUESTS: counter "ingero_fleet_auth_requests_total", unit "1",
+    REQUESTS: counter prefix + "auth_requests_total", unit "1",
         labels [LABEL_AUTHENTICATOR, LABEL_LISTENER, LABEL_OUTCOME],
         help "Authentication decisions by listener and outcome.";
-    RELOADS: counter "ingero_fleet_auth_reloads_total", unit "1",
+    RELOADS: counter prefix + "auth_reloads_total", unit "1",
         labels [LABEL_AUTHENTICATOR, LABEL_RESULT],
         help "Token file reloads by result (a failed reload keeps the previous tokens).";
-    TOKENS: gauge "ingero_fleet_auth_tokens", unit "1", labels [LABEL_AUTHENTICATOR, LABEL_STATE],
+    TOKENS: gauge prefix + "auth_tokens", unit "1", labels [LABEL_AUTHENTICATOR, LABEL_STATE],
         help "Tokens accepted now: listed in the file, or removed but within the grace period.";
-    AUDIT_DROPPED: counter "ingero_fleet_auth_audit_dropped_total", unit "1",
+    AUDIT_DROPPED: counter prefix + "auth_audit_dropped_total", unit "1",
         labels [LABEL_AUTHENTICATOR],
         help "Audit lines dropped because the writer queue was full.";
-    AUDIT_WRITTEN: counter "ingero_fleet_auth_audit_written_total", unit "1",
+    AUDIT_WRITTEN: counter prefix + "auth_audit_written_total", unit "1",
         labels [LABEL_AUTHENTICATOR],
         help "Audit lines written.";
 }
@@ -666,9 +677,21 @@ mod tests {
         e.telemetry(&mut fams);
         assert_eq!(fams.len(), FAMILIES.len());
         for (f, spec) in fams.iter().zip(FAMILIES) {
-            assert!(spec.describes(f), "{} does not match {spec:?}", f.name);
+            assert!(
+                spec.describes_in(crate::telemetry::HOST_METRIC_PREFIX, f),
+                "{} does not match {spec:?}",
+                f.name
+            );
             assert!(!f.samples.is_empty(), "{} has no sample", f.name);
         }
+        let named = Arc::new(
+            AuthExtension::new("ingero_auth", AuthConfig::default())
+                .with_metric_prefix(MetricPrefix::new("dist_")),
+        );
+        let mut fams = Vec::new();
+        named.telemetry(&mut fams);
+        assert_eq!(fams[0].name, "dist_auth_requests_total");
+        assert_eq!(fams.len(), FAMILIES.len());
     }
 
     /// `cargo test --release -p collector-host --lib auth::tests::cost -- --ignored --nocapture`

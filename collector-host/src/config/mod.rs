@@ -137,6 +137,12 @@ pub struct Plan {
     /// The binary's request scope (`Components::with_request_scope`): receivers, the
     /// ingest screen and token scopes read requests' and resources' scopes through it.
     pub scope: Arc<dyn component::scope::RequestScope>,
+    /// The prefix of the host's own metric families (the distribution's,
+    /// [`Components::metric_prefix`]).
+    pub metric_prefix: component::telemetry::MetricPrefix,
+    /// Family name prefixes the distribution's components own
+    /// ([`Components::reserved_metric_prefixes`]).
+    pub reserved_metric_prefixes: &'static [&'static str],
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -288,7 +294,8 @@ fn build_sections(errs: &mut ConfigErrors, raw: &RawConfig, components: &Compone
                         &id.to_string(),
                         c,
                         components.request_scope().clone(),
-                    );
+                    )
+                    .with_metric_prefix(components.metric_prefix());
                     (ExtensionPlan::Auth(Arc::new(ext)), None)
                 });
             }
@@ -628,6 +635,8 @@ impl Plan {
             listener_tls,
             warnings,
             scope: components.request_scope().clone(),
+            metric_prefix: components.metric_prefix(),
+            reserved_metric_prefixes: components.reserved_metric_prefixes(),
         })
     }
 

@@ -87,7 +87,7 @@ pub struct HttpServerConfig {
     pub tls: Option<ServerTlsConfig>,
     /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
     /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
-    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// refused with 403 (`<prefix>requests_refused_total{reason="host_not_allowed"}`).
     /// Unset: no such check, except that a loopback listener without `auth` takes only
     /// local names.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -527,7 +527,7 @@ pub struct HealthCheckConfig {
     pub tls: Option<ServerTlsConfig>,
     /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
     /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
-    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// refused with 403 (`<prefix>requests_refused_total{reason="host_not_allowed"}`).
     /// Unset: no such check, except that a loopback listener without `auth` takes only
     /// local names.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -655,7 +655,7 @@ pub struct PromPullExporter {
     pub idle_timeout: Duration,
     /// Host names (`fleet.example.com`, or `host:port` for one port only) requests may be
     /// addressed to (Host header or HTTP/2 `:authority`) besides IP addresses; others are
-    /// refused with 403 (`ingero_fleet_requests_refused_total{reason="host_not_allowed"}`).
+    /// refused with 403 (`<prefix>requests_refused_total{reason="host_not_allowed"}`).
     /// Unset: no such check, except that a loopback listener without `auth` takes only
     /// local names.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -55,9 +55,11 @@ impl PromExporter {
         if stats.lost > 0 {
             outcome.reject(stats.lost, || {
                 format!(
-                    "prometheus exporter dropped {} data point(s) (mostly {}; ingero_fleet_prometheus_points_dropped_total has every reason)",
+                    "prometheus exporter dropped {} data point(s) (mostly {}; {} has every reason)",
                     stats.lost,
-                    stats.loss_reason.map_or("unknown", |r| r.as_str())
+                    stats.loss_reason.map_or("unknown", |r| r.as_str()),
+                    fleet_prometheus::metrics::spec::POINTS_DROPPED
+                        .name_in(self.inner.metric_prefix())
                 )
             });
         }

@@ -1,5 +1,5 @@
 //! Counting of open OTLP/gRPC connections: each connection tonic serves carries an
-//! [`OpenConnection`] (`ingero_fleet_connections_open`) until tonic drops it. The caps
+//! [`OpenConnection`] (`<prefix>connections_open`) until tonic drops it. The caps
 //! themselves (`max_connections`, `max_connections_per_client`, with eviction of idle
 //! connections) are applied at accept by [`crate::conn_guard::ConnTable`].
 

@@ -2,7 +2,9 @@
 //! exposition ([`Telemetry::families`](super::Telemetry::families),
 //! [`Telemetry::render_histograms`](super::Telemetry::render_histograms)) is built from
 //! these specs, and so is the list of exported families in `examples/exported-metrics.txt`.
-//! The `otelcol_*` names are the OpenTelemetry Collector's own.
+//! The `otelcol_*` names are the OpenTelemetry Collector's own; the others are declared
+//! `prefix + "..."` and named under the distribution's prefix
+//! ([`Telemetry::metric_prefix`](super::Telemetry::metric_prefix)).
 
 use component::telemetry::MetricSpec;
 
@@ -48,16 +50,16 @@ component::metric_set! {
     RECEIVER_FAILED_LOG_RECORDS: counter "otelcol_receiver_failed_log_records_total",
         unit "1", labels [LABEL_RECEIVER, LABEL_TRANSPORT],
         help "Number of log_records that failed in the receiver (malformed requests).";
-    REJECTED_REQUESTS: counter "ingero_fleet_rejected_requests_total",
+    REJECTED_REQUESTS: counter prefix + "rejected_requests_total",
         unit "1", labels [LABEL_RECEIVER, LABEL_TRANSPORT, LABEL_REASON],
         help "Requests refused by a receiver before decoding, by reason.";
-    RECEIVER_DROPPED_POINTS: counter "ingero_fleet_receiver_dropped_points_total",
+    RECEIVER_DROPPED_POINTS: counter prefix + "receiver_dropped_points_total",
         unit "1", labels [LABEL_RECEIVER, LABEL_TRANSPORT, LABEL_REASON],
         help "Data points a receiver dropped from a decoded export (answered with partial success), by reason.";
-    RECEIVER_DROPPED_SPANS: counter "ingero_fleet_receiver_dropped_spans_total",
+    RECEIVER_DROPPED_SPANS: counter prefix + "receiver_dropped_spans_total",
         unit "1", labels [LABEL_RECEIVER, LABEL_TRANSPORT, LABEL_REASON],
         help "Spans a receiver dropped from a decoded export (answered with partial success), by reason.";
-    RECEIVER_DROPPED_LOG_RECORDS: counter "ingero_fleet_receiver_dropped_log_records_total",
+    RECEIVER_DROPPED_LOG_RECORDS: counter prefix + "receiver_dropped_log_records_total",
         unit "1", labels [LABEL_RECEIVER, LABEL_TRANSPORT, LABEL_REASON],
         help "Log records a receiver dropped from a decoded export (answered with partial success), by reason.";
     PROCESSOR_INCOMING_ITEMS: counter "otelcol_processor_incoming_items_total",
@@ -98,24 +100,24 @@ component::metric_set! {
     EXPORTER_QUEUE_CAPACITY: gauge "otelcol_exporter_queue_capacity", unit "1",
         labels [LABEL_EXPORTER],
         help "Fixed capacity of the retry queue (in batches).";
-    TLS_HANDSHAKES: counter "ingero_fleet_tls_handshakes_total", unit "1",
+    TLS_HANDSHAKES: counter prefix + "tls_handshakes_total", unit "1",
         labels [LABEL_LISTENER, LABEL_OUTCOME],
         help "TLS handshakes on a listener, by outcome (ok, failed, timeout).";
-    TLS_RELOADS: counter "ingero_fleet_tls_reloads_total", unit "1",
+    TLS_RELOADS: counter prefix + "tls_reloads_total", unit "1",
         labels [LABEL_LISTENER, LABEL_OUTCOME],
         help "Certificate reloads of a listener, by outcome (ok, failed: the previous certificate stays).";
-    CONNECTIONS_OPEN: gauge "ingero_fleet_connections_open", unit "1", labels [LABEL_LISTENER],
+    CONNECTIONS_OPEN: gauge prefix + "connections_open", unit "1", labels [LABEL_LISTENER],
         help "Open connections of a listener.";
-    CONNECTIONS_ACCEPTED: counter "ingero_fleet_connections_accepted_total", unit "1",
+    CONNECTIONS_ACCEPTED: counter prefix + "connections_accepted_total", unit "1",
         labels [LABEL_LISTENER],
         help "Connections a listener accepted.";
-    CONNECTIONS_REFUSED: counter "ingero_fleet_connections_refused_total", unit "1",
+    CONNECTIONS_REFUSED: counter prefix + "connections_refused_total", unit "1",
         labels [LABEL_LISTENER, LABEL_REASON],
         help "Connections a listener closed at accept: max_connections were open, or max_connections_per_client from that address, and none of them was idle.";
-    REQUESTS_REFUSED: counter "ingero_fleet_requests_refused_total", unit "1",
+    REQUESTS_REFUSED: counter prefix + "requests_refused_total", unit "1",
         labels [LABEL_LISTENER, LABEL_REASON],
         help "Requests a listener refused before its handler: host_not_allowed is a request addressed to a name its listener does not answer: not in allowed_hosts, or on a loopback listener without auth not an IP address or localhost.";
-    CONNECTIONS_CLOSED: counter "ingero_fleet_connections_closed_total", unit "1",
+    CONNECTIONS_CLOSED: counter prefix + "connections_closed_total", unit "1",
         labels [LABEL_LISTENER, LABEL_REASON],
         help "Connections a listener closed: no byte within first_byte_timeout, no request for idle_timeout, or evicted (idle, to make room for a new connection at max_connections or max_connections_per_client).";
     PROCESS_UPTIME: gauge "otelcol_process_uptime_seconds", unit "s", labels [],
@@ -126,10 +128,10 @@ component::metric_set! {
     /// Left out where /proc/self cannot be read.
     PROCESS_CPU_SECONDS: counter "otelcol_process_cpu_seconds_total", unit "s", labels [],
         help "Total CPU user and system time in seconds.";
-    COMPONENT_PANICS: counter "ingero_fleet_component_panics_total", unit "1", labels [],
+    COMPONENT_PANICS: counter prefix + "component_panics_total", unit "1", labels [],
         help "Panics caught at a component boundary (tick or process); the host kept running.";
     /// Written after the other families, with its bucket, sum and count series.
-    PUSH_DURATION: histogram "ingero_fleet_push_duration_seconds", unit "s",
+    PUSH_DURATION: histogram prefix + "push_duration_seconds", unit "s",
         labels [LABEL_RECEIVER, LABEL_TRANSPORT],
         help "Time from request received to response ready on the OTLP push path.";
 }

@@ -1,5 +1,5 @@
 //! Unit tests of the selective decoder (the differential proptests are in
-//! `tests/select_differential.rs`).
+//! `tests/it/select_differential.rs`).
 
 use super::*;
 use component::otlp::{get_str, kv_i64, kv_str, resource_attrs};

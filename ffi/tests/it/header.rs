@@ -1,5 +1,5 @@
 //! The committed header is exactly what the pinned cbindgen generates from the crate.
-//! `INGERO_BLESS=1 cargo test -p ingero-ffi --test header` rewrites it.
+//! `INGERO_BLESS=1 cargo test -p ingero-ffi --test it header::` rewrites it.
 
 use std::path::PathBuf;
 
@@ -22,6 +22,6 @@ fn committed_header_is_up_to_date() {
     let committed = std::fs::read(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "ffi/include/ingero_fleet.h is stale: run `INGERO_BLESS=1 cargo test -p ingero-ffi --test header` and commit it"
+        "ffi/include/ingero_fleet.h is stale: run `INGERO_BLESS=1 cargo test -p ingero-ffi --test it header::` and commit it"
     );
 }

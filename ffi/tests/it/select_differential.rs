@@ -587,7 +587,7 @@ fn the_processor_comparison_covers_accepted_and_refused_points() {
 /// `go-shim/internal/shimprocessor/bench_test.go` marshalled by pdata's Go `ProtoMarshaler`,
 /// which writes the fields of every message from the last to the first (`value` before
 /// `key`, a metric's `name` after its data), unlike prost.
-const GO_PDATA_3_PUSHES: &[u8] = include_bytes!("data/go_pdata_3_pushes.pb");
+const GO_PDATA_3_PUSHES: &[u8] = include_bytes!("../data/go_pdata_3_pushes.pb");
 
 #[test]
 fn go_marshalled_pushes_decode_as_prost_decodes_them() {

@@ -2,7 +2,7 @@
 //! invalid configs, lifecycle.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

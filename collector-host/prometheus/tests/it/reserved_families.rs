@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
-mod common;
+use crate::common;
 
 use common::*;
 use component::MetricFamily;
@@ -111,6 +111,44 @@ fn pushes_that_would_translate_to_fleet_families_are_refused_as_a_loss() {
         && !x.name.starts_with("ingero_threshold")
         && !x.name.starts_with("ingero_gpu")));
     assert_eq!(named(&s, "ingero_node_health_score_ratio").len(), 1);
+}
+
+/// Built from the host library alone, the exporter names its own families under the
+/// library's prefix and reserves that prefix only: Ingero's names are data there.
+#[test]
+fn without_a_distribution_only_the_host_prefix_is_reserved() {
+    let e = fleet_prometheus::PrometheusExporter::new(PrometheusExporterConfig::default()).unwrap();
+    let stats = e.consume(
+        &[node(
+            "cluster-a",
+            "a0",
+            vec![
+                gauge("ingero.fleet.threshold", "", vec![point(vec![], T0, 0.5)]),
+                gauge(
+                    "collector.host.connections_open",
+                    "",
+                    vec![point(vec![], T0, 1.0)],
+                ),
+            ],
+        )],
+        ts(T0),
+    );
+    assert_eq!(stats.lost, 1, "{stats:?}");
+    assert_eq!(e.dropped(DropReason::ReservedName), 1);
+    let mut own = Vec::new();
+    e.telemetry(&mut own);
+    assert!(!own.is_empty());
+    for f in &own {
+        assert!(
+            f.name.starts_with("collector_host_prometheus_"),
+            "{}",
+            f.name
+        );
+    }
+    let s = parse(&render(&e, T0, &own));
+    assert_eq!(named(&s, "ingero_fleet_threshold").len(), 1);
+    assert!(named(&s, "collector_host_connections_open").is_empty());
+    assert_eq!(named(&s, "collector_host_prometheus_series").len(), 1);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
-mod common;
+use crate::common;
 
 use common::*;
 use component::otlp::{KeyValue, Metric, MetricKind, kv_str};

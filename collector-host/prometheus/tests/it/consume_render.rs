@@ -1,7 +1,7 @@
 //! consume -> render: types, names, labels, escaping, merging, concurrency.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

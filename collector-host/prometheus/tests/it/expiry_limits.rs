@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and their helpers may unwrap
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
