@@ -104,7 +104,8 @@ impl ScopeKey {
         {
             return false;
         }
-        same_length_match(b, l)
+        // The key itself (the usual spelling) takes one compare instead of the walk.
+        b == self.key.as_bytes() || same_length_match(b, l)
     }
 
     /// The scope a settled resource's attributes name (the value of [`Self::key`]).
