@@ -685,8 +685,12 @@ mod tests {
             assert!(!f.samples.is_empty(), "{} has no sample", f.name);
         }
         let named = Arc::new(
-            AuthExtension::new("ingero_auth", AuthConfig::default())
-                .with_metric_prefix(MetricPrefix::new("dist_")),
+            AuthExtension::new(
+                "ingero_auth",
+                AuthConfig::default(),
+                Arc::new(ingero_wire::scope::ClusterScope),
+            )
+            .with_metric_prefix(MetricPrefix::new("dist_")),
         );
         let mut fams = Vec::new();
         named.telemetry(&mut fams);
