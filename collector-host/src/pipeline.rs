@@ -149,8 +149,8 @@ impl MetricsPipeline {
                 acks.push(d);
             }
         }
-        // The batch's strings and vectors go to this thread's pool for the next JSON
-        // decode here, instead of being freed now and allocated again then.
+        // The batch's strings and vectors go to this thread's pool for the next JSON or
+        // protobuf decode here, instead of being freed now and allocated again then.
         component::recycle::recycle_on_this_thread(data);
         Ok(outcome)
     }

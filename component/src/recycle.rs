@@ -174,7 +174,7 @@ impl Recycler {
     /// (histograms, exemplars, nested attribute values) are dropped.
     pub fn recycle_resources(&mut self, mut resources: Vec<ResourceMetrics>) {
         if self.strings.len() >= Self::KEEP_STRINGS {
-            // Full (nothing on this thread takes from the pool, e.g. protobuf-only
+            // Full (nothing on this thread takes from the pool, e.g. gRPC-only
             // traffic): a plain drop costs less than the walk.
             return;
         }

@@ -5,8 +5,10 @@
 //! - gzip: an accepted body is never larger than the limit; an oversized one is refused
 //!   with `DecompressedTooLarge` (HTTP 413) and nothing else.
 //! - every decode error maps to HTTP 400/413/415 with a non-empty message and reason.
-//! - protobuf: a decoded request re-encodes to bytes that decode to the same request
-//!   (compared as bytes, so NaN values compare equal).
+//! - protobuf: the receiver's pooled reader (`receiver::otlp_proto`) gives prost's result
+//!   or prost's error, also when it decodes into buffers a previous request left in the
+//!   pool; a decoded request re-encodes to bytes that decode to the same request (compared
+//!   as bytes, so NaN values compare equal).
 //! - JSON: a decoded request, re-encoded to protobuf, decodes to the same thing; written
 //!   back as OTLP/JSON (opentelemetry-proto's serializer) it is accepted again (unless a
 //!   repeated double field holds a non-finite value, which the serializer writes as
@@ -24,6 +26,7 @@ pub const GZIP_LIMIT: u64 = 256 * 1024;
 /// Protobuf bodies (gzip-compressed ones when they start with the gzip magic).
 pub fn otlp_proto(data: &[u8]) {
     for body in bodies(data) {
+        same_as_prost(&body);
         if let Ok(req) = decode_checked(BodyEncoding::Protobuf, &body) {
             proto_round_trip(&req);
             json_round_trip(&req);
@@ -37,6 +40,24 @@ pub fn otlp_json(data: &[u8]) {
         if let Ok(req) = decode_checked(BodyEncoding::Json, &body) {
             proto_round_trip(&req);
             json_round_trip(&req);
+        }
+    }
+}
+
+/// The pooled reader against prost, twice: the second decode reuses the first one's
+/// strings and vectors.
+fn same_as_prost(body: &[u8]) {
+    use collector_host::receiver::otlp_proto;
+    let want = ExportMetricsServiceRequest::decode(body).map(|r| r.encode_to_vec());
+    for _ in 0..2 {
+        let got = otlp_proto::decode_metrics(body);
+        match (&got, &want) {
+            (Ok(a), Ok(b)) => assert_eq!(&a.encode_to_vec(), b, "pooled reader differs from prost"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("pooled reader {a:?}, prost {b:?}"),
+        }
+        if let Ok(req) = got {
+            component::recycle::recycle_on_this_thread(req.resource_metrics);
         }
     }
 }

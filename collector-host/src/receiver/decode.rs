@@ -228,15 +228,16 @@ pub fn decode<T: Message + Default + DeserializeOwned>(
     }
 }
 
-/// Decode an `ExportMetricsServiceRequest`: protobuf through prost, JSON through the
-/// streaming decoder of [`super::otlp_json`] (no serde `Content` buffering; its doc lists
-/// where it differs from [`decode`]).
+/// Decode an `ExportMetricsServiceRequest`: protobuf through the pooled reader of
+/// [`super::otlp_proto`] (prost's result and errors, prost's allocations avoided), JSON
+/// through the streaming decoder of [`super::otlp_json`] (no serde `Content` buffering; its
+/// doc lists where it differs from [`decode`]).
 pub fn decode_metrics(
     enc: BodyEncoding,
     body: &[u8],
 ) -> Result<ExportMetricsServiceRequest, DecodeError> {
     match enc {
-        BodyEncoding::Protobuf => ExportMetricsServiceRequest::decode(body)
+        BodyEncoding::Protobuf => super::otlp_proto::decode_metrics(body)
             .map_err(|e| DecodeError::BadProtobuf(e.to_string())),
         BodyEncoding::Json => {
             super::otlp_json::decode_metrics(body).map_err(|e| DecodeError::BadJson(e.to_string()))

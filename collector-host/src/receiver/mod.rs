@@ -7,3 +7,4 @@ pub mod grpc_conn_cap;
 pub mod grpc_shed;
 pub mod http;
 pub mod otlp_json;
+pub mod otlp_proto;

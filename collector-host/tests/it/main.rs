@@ -8,3 +8,4 @@ mod host_metric_prefix;
 mod no_ingero_components;
 mod no_ingero_names;
 mod otlp_json_differential;
+mod otlp_proto_differential;
