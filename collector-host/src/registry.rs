@@ -107,6 +107,8 @@ pub struct Components {
     scope: Arc<dyn RequestScope>,
     metric_prefix: MetricPrefix,
     reserved_metric_prefixes: &'static [&'static str],
+    pipeline_gauges: &'static [&'static str],
+    prometheus_drop_attributes: &'static [&'static str],
 }
 
 impl Default for Components {
@@ -125,6 +127,8 @@ impl Components {
             scope: Arc::new(NoScope),
             metric_prefix: crate::telemetry::HOST_METRIC_PREFIX,
             reserved_metric_prefixes: &[],
+            pipeline_gauges: &[],
+            prometheus_drop_attributes: &[],
         }
     }
 
@@ -143,6 +147,34 @@ impl Components {
     pub fn with_reserved_metric_prefixes(mut self, prefixes: &'static [&'static str]) -> Self {
         self.reserved_metric_prefixes = prefixes;
         self
+    }
+
+    /// OTLP gauges the picked processors put into the pipeline under a name of a reserved
+    /// prefix ([`with_reserved_metric_prefixes`](Self::with_reserved_metric_prefixes)):
+    /// the Prometheus exporter stores them as data (as gauges only). None by default.
+    pub fn with_pipeline_gauges(mut self, names: &'static [&'static str]) -> Self {
+        self.pipeline_gauges = names;
+        self
+    }
+
+    /// The attribute keys the Prometheus exporter leaves out of label sets when a config
+    /// does not set its `drop_attributes` (attributes the distribution's data carries whose
+    /// values change with every point). None by default: the library's exporter keeps
+    /// every attribute unless configured.
+    pub fn with_prometheus_drop_attributes(mut self, keys: &'static [&'static str]) -> Self {
+        self.prometheus_drop_attributes = keys;
+        self
+    }
+
+    /// The gauges given to [`with_pipeline_gauges`](Self::with_pipeline_gauges).
+    pub fn pipeline_gauges(&self) -> &'static [&'static str] {
+        self.pipeline_gauges
+    }
+
+    /// The Prometheus exporter's default `drop_attributes`
+    /// ([`with_prometheus_drop_attributes`](Self::with_prometheus_drop_attributes)).
+    pub fn prometheus_drop_attributes(&self) -> &'static [&'static str] {
+        self.prometheus_drop_attributes
     }
 
     /// The prefix of the host's own metric families.
@@ -167,6 +199,8 @@ impl Components {
             .with_processor(&provider_processor::FACTORY)
             .with_extension(&ingero_extension::FACTORY)
             .with_request_scope(Arc::new(ingero_wire::scope::ClusterScope))
+            .with_pipeline_gauges(ingero_wire::family::PIPELINE_GAUGES)
+            .with_prometheus_drop_attributes(ingero_wire::family::DROP_ATTRIBUTES)
     }
 
     pub fn with_processor(mut self, f: &'static dyn ProcessorFactory) -> Self {

@@ -537,7 +537,9 @@ async fn build_exporters(
                     PrometheusExporter::new(c.clone())
                         .map_err(|e| anyhow!("exporters.{id}: {e}"))?
                         .with_scope_key(plan.scope.key().map(|k| k.key()))
-                        .with_names(plan.metric_prefix, plan.reserved_metric_prefixes),
+                        .with_names(plan.metric_prefix, plan.reserved_metric_prefixes)
+                        .with_pipeline_gauges(plan.pipeline_gauges)
+                        .with_default_drop_attributes(plan.prometheus_drop_attributes),
                 );
                 prom.push(inner.clone());
                 let fams = component_families.clone();

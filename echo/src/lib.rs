@@ -46,12 +46,15 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 /// Echo's set: the host's built-ins, the `echo` exporter and the `echo_api` extension,
 /// with requests and resources scoped to clusters as in Fleet
 /// ([`ingero_wire::scope::ClusterScope`]). The host's own families keep the names of
-/// Ingero's distributions (`ingero_fleet_*`, [`ingero_wire::family`]).
+/// Ingero's distributions (`ingero_fleet_*`), and its Prometheus exporter the same
+/// reserved names and default `drop_attributes` as Fleet's ([`ingero_wire::family`]).
 pub fn components() -> Components {
     Components::host()
         .with_request_scope(std::sync::Arc::new(ingero_wire::scope::ClusterScope))
         .with_metric_prefix(ingero_wire::family::HOST_PREFIX)
         .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES)
+        .with_pipeline_gauges(ingero_wire::family::PIPELINE_GAUGES)
+        .with_prometheus_drop_attributes(ingero_wire::family::DROP_ATTRIBUTES)
         .with_exporter(&exporter::EXPORTER_FACTORY)
         .with_extension(&extension::API_FACTORY)
 }

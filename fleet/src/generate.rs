@@ -257,8 +257,8 @@ fn reads_name(text: &str, name: &str) -> bool {
 }
 
 /// The generated sections of `examples/exported-metrics.txt`: (section, family names), each
-/// from a component's declaration; the host's own families under the prefix Fleet gives its
-/// host ([`ingero_wire::family::HOST_PREFIX`]).
+/// from a component's declaration; the host's own families (the Prometheus exporter's
+/// included) under the prefix Fleet gives its host ([`ingero_wire::family::HOST_PREFIX`]).
 pub fn metric_sections() -> Vec<(&'static str, Vec<String>)> {
     let prefix = crate::components().metric_prefix();
     let names = |specs: &[component::telemetry::MetricSpec]| -> Vec<String> {
@@ -279,6 +279,7 @@ pub fn metric_sections() -> Vec<(&'static str, Vec<String>)> {
             names(provider_processor::metrics::FAMILIES),
         ),
         ("host", names(collector_host::telemetry::families::FAMILIES)),
+        ("prometheus", names(fleet_prometheus::metrics::FAMILIES)),
         ("auth", names(collector_host::auth::FAMILIES)),
         ("echo", names(echo_telemetry::FAMILIES)),
     ]

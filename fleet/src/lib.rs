@@ -14,13 +14,17 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("default.yaml");
 /// ([`ingero_fleet_components`]: the `ingero`, `nccl_peer_lag` and `provider_lookup`
 /// processors and the `ingero_threshold` extension), with requests and resources scoped
 /// to clusters ([`ingero_fleet_components::request_scope`]). The host's own families are
-/// named `ingero_fleet_*` and the components' name prefixes are reserved on the Prometheus
-/// exporter page ([`ingero_wire::family`]).
+/// named `ingero_fleet_*`, the components' name prefixes are reserved on the Prometheus
+/// exporter page (where the `ingero` processor's straggler gauge is stored as data), and
+/// the exporter leaves the agents' per-point attributes out of label sets unless a config
+/// sets `drop_attributes` ([`ingero_wire::family`]).
 pub fn components() -> Components {
     let host = Components::host()
         .with_request_scope(ingero_fleet_components::request_scope())
         .with_metric_prefix(ingero_wire::family::HOST_PREFIX)
-        .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES);
+        .with_reserved_metric_prefixes(ingero_wire::family::RESERVED_PREFIXES)
+        .with_pipeline_gauges(ingero_wire::family::PIPELINE_GAUGES)
+        .with_prometheus_drop_attributes(ingero_wire::family::DROP_ATTRIBUTES);
     let set = ingero_fleet_components::PROCESSORS
         .iter()
         .fold(host, |set, f| set.with_processor(*f));

@@ -53,9 +53,12 @@ pub mod metric {
 }
 
 /// Prometheus family names: how Ingero's distributions (`ingero-fleet`, `ingero-echo`) name
-/// what their host and their components write on a scrape page.
+/// what their host and their components write on a scrape page, and what their Prometheus
+/// exporter keeps off it by default.
 pub mod family {
     use component::telemetry::MetricPrefix;
+
+    use super::{attr, metric};
 
     /// The prefix the distributions give their host's own families
     /// (`ingero_fleet_connections_open`, `ingero_fleet_auth_requests_total`,
@@ -74,6 +77,27 @@ pub mod family {
         "ingero_provider_",
         "ingero_threshold_",
         "ingero_gpu_hourly_rate",
+    ];
+
+    /// OTLP gauges Fleet's processors put into the pipeline under a reserved family name
+    /// (the `ingero` processor's straggler gauge, `ingero_fleet_node_straggler_ratio`): the
+    /// Prometheus exporter stores them as data although their name is reserved.
+    pub const PIPELINE_GAUGES: &[&str] = &[metric::FLEET_NODE_STRAGGLER];
+
+    /// Attributes the distributions' Prometheus exporter leaves out of label sets when a
+    /// config does not set `drop_attributes`: values the Ingero agents put on points that
+    /// change with every point (the NCCL operation sequence number of each collective; the
+    /// UUID, score and threshold of each straggler event; the episode id and causal chains
+    /// this project's agent adds to a straggler event). As labels each would start a new
+    /// series per point (or per episode): unbounded cardinality for Prometheus, and the
+    /// chains are kilobytes of JSON.
+    pub const DROP_ATTRIBUTES: &[&str] = &[
+        attr::NCCL_OP_SEQ,
+        attr::EVENT_ID,
+        attr::SCORE,
+        attr::THRESHOLD,
+        attr::CAUSAL_CHAIN_ID,
+        attr::CAUSAL_CHAINS,
     ];
 }
 

@@ -18,7 +18,7 @@ use fleet_prometheus::{PrometheusExporter, PrometheusExporterConfig};
 const T0: u64 = 1_750_000_000;
 
 fn loaded(nodes: u64) -> PrometheusExporter {
-    let e = PrometheusExporter::new(PrometheusExporterConfig::default()).unwrap();
+    let e = agent::fleet_exporter(PrometheusExporterConfig::default());
     agent::fill(&e, nodes, true, T0);
     e
 }

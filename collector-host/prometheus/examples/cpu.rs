@@ -25,7 +25,7 @@ fn cpu_ns() -> u64 {
 }
 
 fn loaded(nodes: u64) -> PrometheusExporter {
-    let e = PrometheusExporter::new(PrometheusExporterConfig::default()).unwrap();
+    let e = agent::fleet_exporter(PrometheusExporterConfig::default());
     agent::fill(&e, nodes, true, T0);
     e
 }

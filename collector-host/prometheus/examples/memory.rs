@@ -79,7 +79,7 @@ fn main() {
 
     let base_bytes = BYTES.load(Relaxed);
     let base_blocks = BLOCKS.load(Relaxed);
-    let e = PrometheusExporter::new(PrometheusExporterConfig::default()).unwrap();
+    let e = agent::fleet_exporter(PrometheusExporterConfig::default());
     load(&e, nodes, with_sums, t0);
     let series = e.series_count();
     let held = BYTES.load(Relaxed) - base_bytes;

@@ -40,21 +40,6 @@ pub const DEFAULT_MAX_BYTES: usize = 512 << 20;
 pub const DEFAULT_TENANT_LEFT_DIVISOR: usize = 4;
 /// Smallest `max_bytes_per_cluster`: below it not even one resource with one series fits.
 pub const MIN_BYTES_PER_CLUSTER: usize = 1024;
-/// Attributes left out of label sets by default: values the Ingero agents put on points
-/// that change with every point (the NCCL operation sequence number of each collective;
-/// the UUID, score and threshold of each straggler event; the episode id and causal
-/// chains this project's agent adds to a straggler event). As labels each would start a
-/// new series per point (or per episode): unbounded cardinality for Prometheus, and the
-/// chains are kilobytes of JSON.
-pub const DEFAULT_DROP_ATTRIBUTES: [&str; 6] = [
-    ingero_wire::attr::NCCL_OP_SEQ,
-    ingero_wire::attr::EVENT_ID,
-    ingero_wire::attr::SCORE,
-    ingero_wire::attr::THRESHOLD,
-    ingero_wire::attr::CAUSAL_CHAIN_ID,
-    ingero_wire::attr::CAUSAL_CHAINS,
-];
-
 /// `resource_to_telemetry_conversion` block.
 ///
 /// Enabled by default, unlike contrib (where it defaults to `false`). Fleet's data is per
@@ -99,9 +84,13 @@ pub struct PrometheusExporterConfig {
     /// Labels added to every translated series; they win over data labels of the same name.
     pub const_labels: BTreeMap<String, String>,
     /// Resource and data-point attribute keys never turned into labels (exact OTLP keys).
-    /// Points that differ only in these land on one series. Default
-    /// [`DEFAULT_DROP_ATTRIBUTES`]; `[]` keeps every attribute.
-    pub drop_attributes: Vec<String>,
+    /// Points that differ only in these land on one series. `[]` keeps every attribute;
+    /// unset (`None`): the distribution's list
+    /// ([`PrometheusExporter::with_default_drop_attributes`]; none unless it gives one).
+    ///
+    /// [`PrometheusExporter::with_default_drop_attributes`]: crate::PrometheusExporter::with_default_drop_attributes
+    #[serde(deserialize_with = "list", skip_serializing_if = "Option::is_none")]
+    pub drop_attributes: Option<Vec<String>>,
     /// A series not updated for this long is no longer rendered and is freed by `expire`.
     #[serde(with = "component::config::duration")]
     pub metric_expiration: Duration,
@@ -112,11 +101,12 @@ pub struct PrometheusExporterConfig {
     pub translation_strategy: Option<TranslationStrategy>,
     /// Most series held; points that would create more are dropped and counted.
     pub max_series: usize,
-    /// Most series held for resources of one `ingero.cluster.id`; points that would
+    /// Most series held for resources of one cluster (the value of the host's scope key
+    /// attribute, `ingero.cluster.id` in Ingero's distributions); points that would
     /// create more for that cluster are dropped and counted (`cluster_series_limit`).
     pub max_series_per_cluster: usize,
     /// Most estimated bytes (series records, metric names and label text as stored,
-    /// counted as if nothing were shared) held for resources of one `ingero.cluster.id`;
+    /// counted as if nothing were shared) held for resources of one cluster;
     /// points that would take more are dropped and counted (`cluster_bytes_limit`).
     pub max_bytes_per_cluster: usize,
     /// Most estimated bytes held for every cluster together (`bytes_limit`).
@@ -161,7 +151,7 @@ impl Default for PrometheusExporterConfig {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             namespace: String::new(),
             const_labels: BTreeMap::new(),
-            drop_attributes: DEFAULT_DROP_ATTRIBUTES.map(String::from).to_vec(),
+            drop_attributes: None,
             metric_expiration: DEFAULT_METRIC_EXPIRATION,
             resource_to_telemetry_conversion: ResourceToTelemetry::default(),
             add_metric_suffixes: DEFAULT_ADD_METRIC_SUFFIXES,
@@ -198,6 +188,12 @@ impl PrometheusExporterConfig {
         let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
+}
+
+/// `drop_attributes`, when present, is a list: `null` is refused (a config leaves the key
+/// out for the distribution's list).
+fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Vec::<String>::deserialize(d).map(Some)
 }
 
 /// Check `host:port` (`127.0.0.1:8889`, `[::1]:8889`, `0.0.0.0:9090`, `localhost:8889`).
@@ -254,7 +250,7 @@ impl ComponentConfig for PrometheusExporterConfig {
                 errs.push(path, "reserved for histogram and summary series");
             }
         }
-        for (i, key) in self.drop_attributes.iter().enumerate() {
+        for (i, key) in self.drop_attributes.iter().flatten().enumerate() {
             if key.is_empty() {
                 errs.push(format!("drop_attributes[{i}]"), "must not be empty");
             }

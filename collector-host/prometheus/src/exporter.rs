@@ -80,8 +80,8 @@ pub struct PrometheusExporter {
     /// value), charged as series are created and released as they expire.
     clusters: ClusterTable,
     /// The resource attribute that names a resource's cluster (the host's request scope
-    /// key; `ingero.cluster.id` unless the host sets another, `None`: no per-cluster caps
-    /// beyond the one shared allowance).
+    /// key, [`Self::with_scope_key`]; `None`, the default: no per-cluster caps beyond the
+    /// one shared allowance).
     scope_key: Option<&'static str>,
     counters: Counters,
 }
@@ -127,11 +127,12 @@ impl PrometheusExporter {
             with_suffixes: cfg.with_suffixes(),
             resource_to_telemetry: cfg.resource_to_telemetry_conversion.enabled,
             const_labels,
-            drop_attributes: cfg.drop_attributes.clone(),
+            drop_attributes: cfg.drop_attributes.clone().unwrap_or_default(),
             layout_memo: true,
             reserved: Default::default(),
             own_prefix: component::telemetry::DEFAULT_HOST_PREFIX,
             reserved_prefixes: &[],
+            pipeline_gauges: &[],
         };
         let budget = cluster_usage::Budget {
             max_bytes: cfg.max_bytes,
@@ -148,16 +149,41 @@ impl PrometheusExporter {
             series: AtomicUsize::new(0),
             resources: AtomicUsize::new(0),
             clusters: ClusterTable::new(budget),
-            scope_key: Some(ingero_wire::resource::CLUSTER_ID),
+            scope_key: None,
             counters: Counters::default(),
         })
     }
 
     /// Charge resources to the cluster their `key` attribute names (the host's request
-    /// scope key), or, with `None`, all of them to the one shared allowance.
+    /// scope key), or, with `None` (the default), all of them to the one shared allowance.
     pub fn with_scope_key(mut self, key: Option<&'static str>) -> Self {
         self.scope_key = key;
         self
+    }
+
+    /// The attribute keys left out of label sets when the config leaves `drop_attributes`
+    /// unset (the distribution's: attributes its agents or components put on points whose
+    /// values change with every point; none otherwise). A config's own list, `[]`
+    /// included, wins.
+    pub fn with_default_drop_attributes(mut self, keys: &'static [&'static str]) -> Self {
+        if self.cfg.drop_attributes.is_none() {
+            self.settings.drop_attributes = keys.iter().map(|k| (*k).to_string()).collect();
+        }
+        self
+    }
+
+    /// OTLP gauges the distribution's processors put into the pipeline under a name its
+    /// reserved prefixes ([`Self::with_names`]) would refuse: they are stored as data (as
+    /// gauges only; the same name as another type is still refused).
+    pub fn with_pipeline_gauges(mut self, names: &'static [&'static str]) -> Self {
+        self.settings.pipeline_gauges = names;
+        self
+    }
+
+    /// The attribute keys left out of label sets: the config's `drop_attributes`, or the
+    /// distribution's default when the config leaves it unset.
+    pub fn drop_attributes(&self) -> &[String] {
+        &self.settings.drop_attributes
     }
 
     pub fn config(&self) -> &PrometheusExporterConfig {

@@ -9,8 +9,9 @@ use crate::text::{escape_label_value, needs_escape};
 use crate::translate::{Fail, Lookup, Settings};
 use crate::value::{as_plain_str, write_value};
 
-pub(crate) const SERVICE_NAME: &str = ingero_wire::resource::SERVICE_NAME;
-pub(crate) const SERVICE_INSTANCE_ID: &str = ingero_wire::resource::SERVICE_INSTANCE_ID;
+// OpenTelemetry semantic-convention resource attributes (`job` and `instance`).
+pub(crate) const SERVICE_NAME: &str = "service.name";
+pub(crate) const SERVICE_INSTANCE_ID: &str = "service.instance.id";
 pub(crate) const SERVICE_NAMESPACE: &str = "service.namespace";
 
 /// Reusable buffers for one `consume` call.

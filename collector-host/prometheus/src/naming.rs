@@ -15,10 +15,6 @@
 //! Label names: every character outside `[a-zA-Z0-9_]` becomes `_`; a leading digit gets
 //! `key_`, a single leading `_` gets `key`.
 
-/// OTLP gauges that Fleet's processors put into the pipeline under a reserved name (the
-/// `ingero` processor's straggler gauge); the exporter stores them as data (as gauges only).
-pub const FLEET_PIPELINE_METRICS: &[&str] = &[ingero_wire::metric::FLEET_NODE_STRAGGLER];
-
 /// What the name is for; decides the type suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NameKind {

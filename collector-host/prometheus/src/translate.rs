@@ -57,6 +57,9 @@ pub struct Settings {
     pub own_prefix: component::telemetry::MetricPrefix,
     /// Name prefixes of the families the distribution's components write: reserved.
     pub reserved_prefixes: &'static [&'static str],
+    /// OTLP gauges the distribution's processors put into the pipeline under a reserved
+    /// name: stored as data (as gauges only).
+    pub pipeline_gauges: &'static [&'static str],
 }
 
 impl Settings {
@@ -195,9 +198,9 @@ fn resolve_family(
         settings.with_suffixes,
     )
     .map_err(|_| DropReason::InvalidMetricName)?;
-    let fleets_own =
-        kind == NameKind::Gauge && crate::naming::FLEET_PIPELINE_METRICS.contains(&m.name.as_str());
-    if !fleets_own
+    let components_own =
+        kind == NameKind::Gauge && settings.pipeline_gauges.contains(&m.name.as_str());
+    if !components_own
         && (settings.is_reserved_family(&name) || settings.reserved.read().contains(name.as_str()))
     {
         return Err(DropReason::ReservedName);

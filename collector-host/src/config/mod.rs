@@ -143,6 +143,12 @@ pub struct Plan {
     /// Family name prefixes the distribution's components own
     /// ([`Components::reserved_metric_prefixes`]).
     pub reserved_metric_prefixes: &'static [&'static str],
+    /// Gauges the distribution's processors write under a reserved name
+    /// ([`Components::pipeline_gauges`]).
+    pub pipeline_gauges: &'static [&'static str],
+    /// The Prometheus exporter's `drop_attributes` where a config leaves it unset
+    /// ([`Components::prometheus_drop_attributes`]).
+    pub prometheus_drop_attributes: &'static [&'static str],
 }
 
 /// Decode a section entry: id, registry type, component config.
@@ -637,6 +643,8 @@ impl Plan {
             scope: components.request_scope().clone(),
             metric_prefix: components.metric_prefix(),
             reserved_metric_prefixes: components.reserved_metric_prefixes(),
+            pipeline_gauges: components.pipeline_gauges(),
+            prometheus_drop_attributes: components.prometheus_drop_attributes(),
         })
     }
 

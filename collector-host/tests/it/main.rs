@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod durable_exporter;
+mod host_exporter_defaults;
 mod host_metric_prefix;
 mod no_ingero_components;
 mod no_ingero_names;

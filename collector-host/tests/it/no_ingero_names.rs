@@ -4,9 +4,11 @@
 //! request's and a resource's scope is (Fleet: the cluster) comes from the distribution's
 //! `component::scope::RequestScope`.
 //!
-//! The Prometheus exporter crate (`fleet-prometheus`) is a separate crate with its own
-//! defaults and is not scanned here; self-metric names (`ingero_fleet_…`) are not wire
-//! names and are not what this test looks for.
+//! The same holds for the Prometheus exporter crate it links (`fleet-prometheus`): the
+//! scope key, the default `drop_attributes` and the gauges stored under reserved names come
+//! from the distribution (`Components::with_request_scope`,
+//! `with_prometheus_drop_attributes`, `with_pipeline_gauges`). Self-metric names
+//! (`ingero_fleet_…`) are not wire names and are not what this test looks for.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,11 @@ fn table(manifest: &Path, name: &str) -> Vec<String> {
         .and_then(|t| t.as_table())
         .map(|t| t.keys().cloned().collect())
         .unwrap_or_default()
+}
+
+/// The Prometheus exporter crate's directory.
+fn exporter_dir() -> PathBuf {
+    manifest_dir().join("prometheus")
 }
 
 #[test]
@@ -113,6 +120,33 @@ fn the_library_source_spells_no_ingero_wire_name() {
         found.is_empty(),
         "Ingero wire names in collector-host's non-test code (they belong to the \
          distribution's RequestScope or to ingero-wire):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_prometheus_exporter_does_not_depend_on_the_ingero_wire_crate() {
+    let manifest = exporter_dir().join("Cargo.toml");
+    let deps = table(&manifest, "dependencies");
+    // The table read is the exporter's: it has the contract crate.
+    assert!(deps.iter().any(|d| d == "component"), "{deps:?}");
+    assert!(
+        !deps.iter().any(|d| d == "ingero-wire"),
+        "fleet-prometheus's [dependencies] name ingero-wire: {deps:?}"
+    );
+    // Its tests build the exporter as Ingero's distributions do.
+    let dev = table(&manifest, "dev-dependencies");
+    assert!(dev.iter().any(|d| d == "ingero-wire"), "{dev:?}");
+}
+
+#[test]
+fn the_prometheus_exporter_source_spells_no_ingero_wire_name() {
+    let found = findings(&exporter_dir().join("src"));
+    assert!(
+        found.is_empty(),
+        "Ingero wire names in fleet-prometheus's non-test code (the distribution gives \
+         them: Components::with_request_scope, with_prometheus_drop_attributes, \
+         with_pipeline_gauges):\n{}",
         found.join("\n")
     );
 }

@@ -713,7 +713,7 @@ fn per_event_attributes_are_not_labels_by_default() {
 
     // `drop_attributes: []` keeps them: one series per event and per collective.
     let e = exporter(PrometheusExporterConfig {
-        drop_attributes: vec![],
+        drop_attributes: Some(vec![]),
         ..Default::default()
     });
     e.consume(&batch(), ts(now() + 1));

@@ -221,7 +221,7 @@ fn straggler_events_share_one_series_per_node_until_it_expires() {
 
     // Kept as labels on request: one series per event, each expiring.
     let e = exporter(PrometheusExporterConfig {
-        drop_attributes: vec![],
+        drop_attributes: Some(vec![]),
         ..Default::default()
     });
     e.consume(&events, ts(T0));

@@ -8,7 +8,20 @@ use component::otlp::{
     Gauge, InstrumentationScope, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue,
     Resource, ResourceMetrics, ScopeMetrics, Sum, kv_f64, kv_i64, kv_str,
 };
-use ingero_wire::{attr, metric, resource};
+use fleet_prometheus::{PrometheusExporter, PrometheusExporterConfig};
+use ingero_wire::{attr, family, metric, resource};
+
+/// The exporter as Ingero's distributions build it from `cfg`: their host prefix and
+/// reserved prefixes, resources charged to their `ingero.cluster.id`, their default
+/// `drop_attributes` and the straggler gauge stored as data.
+pub fn fleet_exporter(cfg: PrometheusExporterConfig) -> PrometheusExporter {
+    PrometheusExporter::new(cfg)
+        .unwrap()
+        .with_names(family::HOST_PREFIX, family::RESERVED_PREFIXES)
+        .with_scope_key(Some(resource::CLUSTER_ID))
+        .with_default_drop_attributes(family::DROP_ATTRIBUTES)
+        .with_pipeline_gauges(family::PIPELINE_GAUGES)
+}
 
 /// Per-cgroup cumulative totals the real collector adds when it has per-cgroup data.
 #[derive(Debug, Clone)]

@@ -11,7 +11,6 @@ use component::otlp::{
     Gauge, KeyValue, Metric, MetricKind, NumberDataPoint, NumberValue, Resource, ResourceMetrics,
     ScopeMetrics, Sum,
 };
-use component::telemetry::MetricPrefix;
 use component::{MetricFamily, Timestamp};
 use fleet_prometheus::{PrometheusExporter, PrometheusExporterConfig};
 
@@ -21,26 +20,9 @@ pub fn ts(secs: u64) -> Timestamp {
     Timestamp::from_secs(secs)
 }
 
-/// The host metric prefix Ingero's distributions give the exporter
-/// (`ingero_wire::family::HOST_PREFIX`), spelled out so the tests read the names an
-/// operator of `ingero-fleet` sees.
-pub const FLEET_PREFIX: MetricPrefix = MetricPrefix::new("ingero_fleet_");
-/// The name prefixes `ingero-fleet` reserves for its components' families
-/// (`ingero_wire::family::RESERVED_PREFIXES`).
-pub const FLEET_RESERVED: &[&str] = &[
-    "ingero_fleet_",
-    "ingero_cost_",
-    "ingero_nccl_",
-    "ingero_provider_",
-    "ingero_threshold_",
-    "ingero_gpu_hourly_rate",
-];
-
-/// An exporter named as `ingero-fleet` names it.
+/// An exporter named and defaulted as `ingero-fleet` builds it ([`agent::fleet_exporter`]).
 pub fn exporter(cfg: PrometheusExporterConfig) -> PrometheusExporter {
-    PrometheusExporter::new(cfg)
-        .unwrap()
-        .with_names(FLEET_PREFIX, FLEET_RESERVED)
+    agent::fleet_exporter(cfg)
 }
 
 pub fn default_exporter() -> PrometheusExporter {
