@@ -11,7 +11,8 @@
 # runs rendered configs for real on loopback: the sharded front end's nginx.conf in a real
 # nginx before two Fleet replicas over TLS, Fleet forwarding to Echo over mTLS, and the
 # agent chart's arguments in three ingero-agents (synthetic source) reaching the Fleet
-# chart's threshold over mTLS with a token and over explicit plaintext; each of those has a
+# chart's threshold over mTLS with a token and over explicit plaintext, their query APIs
+# answering over the chart's TLS and token (and explicit plaintext); each of those has a
 # deadline and ends its processes, and go test has a 300 s ceiling. helm is built from the
 # Go module proxy on first use and cached under target/tools.
 # Usage: scripts/helm-test.sh [FLEET_BIN [ECHO_BIN [AGENT_BIN]]]   (the test validates the
@@ -167,6 +168,36 @@ if out="$("$helm" template --kube-version 1.31.0 t "$agent_chart" --set fleet.tl
 else
   echo "ok   helm template ingero-agent refused a certificate with an http:// endpoint"
 fi
+# The agent's query API (api.enabled) serves TLS by default: refused without a certificate
+# source, then each mode linted (cert-manager rendered only, as above) and rendered.
+api=(--set fleet.tls.existingSecret=t-tls --set api.enabled=true)
+if out="$("$helm" template --kube-version 1.31.0 t "$agent_chart" "${api[@]}" 2>&1)" ||
+  ! grep -q 'The query API serves TLS by default' <<<"$out"; then
+  echo "FAIL helm template ingero-agent with api.enabled and no API certificate:" >&2
+  echo "$out" >&2
+  fail=1
+else
+  echo "ok   helm template ingero-agent refused the query API without a certificate"
+fi
+for mode in secret cert-manager plaintext; do
+  case "$mode" in
+    secret) args=(--set api.tls.existingSecret=t-api-tls); want="--api-tls-cert=/etc/ingero/api-tls/tls.crt" ;;
+    cert-manager) args=(--api-versions cert-manager.io/v1); want="name: t-ingero-agent-api-tls" ;;
+    plaintext) args=(--set api.tls.enabled=false); want="--api-no-tls" ;;
+  esac
+  if [ "$mode" != cert-manager ] && ! out="$("$helm" lint --strict "$agent_chart" "${api[@]}" "${args[@]}" 2>&1)"; then
+    echo "FAIL helm lint ingero-agent (query API, $mode):" >&2
+    echo "$out" >&2
+    fail=1
+  elif ! out="$("$helm" template --kube-version 1.31.0 t "$agent_chart" "${api[@]}" "${args[@]}" 2>&1)" ||
+    ! grep -q -- "$want" <<<"$out"; then
+    echo "FAIL helm template ingero-agent (query API, $mode): no '$want'" >&2
+    echo "$out" >&2
+    fail=1
+  else
+    echo "ok   helm template ingero-agent, query API TLS mode $mode"
+  fi
+done
 [ "$fail" = 0 ] || exit 1
 
 echo "helm-test: rendering and strict decoding (deploy/helm/test)"

@@ -1,5 +1,6 @@
 //! The agent's hot paths: folding ring-buffer events into the window (per probed call),
-//! one health tick (pure), building and encoding a health push, and an NCCL export batch.
+//! one health tick (pure), building and encoding a health push, an NCCL export batch, and
+//! the query API's per-request token check beside the request it precedes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -155,5 +156,58 @@ fn push(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, events, tick, push);
+/// The query API's token check (one `stat` of `api.token_file`, the lock, the token) and,
+/// for scale, a whole `GET /api/v1/time` with that check on a kept-open loopback
+/// connection to an in-process API (plain HTTP: TLS would only make the request dearer).
+fn api_token(c: &mut Criterion) {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("ingero-bench-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "bench-token-0123456789abcdef").unwrap();
+    let check = ingero_agent::api::server::token(&token).unwrap();
+    let mut g = c.benchmark_group("api_token");
+    g.bench_function("check_unchanged_file", |b| b.iter(|| check.get()));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let opts = ingero_agent::api::ServeOptions {
+        config: ingero_agent::api::ApiConfig {
+            enabled: true,
+            listen: "127.0.0.1:0".into(),
+            no_tls: true,
+            token_file: Some(token.clone()),
+            ..Default::default()
+        },
+        db: dir.join("absent.db"),
+        node: "bench".into(),
+        clock_offset_ns: 0,
+    };
+    let server = rt
+        .block_on(ingero_agent::api::ApiServer::bind(opts))
+        .unwrap();
+    let addr = server.local_addr;
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    rt.spawn(server.run(stopped));
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_nodelay(true).unwrap();
+    let req = b"GET /api/v1/time HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer bench-token-0123456789abcdef\r\n\r\n";
+    let mut buf = vec![0u8; 4096];
+    g.bench_function("time_request_keepalive_with_check", |b| {
+        b.iter(|| {
+            conn.write_all(req).unwrap();
+            // One small answer: its head and body arrive together on loopback.
+            let n = conn.read(&mut buf).unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+            n
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, events, tick, push, api_token);
 criterion_main!(benches);

@@ -323,6 +323,9 @@ struct RunArgs {
     /// Plain HTTP for the query API (loopback only unless api.allow_plaintext_non_loopback).
     #[arg(long)]
     api_no_tls: bool,
+    /// With --api-no-tls: allow a non-loopback listen address (api.allow_plaintext_non_loopback).
+    #[arg(long)]
+    api_allow_plaintext_non_loopback: bool,
     /// Test only: shift the clock the query API reports by this many ms.
     #[arg(long, hide = true, allow_hyphen_values = true)]
     api_test_clock_offset_ms: Option<i64>,
@@ -433,6 +436,9 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
         }
         if a.api_no_tls {
             api.no_tls = true;
+        }
+        if a.api_allow_plaintext_non_loopback {
+            api.allow_plaintext_non_loopback = true;
         }
     }
     let h = &mut c.health;

@@ -28,6 +28,7 @@ pub const TICKS_TOTAL: &str = "ingero_agent_ticks_total";
 pub const PUSHES_TOTAL: &str = "ingero_agent_pushes_total";
 pub const STRAGGLER_EVENTS_TOTAL: &str = "ingero_agent_straggler_events_total";
 pub const TLS_RELOADS_TOTAL: &str = "ingero_agent_tls_reloads_total";
+pub const API_TOKEN_RELOADS_TOTAL: &str = "ingero_agent_api_token_reloads_total";
 pub const SPANS_TOTAL: &str = "ingero_agent_spans_total";
 pub const LAUNCHES_TOTAL: &str = "ingero_agent_launches_total";
 pub const NESTED_LAUNCHES_TOTAL: &str = "ingero_agent_nested_launches_total";
@@ -167,6 +168,19 @@ pub fn render(s: &StatusSnapshot) -> String {
             c.error()
         );
     }
+    head(
+        &mut o,
+        API_TOKEN_RELOADS_TOTAL,
+        "counter",
+        "Changes of the query API's token file (api.token_file), by result: ok when requests must carry the new token, error when the new file gave no token (empty, unreadable) and the previous token stayed.",
+    );
+    let c = crate::tlsfiles::Source::ApiToken.counts();
+    let _ = writeln!(o, "{API_TOKEN_RELOADS_TOTAL}{{result=\"ok\"}} {}", c.ok());
+    let _ = writeln!(
+        o,
+        "{API_TOKEN_RELOADS_TOTAL}{{result=\"error\"}} {}",
+        c.error()
+    );
     head(
         &mut o,
         STRAGGLER_EVENTS_TOTAL,
@@ -475,6 +489,10 @@ mod tests {
                 );
                 assert!(text.contains(&want), "missing {want:?} in\n{text}");
             }
+        }
+        for result in ["ok", "error"] {
+            let want = format!("\ningero_agent_api_token_reloads_total{{result=\"{result}\"}} ");
+            assert!(text.contains(&want), "missing {want:?} in\n{text}");
         }
         // Exactly one mode and one state series at 1.
         assert_eq!(text.matches("_detection_mode{").count(), MODES.len());

@@ -1,16 +1,16 @@
-//! TLS material that lives in files and is built again when the files change: the push and
-//! fan-out clients' config (CA, client certificate, key) and the query API's server config
-//! (certificate, key, client CA).
+//! Secrets that live in files and are built again when the files change: the push and
+//! fan-out clients' TLS config (CA, client certificate, key), the query API's server config
+//! (certificate, key, client CA) and the query API's bearer token (`api.token_file`).
 //!
 //! A [`Reloading`] value is looked at before each use (a request for a client, a new
 //! connection for a server): the files are `stat`ed, and when one of them has a new device,
 //! inode, modification time or size (a Secret update swaps a symlink to new files, so the
 //! inode changes even when the time does not), the value is built again from the files and
 //! used from then on. New files that do not build (half written, a key that is not the
-//! certificate's) are logged and counted, and the previous value stays in use; they are not
-//! tried again until the files change again. A check is a few `stat` calls, far less than the
-//! request or handshake it precedes, and needs no timer: a renewal is used from the next
-//! use on.
+//! certificate's, an empty token file) are logged and counted, and the previous value stays
+//! in use; they are not tried again until the files change again. A check is a few `stat`
+//! calls, far less than the request or handshake it precedes, and needs no timer: a renewal
+//! is used from the next use on.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -72,6 +72,61 @@ impl ReloadCounts {
 
 static CLIENT_RELOADS: ReloadCounts = ReloadCounts::new();
 static SERVER_RELOADS: ReloadCounts = ReloadCounts::new();
+static API_TOKEN_RELOADS: ReloadCounts = ReloadCounts::new();
+
+/// What a [`Reloading`] value is built from: which counters its reloads add to and how its
+/// log lines name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// TLS files of one role (`ingero_agent_tls_reloads_total{role}`).
+    Tls(Role),
+    /// The query API's bearer token file (`ingero_agent_api_token_reloads_total`).
+    ApiToken,
+}
+
+impl From<Role> for Source {
+    fn from(r: Role) -> Self {
+        Source::Tls(r)
+    }
+}
+
+impl Source {
+    /// This source's counters.
+    pub fn counts(self) -> &'static ReloadCounts {
+        match self {
+            Source::Tls(r) => r.counts(),
+            Source::ApiToken => &API_TOKEN_RELOADS,
+        }
+    }
+
+    fn changed(self, files: &[PathBuf]) {
+        match self {
+            Source::Tls(r) => tracing::info!(
+                role = r.label(),
+                files = ?files,
+                "TLS files changed: new connections use them"
+            ),
+            Source::ApiToken => tracing::info!(
+                files = ?files,
+                "API token file changed: requests must carry the new token"
+            ),
+        }
+    }
+
+    fn refused(self, error: &dyn std::fmt::Display) {
+        match self {
+            Source::Tls(r) => tracing::warn!(
+                role = r.label(),
+                error = %error,
+                "TLS files changed but do not load; keeping the previous certificate until they change again"
+            ),
+            Source::ApiToken => tracing::warn!(
+                error = %error,
+                "API token file changed but does not load; keeping the previous token until it changes again"
+            ),
+        }
+    }
+}
 
 /// What identifies one version of a file: device, inode, modification time and size.
 /// `None`: the file could not be looked at.
@@ -99,7 +154,7 @@ struct Current<T> {
 
 /// A value built from files, built again when they change (see the module's notes).
 pub struct Reloading<T, E> {
-    role: Role,
+    source: Source,
     files: Vec<PathBuf>,
     build: Build<T, E>,
     current: parking_lot::Mutex<Current<T>>,
@@ -108,7 +163,7 @@ pub struct Reloading<T, E> {
 impl<T, E> std::fmt::Debug for Reloading<T, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reloading")
-            .field("role", &self.role)
+            .field("source", &self.source)
             .field("files", &self.files)
             .finish_non_exhaustive()
     }
@@ -118,7 +173,7 @@ impl<T: Clone, E: std::fmt::Display> Reloading<T, E> {
     /// Build the first value from `files` (an error here is the caller's, not a reload's).
     /// No files: the value never changes.
     pub fn new(
-        role: Role,
+        source: impl Into<Source>,
         files: Vec<PathBuf>,
         build: impl Fn() -> Result<T, E> + Send + Sync + 'static,
     ) -> Result<Self, E> {
@@ -126,7 +181,7 @@ impl<T: Clone, E: std::fmt::Display> Reloading<T, E> {
         let built = files.iter().map(|p| stamp(p)).collect();
         let value = build()?;
         Ok(Reloading {
-            role,
+            source: source.into(),
             files,
             build: Box::new(build),
             current: parking_lot::Mutex::new(Current {
@@ -154,27 +209,19 @@ impl<T: Clone, E: std::fmt::Display> Reloading<T, E> {
         if now == cur.built || cur.failed.as_ref() == Some(&now) {
             return cur.value.clone();
         }
-        let counts = self.role.counts();
+        let counts = self.source.counts();
         match (self.build)() {
             Ok(v) => {
                 cur.value = v;
                 cur.built = now;
                 cur.failed = None;
                 counts.ok.fetch_add(1, Relaxed);
-                tracing::info!(
-                    role = self.role.label(),
-                    files = ?self.files,
-                    "TLS files changed: new connections use them"
-                );
+                self.source.changed(&self.files);
             }
             Err(e) => {
                 cur.failed = Some(now);
                 counts.error.fetch_add(1, Relaxed);
-                tracing::warn!(
-                    role = self.role.label(),
-                    error = %e,
-                    "TLS files changed but do not load; keeping the previous certificate until they change again"
-                );
+                self.source.refused(&e);
             }
         }
         cur.value.clone()

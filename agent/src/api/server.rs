@@ -1,5 +1,10 @@
 //! The API's listener: TCP, TLS 1.3 (unless plaintext was opted into), HTTP/1.1, routing,
 //! the bearer token, the request-size and concurrency bounds.
+//!
+//! The token file is looked at (one `stat`) before each request, and read again when it
+//! changed, so a rotated Secret takes effect from the next request, on open connections
+//! too; a new file that does not give a token (empty, unreadable, not visible ASCII) keeps
+//! the previous token (see [`crate::tlsfiles`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,7 +24,7 @@ use tokio::sync::Semaphore;
 use super::handlers::{self, Fail, QueryRequest};
 use super::{ApiConfig, ApiError};
 use crate::httpserve::stopped;
-use crate::tlsfiles::Reloading;
+use crate::tlsfiles::{Reloading, Source};
 
 /// A TLS handshake (or a request's headers) must arrive within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,9 +43,22 @@ pub struct ServeOptions {
     pub clock_offset_ns: i64,
 }
 
+/// The bearer token as it is now: take it for each request.
+pub type Token = Reloading<Arc<str>, String>;
+
+/// `api.token_file`'s token, read again before a request when the file changed.
+pub fn token(path: &std::path::Path) -> Result<Token, String> {
+    let p = path.to_path_buf();
+    Reloading::new(Source::ApiToken, vec![p.clone()], move || {
+        crate::fleet::transport::read_token(&p)
+            .map(Arc::from)
+            .map_err(|e| e.to_string())
+    })
+}
+
 struct State {
     opts: ServeOptions,
-    token: Option<String>,
+    token: Option<Token>,
     queries: Arc<Semaphore>,
 }
 
@@ -85,10 +103,9 @@ impl ApiServer {
             .parse()
             .map_err(|e| ApiError::Config(format!("api.listen: {e}")))?;
         let token = match &c.token_file {
-            Some(p) => Some(
-                crate::fleet::transport::read_token(p)
-                    .map_err(|e| ApiError::Config(format!("api.token_file: {e}")))?,
-            ),
+            Some(p) => {
+                Some(token(p).map_err(|e| ApiError::Config(format!("api.token_file: {e}")))?)
+            }
             None => None,
         };
         let tls = if c.no_tls {
@@ -304,7 +321,7 @@ where
 
 async fn handle(req: Request<hyper::body::Incoming>, state: Arc<State>) -> Response<Full<Bytes>> {
     if let Some(t) = &state.token
-        && !token_ok(&req, t)
+        && !token_ok(&req, &t.get())
     {
         let mut r = fail(Fail::new(401, "missing or wrong bearer token"));
         r.headers_mut().insert(

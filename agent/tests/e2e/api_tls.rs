@@ -1,6 +1,7 @@
-//! The binary's query API over mTLS while its certificate files are replaced the way a
-//! renewed Secret replaces them: a real TLS client records the certificate each new
-//! connection is shown, and the agent's own `/metrics` counts the reloads.
+//! The binary's query API over TLS while its certificate files and its bearer token file
+//! are replaced the way a renewed Secret replaces them: a real TLS client records the
+//! certificate each new connection is shown and the status each token gets, and the
+//! agent's own `/metrics` counts the reloads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -71,14 +72,29 @@ impl Drop for Agent {
 /// Start the binary with the API (mTLS on the given files) and its metrics endpoint on
 /// loopback; their addresses come from its log.
 fn start(dir: &Path, cert: &Path, key: &Path, client_ca: &Path) -> (Agent, String, String) {
+    start_with(
+        dir,
+        cert,
+        key,
+        ["--api-client-ca".as_ref(), client_ca.as_os_str()],
+    )
+}
+
+/// Start the binary with the API on TLS from `cert`/`key` and `more` API arguments, and
+/// its metrics endpoint, on loopback; their addresses come from its log.
+fn start_with<const N: usize>(
+    dir: &Path,
+    cert: &Path,
+    key: &Path,
+    more: [&std::ffi::OsStr; N],
+) -> (Agent, String, String) {
     let mut child = Command::new(BIN)
         .args(["--synthetic", "--api", "--api-listen", "127.0.0.1:0"])
         .arg("--api-tls-cert")
         .arg(cert)
         .arg("--api-tls-key")
         .arg(key)
-        .arg("--api-client-ca")
-        .arg(client_ca)
+        .args(more)
         .args(["--metrics-listen", "127.0.0.1:0", "--node", "node-a"])
         .arg("--store-path")
         .arg(dir.join("ingero.db"))
@@ -152,12 +168,20 @@ async fn ask(c: &tokio_rustls::TlsConnector, addr: &str) -> Result<(Vec<u8>, Str
 
 /// `ingero_agent_tls_reloads_total{role="server",result}` from the agent's `/metrics`.
 fn server_reloads(metrics: &str, result: &str) -> u64 {
+    counter(
+        metrics,
+        &format!("ingero_agent_tls_reloads_total{{role=\"server\",result=\"{result}\"}}"),
+    )
+}
+
+/// One series' value from the agent's `/metrics`.
+fn counter(metrics: &str, series: &str) -> u64 {
     let mut s = std::net::TcpStream::connect(metrics).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
-    let want = format!("ingero_agent_tls_reloads_total{{role=\"server\",result=\"{result}\"}} ");
+    let want = format!("{series} ");
     let line = text
         .lines()
         .find(|l| l.starts_with(&want))
@@ -253,4 +277,153 @@ async fn a_renewed_api_certificate_and_client_ca_are_served_without_a_restart() 
     assert!(ask(&mine, &api).await.is_err(), "the old CA's client");
     assert_eq!(server_reloads(&metrics, "ok"), 3);
     assert_eq!(server_reloads(&metrics, "error"), 1);
+}
+
+/// A TLS client trusting `ca`, without a client certificate.
+fn plain_connector(ca: &CertifiedIssuer<'static, KeyPair>) -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+type Conn = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+async fn connect(c: &tokio_rustls::TlsConnector, addr: &str) -> Conn {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// `GET /api/v1/time` on an open connection (kept open), with `token` as the bearer token;
+/// the answer's status code.
+async fn status(conn: &mut Conn, token: Option<&str>) -> u16 {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    conn.write_all(
+        format!("GET /api/v1/time HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The head, then exactly Content-Length bytes, so the connection stays usable.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = conn.read(&mut b).await.unwrap();
+        assert_eq!(n, 1, "the connection closed mid-answer: {head:?}");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).await.unwrap();
+    head.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Point `<dir>/token` at new contents the way the kubelet updates a mounted Secret: the
+/// contents go into a new directory, and a symlink to it is renamed over `..data`
+/// (`token` itself is a symlink to `..data/token`).
+fn rotate(dir: &Path, version: u32, text: &str) {
+    let v = dir.join(format!("..v{version}"));
+    std::fs::create_dir(&v).unwrap();
+    std::fs::write(v.join("token"), text).unwrap();
+    std::fs::set_permissions(v.join("token"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(&v, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let link = dir.join("token");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink("..data/token", &link).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_api_token_is_required_from_the_next_request_and_an_empty_one_is_refused() {
+    let dir = TempDir::new("api-token-reload");
+    let ca = issuer("node CA");
+    let a = leaf(&ca, &["localhost", "127.0.0.1"], "node A");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    replace(&cert, &a.pem);
+    replace(&key, &a.key);
+    let secret = dir.path().join("token-secret");
+    std::fs::create_dir(&secret).unwrap();
+    rotate(&secret, 1, "old-token\n");
+    let token = secret.join("token");
+    let (agent, api, metrics) = start_with(
+        dir.path(),
+        &cert,
+        &key,
+        ["--api-token-file".as_ref(), token.as_os_str()],
+    );
+    let reloads = |result: &str| {
+        counter(
+            &metrics,
+            &format!("ingero_agent_api_token_reloads_total{{result=\"{result}\"}}"),
+        )
+    };
+    let tls = plain_connector(&ca);
+    // One connection kept open across the rotation, one new connection per check.
+    let mut kept = connect(&tls, &api).await;
+    let fresh = async |t: Option<&str>| status(&mut connect(&tls, &api).await, t).await;
+    assert_eq!(status(&mut kept, Some("old-token")).await, 200);
+    assert_eq!(fresh(Some("old-token")).await, 200);
+    assert_eq!(fresh(None).await, 401);
+    assert_eq!(fresh(Some("new-token")).await, 401);
+
+    // The Secret is rotated: the old token is refused from the next request on, on the open
+    // connection too, and the new one is taken.
+    rotate(&secret, 2, "new-token\n");
+    assert_eq!(
+        status(&mut kept, Some("old-token")).await,
+        401,
+        "the old token on a connection opened before the rotation"
+    );
+    assert_eq!(status(&mut kept, Some("new-token")).await, 200);
+    assert_eq!(fresh(Some("old-token")).await, 401, "the old token");
+    assert_eq!(fresh(Some("new-token")).await, 200, "the new token");
+    assert_eq!(reloads("ok"), 1);
+    assert_eq!(reloads("error"), 0);
+
+    // An empty file (a rotation gone wrong) gives no token: the new one stays required,
+    // counted once however many requests come, and the API does not open up.
+    rotate(&secret, 3, "");
+    assert_eq!(fresh(Some("new-token")).await, 200, "the token in use");
+    assert_eq!(status(&mut kept, Some("new-token")).await, 200);
+    assert_eq!(fresh(None).await, 401, "no token with an empty file");
+    assert_eq!(
+        fresh(Some("")).await,
+        401,
+        "an empty token with an empty file"
+    );
+    assert_eq!(fresh(Some("old-token")).await, 401);
+    assert_eq!(reloads("error"), 1);
+    assert_eq!(reloads("ok"), 1);
+    let refused = |l: &str| l.contains("API token file changed but does not load");
+    assert!(
+        agent
+            .log
+            .wait_line(refused, Duration::from_secs(10))
+            .is_some(),
+        "the refusal is logged: {:?}",
+        agent.log.lines()
+    );
+
+    // A file written in place (same inode, new size) is read again too.
+    std::fs::write(&token, "third-token").unwrap();
+    assert_eq!(fresh(Some("third-token")).await, 200);
+    assert_eq!(fresh(Some("new-token")).await, 401);
+    assert_eq!(reloads("ok"), 2);
+    assert_eq!(reloads("error"), 1);
 }

@@ -4,7 +4,7 @@ package helmtest
 // ingero-fleet run from the Fleet chart's rendered config, on loopback: three agents (the
 // synthetic signal source, so no GPU, eBPF or root is needed) push to Fleet until each
 // classifies against Fleet's threshold (detection mode "fleet" and a threshold on its own
-// /metrics). Two modes: the defaults (mTLS with the CA, client certificate and key from
+// /metrics), and each agent's query API (api.enabled) answers with the chart's TLS and token. Two modes: the defaults (mTLS with the CA, client certificate and key from
 // the agent's Secret, plus a bearer token from a Secret, against Fleet's mTLS and token
 // auth), and plaintext as the explicit value in both charts. The Secret files are written
 // with the modes the rendered volumes give them, so a mode the agent refuses for its key
@@ -135,22 +135,38 @@ func runAgentsAgainstFleet(t *testing.T, fleetBin, agentBin string, secure bool)
 		// No cloud metadata probe: the test reaches only loopback.
 		"provider": "none",
 	}
+	// The query API on too: its chart defaults (TLS with mTLS) plus a token, or explicit
+	// plaintext.
+	const apiToken = "api-token-0123456789abcdef"
+	apiVals := map[string]any{"enabled": true}
 	if secure {
 		agentFleet["endpoint"] = fmt.Sprintf("https://localhost:%d", fleetPorts[":4318"])
 		agentFleet["tls"] = map[string]any{"existingSecret": "agent-mtls"}
 		agentFleet["token"] = map[string]any{"enabled": true, "existingSecret": "agent-token"}
+		apiVals["tls"] = map[string]any{"existingSecret": "agent-api-tls"}
+		apiVals["token"] = map[string]any{"enabled": true, "existingSecret": "agent-api-token"}
 	} else {
 		agentFleet["endpoint"] = fmt.Sprintf("http://127.0.0.1:%d", fleetPorts[":4318"])
 		agentFleet["tls"] = map[string]any{"enabled": false}
+		apiVals["tls"] = map[string]any{"enabled": false}
 	}
-	agentObjs := render(t, agent, nil, map[string]any{"fleet": agentFleet})
+	agentObjs := render(t, agent, nil, map[string]any{"fleet": agentFleet, "api": apiVals})
 	pod := get[appsv1.DaemonSet](t, agentObjs, "DaemonSet", agent).Spec.Template.Spec
 	agentTLS, agentToken := filepath.Join(dir, "agent-tls"), filepath.Join(dir, "agent-token")
+	apiTLS, apiTokenDir := filepath.Join(dir, "agent-api-tls"), filepath.Join(dir, "agent-api-token")
 	if secure {
 		writeSecretVolume(t, agentTLS, tlsVolume(pod, "tls"), map[string][]byte{
 			"ca.crt": ca.pem, "tls.crt": agentCert.pem, "tls.key": agentCert.kpem})
 		writeSecretVolume(t, agentToken, tlsVolume(pod, "token"), map[string][]byte{"token": []byte(token + "\n")})
-	} else if tlsVolume(pod, "tls") != nil || tlsVolume(pod, "token") != nil {
+		// The API's server certificate from the same CA (as the chart's cert-manager mode
+		// gives), whose ca.crt checks client certificates.
+		apiCert := issue(t, ca, 4, &x509.Certificate{Subject: pkix.Name{CommonName: agent + " api"},
+			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+		writeSecretVolume(t, apiTLS, tlsVolume(pod, "api-tls"), map[string][]byte{
+			"ca.crt": ca.pem, "tls.crt": apiCert.pem, "tls.key": apiCert.kpem})
+		writeSecretVolume(t, apiTokenDir, tlsVolume(pod, "api-token"), map[string][]byte{"token": []byte(apiToken + "\n")})
+	} else if tlsVolume(pod, "tls") != nil || tlsVolume(pod, "token") != nil || tlsVolume(pod, "api-tls") != nil {
 		t.Fatalf("plaintext agent mounts a certificate or token: %+v", pod.Volumes)
 	}
 	args := pod.Containers[0].Args
@@ -161,12 +177,15 @@ func runAgentsAgainstFleet(t *testing.T, fleetBin, agentBin string, secure bool)
 
 	const n = 3
 	metrics := make([]int, n)
+	apiPorts := make([]int, n)
 	agents := make([]*proc, n)
 	for i := range agents {
-		metrics[i] = freePort(t)
+		metrics[i], apiPorts[i] = freePort(t), freePort(t)
 		state := filepath.Join(dir, fmt.Sprintf("state-%d", i))
 		fix := strings.NewReplacer("$(NODE_NAME)", fmt.Sprintf("node-%d", i),
 			"0.0.0.0:9465", fmt.Sprintf("127.0.0.1:%d", metrics[i]),
+			"0.0.0.0:8080", fmt.Sprintf("127.0.0.1:%d", apiPorts[i]),
+			"/etc/ingero/api-tls", apiTLS, "/etc/ingero/api-token", apiTokenDir,
 			"/etc/ingero/tls", agentTLS, "/etc/ingero/token", agentToken, "/var/lib/ingero-agent", state)
 		var a []string
 		for _, arg := range args {
@@ -215,8 +234,45 @@ func runAgentsAgainstFleet(t *testing.T, fleetBin, agentBin string, secure bool)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	// Each agent's query API answers with what the chart gave it: over TLS with a client
+	// certificate of the CA and the token in the secure mode (and 401 without the token, a
+	// refused handshake without the certificate), over plain HTTP otherwise.
+	apiGet := func(port int, withCert bool, bearer string) (int, error) {
+		scheme, tr := "http", &http.Transport{}
+		if secure {
+			roots := x509.NewCertPool()
+			roots.AddCert(ca.cert)
+			cfg := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13}
+			if withCert {
+				cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{agentCert.cert.Raw}, PrivateKey: agentCert.key}}
+			}
+			scheme, tr = "https", &http.Transport{TLSClientConfig: cfg}
+		}
+		c := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s://127.0.0.1:%d/api/v1/time", scheme, port), nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for i, port := range apiPorts {
+		if st, err := apiGet(port, true, apiToken); err != nil || st != http.StatusOK {
+			t.Errorf("agent-%d API with what the chart gave: %d %v, want 200\n%s", i, st, err, allLogs())
+		}
+	}
 	if !secure {
 		return
+	}
+	if st, err := apiGet(apiPorts[0], true, ""); err != nil || st != http.StatusUnauthorized {
+		t.Errorf("API without the token: %d %v, want 401", st, err)
+	}
+	if st, err := apiGet(apiPorts[0], false, apiToken); err == nil {
+		t.Errorf("API answered %d without a client certificate", st)
 	}
 	// The mode matters: the same arguments with the key readable by the group (what a
 	// defaultMode of 0440 would give) are refused at start.

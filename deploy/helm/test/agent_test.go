@@ -94,9 +94,21 @@ func checkAgentNetworkPolicy(t *testing.T, objs objects, pod corev1.PodSpec, wan
 	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
 		t.Errorf("policyTypes %v, want Ingress and Egress", np.Spec.PolicyTypes)
 	}
-	metricsPort := pod.Containers[0].Ports[0].ContainerPort
-	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != int(metricsPort) {
-		t.Errorf("ingress %v: want exactly the metrics port %d", np.Spec.Ingress, metricsPort)
+	// One ingress rule per container port: metrics, then the query API's when it is on.
+	var want []int
+	for _, p := range pod.Containers[0].Ports {
+		want = append(want, int(p.ContainerPort))
+	}
+	var got []int
+	for _, r := range np.Spec.Ingress {
+		if len(r.Ports) != 1 {
+			t.Errorf("ingress rule %v: want one port", r)
+			continue
+		}
+		got = append(got, r.Ports[0].Port.IntValue())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ingress ports %v: want exactly the container's ports %v (metrics, then the API's)", got, want)
 	}
 	for _, r := range np.Spec.Egress {
 		if len(r.Ports) == 0 {
@@ -366,4 +378,193 @@ func TestAgentRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "fleet.tls.certManager.issuerRef.name is needed") {
 		t.Errorf("cert-manager without an issuer: %v", err)
 	}
+}
+
+// apiOn turns the query API on with the given api values merged in.
+func apiOn(kv map[string]any) map[string]any {
+	a := map[string]any{"enabled": true}
+	for k, v := range kv {
+		a[k] = v
+	}
+	return map[string]any{"api": a}
+}
+
+// secretItems lists a Secret volume's items as key->path.
+func secretItems(v *corev1.SecretVolumeSource) []string {
+	var items []string
+	for _, it := range v.Items {
+		items = append(items, it.Key+"->"+it.Path)
+	}
+	return items
+}
+
+// The query API is off by default; turned on, it serves TLS by default: the certificate,
+// key and client CA from the Secret given, mounted owner-only, wired to --api-tls-*, behind
+// a headless Service and an ingress rule of its own. Without a certificate source the
+// install fails, naming the values.
+func TestAgentAPIServesTLSByDefault(t *testing.T) {
+	pod := get[appsv1.DaemonSet](t, render(t, agent, agentDefaults, nil), "DaemonSet", agent).Spec.Template.Spec
+	if args := containerArgs(pod); strings.Contains(args, "--api") {
+		t.Errorf("the API is on by default: %q", args)
+	}
+	renderFails(t, agent, merge(apiOn(nil), map[string]any{"fleet": map[string]any{"tls": map[string]any{"existingSecret": "agent-tls"}}}),
+		"The query API serves TLS by default (api.tls.enabled) and needs a certificate")
+
+	objs := render(t, agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"existingSecret": "agent-api-tls"}}))
+	pod = get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	checkAgentPod(t, pod)
+	checkOwnerOnly(t, pod)
+	args := containerArgs(pod)
+	for _, want := range []string{"--api-listen=0.0.0.0:8080", "--api-tls-cert=/etc/ingero/api-tls/tls.crt",
+		"--api-tls-key=/etc/ingero/api-tls/tls.key", "--api-client-ca=/etc/ingero/api-tls/ca.crt"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if strings.Contains(args, "--api-no-tls") || strings.Contains(args, "--api-allow-plaintext") || strings.Contains(args, "--api-token-file") {
+		t.Errorf("TLS defaults with plaintext or a token: %q", args)
+	}
+	v := tlsVolume(pod, "api-tls")
+	if v == nil || v.SecretName != "agent-api-tls" {
+		t.Fatalf("api-tls volume %+v: want the Secret agent-api-tls", v)
+	}
+	if items := secretItems(v); !slices.Equal(items, []string{"tls.crt->tls.crt", "tls.key->tls.key", "ca.crt->ca.crt"}) {
+		t.Errorf("api-tls volume items %v", items)
+	}
+	if len(objs["Certificate"]) != 0 {
+		t.Errorf("a Certificate with a Secret given and no cert-manager API")
+	}
+	svc := get[corev1.Service](t, objs, "Service", agent)
+	if svc.Spec.ClusterIP != "None" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
+		t.Errorf("Service %+v: want headless on 8080", svc.Spec)
+	}
+	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", agent)
+	var ports []int
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			ports = append(ports, p.Port.IntValue())
+		}
+	}
+	if !slices.Equal(ports, []int{9465, 8080}) {
+		t.Errorf("ingress ports %v: want the metrics port and the API's", ports)
+	}
+	// Without mTLS: no client CA mounted or passed.
+	objs = render(t, agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"existingSecret": "agent-api-tls", "requireClientCert": false}}))
+	pod = get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	if args := containerArgs(pod); strings.Contains(args, "--api-client-ca") || !strings.Contains(args, "--api-tls-cert=") {
+		t.Errorf("requireClientCert=false args %q", args)
+	}
+	if items := secretItems(tlsVolume(pod, "api-tls")); slices.Contains(items, "ca.crt->ca.crt") {
+		t.Errorf("requireClientCert=false mounts the CA: %v", items)
+	}
+}
+
+// Plaintext on the API only as the explicit value api.tls.enabled=false: --api-no-tls with
+// the non-loopback override (the pod's address), no certificate mounted or requested, even
+// with cert-manager's API.
+func TestAgentAPIPlaintextOnlyAsAnExplicitValue(t *testing.T) {
+	out, err := renderChartWith(agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"enabled": false}}), nil, []string{"cert-manager.io/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	pod := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	args := containerArgs(pod)
+	if !strings.Contains(args, "--api-no-tls") || !strings.Contains(args, "--api-allow-plaintext-non-loopback") || strings.Contains(args, "--api-tls") || strings.Contains(args, "--api-client-ca") {
+		t.Errorf("plaintext API args %q", args)
+	}
+	if tlsVolume(pod, "api-tls") != nil {
+		t.Errorf("plaintext API mounts a certificate")
+	}
+	for name := range objs["Certificate"] {
+		if strings.Contains(name, "api") {
+			t.Errorf("plaintext API requests a Certificate %s", name)
+		}
+	}
+}
+
+// With cert-manager's API and no Secret: a server-auth Certificate valid for the headless
+// Service's per-pod names, from the Fleet chart's CA Issuer by default, in the Secret the
+// DaemonSet mounts; the arguments are those of the Secret mode.
+func TestAgentAPICertManagerWhenPresent(t *testing.T) {
+	certManager := []string{"cert-manager.io/v1"}
+	out, err := renderChartWith(agent, nil, apiOn(nil), nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeAll(t, out)
+	pod := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	checkOwnerOnly(t, pod)
+	c := get[certificate](t, objs, "Certificate", agent+"-api-tls")
+	if v := tlsVolume(pod, "api-tls"); v == nil || v.SecretName != c.Spec.SecretName || c.Spec.SecretName == get[certificate](t, objs, "Certificate", agent+"-tls").Spec.SecretName {
+		t.Errorf("api-tls volume %+v: want the API Certificate's own Secret %s", v, c.Spec.SecretName)
+	}
+	if !slices.Contains(c.Spec.Usages, "server auth") || slices.Contains(c.Spec.Usages, "client auth") {
+		t.Errorf("usages %v: want server auth only", c.Spec.Usages)
+	}
+	if !slices.Contains(c.Spec.DNSNames, "*."+agent+".ingero.svc") || !slices.Contains(c.Spec.DNSNames, agent+".ingero.svc") {
+		t.Errorf("dnsNames %v lack the headless Service's names", c.Spec.DNSNames)
+	}
+	if c.Spec.IssuerRef.Name != "ingero-fleet-ca" || c.Spec.PrivateKey == nil || c.Spec.PrivateKey.RotationPolicy != "Always" {
+		t.Errorf("certificate spec %+v", c.Spec)
+	}
+	secretArgs := get[appsv1.DaemonSet](t, render(t, agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"existingSecret": "agent-api-tls"}})),
+		"DaemonSet", agent).Spec.Template.Spec.Containers[0].Args
+	if !slices.Equal(pod.Containers[0].Args, secretArgs) {
+		t.Errorf("cert-manager args %q differ from the Secret mode's %q", pod.Containers[0].Args, secretArgs)
+	}
+	// A Secret given wins; certManager.enabled=false without a Secret is refused.
+	out, err = renderChartWith(agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"existingSecret": "agent-api-tls"}}), nil, certManager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := decodeAll(t, out)["Certificate"][agent+"-api-tls"]; ok {
+		t.Errorf("an API Certificate although api.tls.existingSecret is given")
+	}
+	if _, err := renderChartWith(agent, agentDefaults, apiOn(map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": "false"}}}),
+		nil, certManager); err == nil || !strings.Contains(err.Error(), "The query API serves TLS by default") {
+		t.Errorf("api certManager.enabled=false and no Secret: %v", err)
+	}
+}
+
+// The API's token: a Secret key mounted as a directory (no subPath, so the kubelet's
+// updates reach the file the agent re-reads), owner-only, wired to --api-token-file.
+func TestAgentAPIToken(t *testing.T) {
+	objs := render(t, agent, []string{"ci/production-values.yaml"}, nil)
+	pod := get[appsv1.DaemonSet](t, objs, "DaemonSet", agent).Spec.Template.Spec
+	checkOwnerOnly(t, pod)
+	if args := containerArgs(pod); !strings.Contains(args, "--api-token-file=/etc/ingero/api-token/token") || !strings.Contains(args, "--api-tls-cert=") {
+		t.Errorf("args %q lack the API's token or certificate", args)
+	}
+	v := tlsVolume(pod, "api-token")
+	if v == nil || v.SecretName != "agent-api-token" || !slices.Equal(secretItems(v), []string{"token->token"}) {
+		t.Fatalf("api-token volume %+v", v)
+	}
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if m.Name == "api-token" && (m.SubPath != "" || m.MountPath != "/etc/ingero/api-token" || !m.ReadOnly) {
+			t.Errorf("api-token mount %+v: want a read-only directory without subPath", m)
+		}
+	}
+	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", agent)
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[1].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "ml-platform" {
+		t.Errorf("API ingress %+v: want from the ml-platform namespace", np.Spec.Ingress)
+	}
+	for _, c := range []struct {
+		api  map[string]any
+		want string
+	}{
+		{map[string]any{"tls": map[string]any{"existingSecret": "s"}, "token": map[string]any{"enabled": true}}, "api.token.enabled needs api.token.existingSecret"},
+		{map[string]any{"tls": map[string]any{"enabled": false, "existingSecret": "s"}}, "api.tls.existingSecret is given but api.tls.enabled is false"},
+		{map[string]any{"tls": map[string]any{"certManager": map[string]any{"enabled": true}}}, "api.tls.certManager.enabled=true, but the cert-manager API"},
+		{map[string]any{"tls": map[string]any{"existingSecret": "s"}, "port": 9465}, "api.port and metrics.port must differ"},
+	} {
+		renderFails(t, agent, map[string]any{"fleet": map[string]any{"tls": map[string]any{"existingSecret": "agent-tls"}}, "api": merge(map[string]any{"enabled": true}, c.api)}, c.want)
+	}
+}
+
+func merge(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
 }

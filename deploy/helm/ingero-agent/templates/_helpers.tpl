@@ -75,6 +75,25 @@ provides it. */}}
 {{- default (printf "%s-tls" (include "ingero-agent.fullname" .)) .Values.fleet.tls.existingSecret }}
 {{- end }}
 
+{{/* Where the query API's certificate comes from: "" when the API is off, none
+(api.tls.enabled=false), secret (api.tls.existingSecret), cert-manager, or "missing" when
+TLS is on and nothing provides it. */}}
+{{- define "ingero-agent.apiTlsSource" -}}
+{{- $a := .Values.api }}
+{{- $cm := toString $a.tls.certManager.enabled }}
+{{- if not $a.enabled }}
+{{- else if not $a.tls.enabled }}none
+{{- else if $a.tls.existingSecret }}secret
+{{- else if or (eq $cm "true") (and (eq $cm "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}cert-manager
+{{- else }}missing
+{{- end }}
+{{- end }}
+
+{{/* The Secret mounted at /etc/ingero/api-tls: the given one, or the one cert-manager writes. */}}
+{{- define "ingero-agent.apiTlsSecret" -}}
+{{- default (printf "%s-api-tls" (include "ingero-agent.fullname" .)) .Values.api.tls.existingSecret }}
+{{- end }}
+
 {{/* The scheme of fleet.endpoint as the agent reads it: http for http:// or, with
 fleet.insecure, a bare host:port; https otherwise. */}}
 {{- define "ingero-agent.scheme" -}}
@@ -124,5 +143,28 @@ fleet.insecure, a bare host:port; https otherwise. */}}
 {{- end }}
 {{- if and .Values.fleet.token.enabled (not .Values.fleet.token.existingSecret) }}
 {{- fail "fleet.token.enabled needs fleet.token.existingSecret (a Secret with the bearer token under fleet.token.key)" }}
+{{- end }}
+{{- $a := .Values.api }}
+{{- $apiSrc := include "ingero-agent.apiTlsSource" . }}
+{{- if not (has (toString $a.tls.certManager.enabled) (list "auto" "true" "false")) }}
+{{- fail "api.tls.certManager.enabled must be auto, true or false" }}
+{{- end }}
+{{- if eq $apiSrc "missing" }}
+{{- fail "The query API serves TLS by default (api.tls.enabled) and needs a certificate: set api.tls.existingSecret (a kubernetes.io/tls Secret, plus ca.crt with api.tls.requireClientCert), or install cert-manager (api.tls.certManager); api.tls.enabled=false serves plaintext" }}
+{{- end }}
+{{- if and (eq $apiSrc "cert-manager") (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}
+{{- fail "api.tls.certManager.enabled=true, but the cert-manager API (cert-manager.io/v1) is not installed" }}
+{{- end }}
+{{- if and (eq $apiSrc "cert-manager") (not $a.tls.certManager.issuerRef.name) }}
+{{- fail "api.tls.certManager.issuerRef.name is needed: the Issuer (or ClusterIssuer) that issues the API's certificate" }}
+{{- end }}
+{{- if and $a.enabled (not $a.tls.enabled) $a.tls.existingSecret }}
+{{- fail "api.tls.existingSecret is given but api.tls.enabled is false: the certificate would not be used" }}
+{{- end }}
+{{- if and $a.enabled $a.token.enabled (not $a.token.existingSecret) }}
+{{- fail "api.token.enabled needs api.token.existingSecret (a Secret with the bearer token under api.token.key)" }}
+{{- end }}
+{{- if and $a.enabled (eq (int $a.port) (int .Values.metrics.port)) }}
+{{- fail "api.port and metrics.port must differ" }}
 {{- end }}
 {{- end }}
