@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common::free_port;
 use std::collections::HashMap;
-use std::net::TcpListener as StdListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -151,14 +151,6 @@ struct RpcAny {
     type_url: String,
     #[prost(bytes = "vec", tag = "2")]
     value: Vec<u8>,
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn batch() -> ExportMetricsServiceRequest {

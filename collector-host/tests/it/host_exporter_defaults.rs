@@ -7,7 +7,7 @@
 //! page read as Prometheus would. The real `ingero-fleet` binary's page is checked the same
 //! way in fleet/tests/e2e/components.rs (no `op_seq` label on the agents' timings).
 
-use std::net::TcpListener as StdListener;
+use crate::common::{free_port, request};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,26 +17,9 @@ use collector_host::service::{RunOptions, run};
 use component::otlp::{
     ExportMetricsServiceRequest, gauge_f64, kv_f64, kv_str, point_f64, resource_metrics,
 };
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use ingero_wire::{attr, family, resource};
 use prost::Message;
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn request(req: http::Request<Full<bytes::Bytes>>) -> (u16, String) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<bytes::Bytes>>();
-    let resp = client.request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
 
 /// One node's push: resource `ingero.cluster.id` + `ingero.node.id`, one gauge point that
 /// carries a straggler event's id and score as attributes.

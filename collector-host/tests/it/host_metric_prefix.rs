@@ -3,7 +3,7 @@
 //! OpenTelemetry Collector's `otelcol_*` names stay. Real service, real listeners, both
 //! scrape endpoints read as Prometheus would.
 
-use std::net::TcpListener as StdListener;
+use crate::common::{free_port, request};
 use std::time::Duration;
 
 use collector_host::config::Plan;
@@ -13,27 +13,10 @@ use component::otlp::{
     ExportMetricsServiceRequest, gauge_f64, kv_str, point_f64, resource_metrics,
 };
 use component::telemetry::MetricPrefix;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use prost::Message;
 
 const TOKEN: &str = "host-prefix-test-token-0123456789";
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn request(req: http::Request<Full<bytes::Bytes>>) -> (u16, String) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<bytes::Bytes>>();
-    let resp = client.request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
 
 /// The family names a scrape page declares (`# TYPE` lines).
 fn families(page: &str) -> Vec<String> {

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod durable_exporter;
 mod host_exporter_defaults;
 mod host_metric_prefix;
