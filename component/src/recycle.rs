@@ -7,7 +7,13 @@
 //! the batch back with [`Recycler::recycle`] when it is done. What comes out of a decoder is
 //! the same value either way; only where its memory comes from differs.
 //!
-//! Everything kept is empty, and how much is kept is bounded: at most
+//! Besides the pools, a thread keeps one whole batch as it was (see
+//! [`Recycler::keep_or_recycle`]): a decoder that can write into a used batch in place
+//! (the OTLP/JSON decoder does) takes it with [`Recycler::take_tree`] and overwrites it, so
+//! a push of the same shape as the last one reuses every string and vector where it lies,
+//! without taking the batch apart and putting it together again.
+//!
+//! Everything in the pools is empty, and how much is kept is bounded: at most
 //! [`Recycler::KEEP_STRINGS`] strings of at most [`Recycler::MAX_STRING_BYTES`] each and
 //! [`Recycler::KEEP_VECS`] vectors of each kind of at most [`Recycler::MAX_VEC_BYTES`] each
 //! (lists of metrics: [`Recycler::MAX_METRIC_VEC_BYTES`]), about 2 MiB per thread at worst.
@@ -42,7 +48,7 @@ pub fn put_thread_pool(pool: Recycler) {
 /// this where a batch's pipeline ends.
 pub fn recycle_on_this_thread(data: Vec<ResourceMetrics>) {
     let mut pool = POOL.take();
-    pool.recycle_resources(data);
+    pool.keep_or_recycle(data);
     put_thread_pool(pool);
 }
 
@@ -66,6 +72,34 @@ pub struct Recycler {
     metrics: Vec<Vec<Metric>>,
     scopes: Vec<Vec<ScopeMetrics>>,
     resources: Vec<Vec<ResourceMetrics>>,
+    /// One whole batch, kept as it was for a decoder that writes in place (see
+    /// [`Recycler::keep_or_recycle`]); empty without capacity when none is kept.
+    tree: Vec<ResourceMetrics>,
+    /// Whether the last decode on this thread wrote in place (see
+    /// [`Recycler::set_writes_in_place`]): only then is a batch kept whole.
+    in_place: bool,
+}
+
+/// The most of each part a batch kept whole may have (see [`Recycler::keep_or_recycle`]):
+/// with strings of at most [`Recycler::MAX_STRING_BYTES`], such a batch holds about
+/// 0.5 MiB at worst.
+#[derive(Debug, Clone, Copy)]
+struct TreeBudget {
+    resources: usize,
+    scopes: usize,
+    metrics: usize,
+    points: usize,
+    attributes: usize,
+}
+
+impl TreeBudget {
+    const FULL: TreeBudget = TreeBudget {
+        resources: 8,
+        scopes: 16,
+        metrics: 128,
+        points: 256,
+        attributes: 512,
+    };
 }
 
 impl Recycler {
@@ -77,6 +111,8 @@ impl Recycler {
         metrics: Vec::new(),
         scopes: Vec::new(),
         resources: Vec::new(),
+        tree: Vec::new(),
+        in_place: false,
     };
 
     /// How many strings are kept at most.
@@ -151,6 +187,7 @@ impl Recycler {
             && self.metrics.capacity() == 0
             && self.scopes.capacity() == 0
             && self.resources.capacity() == 0
+            && self.tree.capacity() == 0
     }
 
     /// How many of each kind are kept now (for tests and bounds checks).
@@ -162,6 +199,55 @@ impl Recycler {
             metrics: self.metrics.len(),
             scopes: self.scopes.len(),
             resources: self.resources.len(),
+        }
+    }
+
+    /// Say whether the decode that has this pool writes into a kept batch in place (the
+    /// OTLP/JSON decoder) or takes its parts from the pools (the protobuf reader): batches
+    /// are kept whole only while the thread's decodes write in place, so a thread that
+    /// reads protobuf does not check each batch for a decoder that will not use it.
+    #[inline]
+    pub fn set_writes_in_place(&mut self, yes: bool) {
+        self.in_place = yes;
+    }
+
+    /// Keep `resources` whole for the next decode that writes in place
+    /// ([`Recycler::take_tree`]) if the thread's last decode did
+    /// ([`Recycler::set_writes_in_place`]), no batch is kept yet and this one is small and plain:
+    /// within [`TreeBudget::FULL`], gauges and sums only, no exemplars or entity refs,
+    /// attribute values that are scalars (or unset), every string within
+    /// [`Recycler::MAX_STRING_BYTES`] of capacity. Otherwise its parts go to the pools
+    /// as with [`Recycler::recycle_resources`].
+    pub fn keep_or_recycle(&mut self, resources: Vec<ResourceMetrics>) {
+        let mut budget = TreeBudget::FULL;
+        if self.in_place
+            && self.tree.capacity() == 0
+            && resources.capacity() > 0
+            && fits(&resources, &mut budget)
+        {
+            self.tree = resources;
+        } else {
+            self.recycle_resources(resources);
+        }
+    }
+
+    /// The batch kept whole, for a decoder to overwrite in place (empty if none is).
+    #[inline]
+    pub fn take_tree(&mut self) -> Vec<ResourceMetrics> {
+        std::mem::take(&mut self.tree)
+    }
+
+    /// Whether a batch is kept whole.
+    pub fn keeps_tree(&self) -> bool {
+        self.tree.capacity() > 0
+    }
+
+    /// Move the batch kept whole, if any, into the pools (for a decoder that takes its
+    /// strings and vectors from the pools instead of writing in place).
+    pub fn spill_tree(&mut self) {
+        if self.tree.capacity() > 0 {
+            let tree = self.take_tree();
+            self.recycle_resources(tree);
         }
     }
 
@@ -256,6 +342,83 @@ impl Recycler {
     }
 }
 
+/// Take `n` from a budget; `false` when it does not have that many left.
+#[inline]
+fn spend(left: &mut usize, n: usize) -> bool {
+    match left.checked_sub(n) {
+        Some(rest) => {
+            *left = rest;
+            true
+        }
+        None => false,
+    }
+}
+
+/// A string a batch kept whole may hold.
+#[inline]
+fn small(s: &String) -> bool {
+    s.capacity() <= Recycler::MAX_STRING_BYTES
+}
+
+/// Whether `resources` may be kept whole (see [`Recycler::keep_or_recycle`]), spending
+/// `left` as it goes.
+fn fits(resources: &[ResourceMetrics], left: &mut TreeBudget) -> bool {
+    if !spend(&mut left.resources, resources.len()) {
+        return false;
+    }
+    resources.iter().all(|rm| {
+        small(&rm.schema_url)
+            && rm
+                .resource
+                .as_ref()
+                .is_none_or(|r| r.entity_refs.is_empty() && plain_attributes(&r.attributes, left))
+            && spend(&mut left.scopes, rm.scope_metrics.len())
+            && rm.scope_metrics.iter().all(|sm| {
+                small(&sm.schema_url)
+                    && sm.scope.as_ref().is_none_or(|s| {
+                        small(&s.name) && small(&s.version) && plain_attributes(&s.attributes, left)
+                    })
+                    && spend(&mut left.metrics, sm.metrics.len())
+                    && sm.metrics.iter().all(|m| plain_metric(m, left))
+            })
+    })
+}
+
+fn plain_metric(m: &Metric, left: &mut TreeBudget) -> bool {
+    let points = match &m.data {
+        None => &[][..],
+        Some(MetricKind::Gauge(g)) => &g.data_points[..],
+        Some(MetricKind::Sum(s)) => &s.data_points[..],
+        Some(_) => return false,
+    };
+    small(&m.name)
+        && small(&m.description)
+        && small(&m.unit)
+        && plain_attributes(&m.metadata, left)
+        && spend(&mut left.points, points.len())
+        && points
+            .iter()
+            .all(|p| p.exemplars.is_empty() && plain_attributes(&p.attributes, left))
+}
+
+fn plain_attributes(kvs: &[KeyValue], left: &mut TreeBudget) -> bool {
+    spend(&mut left.attributes, kvs.len())
+        && kvs.iter().all(|kv| {
+            small(&kv.key)
+                && match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    None
+                    | Some(
+                        AnyValueKind::BoolValue(_)
+                        | AnyValueKind::IntValue(_)
+                        | AnyValueKind::DoubleValue(_)
+                        | AnyValueKind::StringValueStrindex(_),
+                    ) => true,
+                    Some(AnyValueKind::StringValue(s)) => small(s),
+                    Some(_) => false,
+                }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +500,91 @@ mod tests {
         assert_eq!(r.kept().strings, 4 + 11 * 4 + 2);
         assert_eq!(r.kept().metrics, 1);
         assert_eq!(r.metrics().capacity(), 16);
+    }
+
+    #[test]
+    fn a_small_plain_batch_is_kept_whole_and_one_only() {
+        let mut r = Recycler::default();
+        // Not for a thread whose decodes take parts from the pools.
+        r.keep_or_recycle(batch());
+        assert!(!r.keeps_tree());
+        assert_eq!(r.kept().strings, 8);
+        let mut r = Recycler::default();
+        r.set_writes_in_place(true);
+        let b = batch();
+        let name_ptr = b[0].scope_metrics[0].metrics[0].name.as_ptr();
+        r.keep_or_recycle(b);
+        assert!(r.keeps_tree());
+        assert_eq!(r.kept().strings, 0, "nothing taken apart");
+        // A second one goes to the pools.
+        r.keep_or_recycle(batch());
+        assert_eq!(r.kept().strings, 8);
+        let tree = r.take_tree();
+        assert_eq!(tree[0].scope_metrics[0].metrics[0].name.as_ptr(), name_ptr);
+        assert!(!r.keeps_tree());
+        // Spilled into the pools, the kept batch's strings are there.
+        r.keep_or_recycle(tree);
+        r.spill_tree();
+        assert!(!r.keeps_tree());
+        assert_eq!(r.kept().strings, 16);
+    }
+
+    #[test]
+    fn only_small_plain_batches_are_kept_whole() {
+        let mut not_kept: Vec<(&str, Vec<ResourceMetrics>)> = Vec::new();
+        let mut b = batch();
+        b[0].scope_metrics[0].metrics[0].data = Some(MetricKind::Histogram(Default::default()));
+        not_kept.push(("a histogram", b));
+        let mut b = batch();
+        if let Some(MetricKind::Gauge(g)) = &mut b[0].scope_metrics[0].metrics[0].data {
+            g.data_points[0].exemplars.push(Default::default());
+        }
+        not_kept.push(("an exemplar", b));
+        let mut b = batch();
+        b[0].resource.as_mut().unwrap().attributes[0].value = Some(AnyValue {
+            value: Some(AnyValueKind::ArrayValue(Default::default())),
+        });
+        not_kept.push(("a nested attribute value", b));
+        let mut b = batch();
+        b[0].resource
+            .as_mut()
+            .unwrap()
+            .entity_refs
+            .push(Default::default());
+        not_kept.push(("an entity ref", b));
+        let mut b = batch();
+        b[0].scope_metrics[0].metrics[0].unit = "x".repeat(Recycler::MAX_STRING_BYTES + 1);
+        not_kept.push(("a large string", b));
+        let mut b = batch();
+        let m = b[0].scope_metrics[0].metrics[0].clone();
+        b[0].scope_metrics[0].metrics = vec![m; TreeBudget::FULL.metrics + 1];
+        not_kept.push(("too many metrics", b));
+        let mut b = batch();
+        let kv = b[0].resource.as_ref().unwrap().attributes[0].clone();
+        b[0].resource.as_mut().unwrap().attributes = vec![kv; TreeBudget::FULL.attributes + 1];
+        not_kept.push(("too many attributes", b));
+        let mut b = batch();
+        if let Some(MetricKind::Gauge(g)) = &mut b[0].scope_metrics[0].metrics[0].data {
+            g.data_points = vec![g.data_points[0].clone(); TreeBudget::FULL.points + 1];
+        }
+        not_kept.push(("too many points", b));
+        for (what, b) in not_kept {
+            let mut r = Recycler::default();
+            r.set_writes_in_place(true);
+            r.keep_or_recycle(b);
+            assert!(!r.keeps_tree(), "{what}");
+        }
+        // At the budget's edge it is still kept.
+        let mut b = batch();
+        let m = b[0].scope_metrics[0].metrics[0].clone();
+        b[0].scope_metrics[0].metrics = vec![m; TreeBudget::FULL.metrics];
+        for m in &mut b[0].scope_metrics[0].metrics {
+            m.data = None;
+        }
+        let mut r = Recycler::default();
+        r.set_writes_in_place(true);
+        r.keep_or_recycle(b);
+        assert!(r.keeps_tree());
     }
 
     #[test]

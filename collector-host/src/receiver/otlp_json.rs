@@ -95,16 +95,25 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
         body_text(body).map_err(|e| JsonError::at(body, e.valid_up_to(), "invalid UTF-8"))?;
     let mut r = Reader::new(text);
     r.pool = component::recycle::take_thread_pool();
-    let req = read_message::<ExportMetricsServiceRequest>(&mut r).and_then(|req| {
-        r.end()?;
-        Ok(req)
-    });
+    r.pool.set_writes_in_place(true);
+    // The last batch this thread finished, if it kept one whole: overwritten in place.
+    let mut req = ExportMetricsServiceRequest {
+        resource_metrics: r.pool.take_tree(),
+    };
+    let read = read_message_reusing(&mut r, &mut req).and_then(|()| r.end());
+    let out = match read {
+        Ok(()) => Ok(req),
+        Err(e) => {
+            // What was overwritten so far is still a batch: kept for the next decode
+            // (or its parts pooled), as a finished one would be.
+            r.pool.keep_or_recycle(req.resource_metrics);
+            Err(e)
+        }
+    };
     component::recycle::put_thread_pool(std::mem::take(&mut r.pool));
-    req
+    out
 }
 
-/// The body as text: `str::from_utf8`, with a cheaper check first for a body of ASCII
-/// bytes alone (an agent's push): one bit test per 64 bytes instead of decoding.
 fn body_text(body: &[u8]) -> std::result::Result<&str, std::str::Utf8Error> {
     if is_ascii(body) {
         // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
@@ -236,6 +245,16 @@ trait JsonMessage: Default {
     fn list(_pool: &mut Recycler) -> Vec<Self> {
         Vec::new()
     }
+    /// Whether a used message of this type can be read into in place
+    /// ([`read_message_reusing`]): its `field` overwrites every field it is given whole,
+    /// and [`JsonMessage::reset_unwritten`] resets the others. Types without it are reset
+    /// to their default before they are read into.
+    const REUSES: bool = false;
+    /// After an object was read into a used message: reset each field the object did not
+    /// write (`written`: the [`FieldKey::bit`]s of its fields outside a oneof;
+    /// `oneof_set`: whether a oneof member was set) to its default, keeping buffers where
+    /// it can, so the message equals what reading into a default one gives.
+    fn reset_unwritten(&mut self, _written: u32, _oneof_set: bool) {}
 }
 
 /// Largest initial capacity [`messages`] reserves before seeing the elements.
@@ -248,9 +267,30 @@ fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
     Ok(msg)
 }
 
+/// Read the next object into `msg`, a message that may hold an earlier one's fields: the
+/// result equals [`read_message`]'s, but strings and lists already in `msg` are reused.
+#[inline]
+fn read_message_reusing<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<()> {
+    if !M::REUSES {
+        *msg = M::default();
+        return read_message_into(r, msg).map(|_| ());
+    }
+    let (written, oneof_set) = read_message_into(r, msg)?;
+    msg.reset_unwritten(written, oneof_set);
+    Ok(())
+}
+
+/// Whether `written` (see [`JsonMessage::reset_unwritten`]) has field `f`.
+#[inline(always)]
+fn wrote<F: FieldKey>(written: u32, f: F) -> bool {
+    written & f.bit() != 0
+}
+
 /// Read one object (which must be next) into `msg` (a default `M`), in place.
 #[inline]
-fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<()> {
+/// Read the next object's fields into `msg`; the fields written outside a oneof (as
+/// [`FieldKey::bit`]s) and whether a oneof member was set.
+fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<(u32, bool)> {
     if r.peek() != Peek::Object {
         return Err(r.invalid_type(M::EXPECTING));
     }
@@ -291,7 +331,7 @@ fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<
         }
     }
     r.set_predicted(M::SLOT, observed);
-    Ok(())
+    Ok((seen.0, oneof_set))
 }
 
 /// Known fields already read in one object.
@@ -340,41 +380,45 @@ fn begin_repeated(r: &mut Reader<'_>) -> Result<bool> {
 
 /// A repeated message field. Each element is decoded in place in the vector.
 fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
-    if !begin_repeated(r)? {
-        return Ok(Vec::new());
-    }
-    let capacity = r
-        .remaining()
-        .checked_div(M::BYTES_PER_ELEMENT)
-        .unwrap_or_default()
-        .max(r.length_hint(M::SLOT, ListKind::Messages))
-        .min(MAX_INITIAL_CAPACITY);
-    let mut out = M::list(&mut r.pool);
-    out.reserve(capacity);
-    let mut first = true;
-    while r.next_element(&mut first)? {
-        out.push(M::default());
-        if let Some(msg) = out.last_mut() {
-            read_message_into(r, msg)?;
-        }
-    }
-    r.set_length_hint(M::SLOT, ListKind::Messages, out.len());
+    let mut out = Vec::new();
+    messages_into(r, &mut out)?;
     Ok(out)
 }
 
-/// Store a decoded repeated field in its slot. The slot still holds the message's default
-/// (a known field is read once: [`Seen`] refuses a duplicate, and a message starts from
-/// `Default`), an empty vector that owns nothing, so it is overwritten without running its
-/// drop glue (an out-of-line call per list); a slot that did own memory is dropped as usual.
-#[inline(always)]
-fn set_list<T>(slot: &mut Vec<T>, list: Vec<T>) {
-    let old = std::mem::replace(slot, list);
-    if old.capacity() == 0 {
-        // No allocation and, so, no elements: nothing to drop.
-        std::mem::forget(old);
-    } else {
-        drop(old);
+/// A repeated message field into `out`, which may hold an earlier list: its elements are
+/// read into in place ([`read_message_reusing`]), missing ones appended, extra ones
+/// dropped. `null` is the empty list.
+fn messages_into<M: JsonMessage>(r: &mut Reader<'_>, out: &mut Vec<M>) -> Result<()> {
+    if !begin_repeated(r)? {
+        out.clear();
+        return Ok(());
     }
+    if out.capacity() == 0 {
+        let capacity = r
+            .remaining()
+            .checked_div(M::BYTES_PER_ELEMENT)
+            .unwrap_or_default()
+            .max(r.length_hint(M::SLOT, ListKind::Messages))
+            .min(MAX_INITIAL_CAPACITY);
+        *out = M::list(&mut r.pool);
+        out.reserve(capacity);
+    }
+    let mut n = 0;
+    let mut first = true;
+    while r.next_element(&mut first)? {
+        if let Some(msg) = out.get_mut(n) {
+            read_message_reusing(r, msg)?;
+        } else {
+            out.push(M::default());
+            if let Some(msg) = out.last_mut() {
+                read_message_into(r, msg)?;
+            }
+        }
+        n += 1;
+    }
+    out.truncate(n);
+    r.set_length_hint(M::SLOT, ListKind::Messages, n);
+    Ok(())
 }
 
 /// An optional message field (`null` is unset).
@@ -385,9 +429,52 @@ fn message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Option<M>> {
     read_message(r).map(Some)
 }
 
+/// An optional message field into `slot`, reusing the message it may hold.
+fn message_into<M: JsonMessage>(r: &mut Reader<'_>, slot: &mut Option<M>) -> Result<()> {
+    if r.null()? {
+        *slot = None;
+        return Ok(());
+    }
+    match slot {
+        Some(msg) => read_message_reusing(r, msg),
+        None => {
+            *slot = Some(read_message(r)?);
+            Ok(())
+        }
+    }
+}
+
 /// A `string` field; `null` is empty.
 fn string(r: &mut Reader<'_>) -> Result<String> {
     Ok(opt_string(r)?.unwrap_or_default())
+}
+
+/// A string field into `slot`, in its buffer (`null` is the empty string). A buffer
+/// larger than the pool keeps ([`Recycler::MAX_STRING_BYTES`]) is not reused, so a batch
+/// read in place stays as small as a pooled one.
+fn string_into(r: &mut Reader<'_>, slot: &mut String) -> Result<()> {
+    match r.peek() {
+        Peek::String => {
+            let text = r.string()?;
+            set_string(&mut r.pool, slot, &text);
+            Ok(())
+        }
+        Peek::Null => {
+            r.null()?;
+            slot.clear();
+            Ok(())
+        }
+        _ => Err(r.invalid_type("a string")),
+    }
+}
+
+/// Set `slot` to `text`, reusing its buffer unless that is larger than the pool keeps.
+#[inline]
+fn set_string(pool: &mut Recycler, slot: &mut String, text: &str) {
+    if slot.capacity() > Recycler::MAX_STRING_BYTES {
+        *slot = String::new();
+    }
+    pool.set_string(slot, text);
 }
 
 /// A string, `None` for `null`.

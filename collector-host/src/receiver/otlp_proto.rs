@@ -64,6 +64,10 @@ pub fn decode_metrics(body: &[u8]) -> Result<ExportMetricsServiceRequest, prost:
 /// reads what it should and agrees with prost whenever it answers.
 pub fn read_pooled(body: &[u8]) -> Option<ExportMetricsServiceRequest> {
     let mut pool = component::recycle::take_thread_pool();
+    // This reader takes strings and vectors from the pools; a batch the thread kept whole
+    // (for the JSON decoder, which writes in place) goes there first.
+    pool.set_writes_in_place(false);
+    pool.spill_tree();
     let mut req = ExportMetricsServiceRequest::default();
     let read = request(&mut Wire::new(body), &mut pool, &mut req);
     let out = match read {
@@ -503,6 +507,8 @@ mod tests {
         let first = decode_metrics(&body).unwrap();
         component::recycle::recycle_on_this_thread(first.resource_metrics);
         let kept = component::recycle::take_thread_pool();
+        // Taken apart into the pools, not kept whole: this reader does not write in place.
+        assert!(!kept.keeps_tree());
         let before = kept.kept();
         component::recycle::put_thread_pool(kept);
         assert!(before.strings >= 6, "{before:?}");

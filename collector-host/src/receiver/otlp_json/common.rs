@@ -10,37 +10,71 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use super::reader::{ListKind, Peek, Reader, Result};
 use super::{
     FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, MAX_INITIAL_CAPACITY, Seen, base64_value,
-    begin_repeated, int64, messages, opt_bool, opt_double, opt_string, repeated, set_list, sint32,
-    string, strings, uint32,
+    begin_repeated, int64, messages, opt_bool, opt_double, opt_string, repeated, set_string,
+    sint32, string, strings, uint32, wrote,
 };
 
 /// The repeated `KeyValue` field `attributes` of a message whose prediction slot is
 /// `slot` (the top of an attribute tree). The list is allocated at the size of the last
 /// one in that slot (at most [`MAX_INITIAL_CAPACITY`]).
 pub(super) fn attributes(r: &mut Reader<'_>, slot: usize) -> Result<Vec<KeyValue>> {
+    let mut out = Vec::new();
+    attributes_into(r, slot, &mut out)?;
+    Ok(out)
+}
+
+/// [`attributes`] into `out`, which may hold an earlier list: a plain string attribute
+/// (the common case) is written into the key and string value already there; any other
+/// replaces its element; extra elements are dropped.
+pub(super) fn attributes_into(
+    r: &mut Reader<'_>,
+    slot: usize,
+    out: &mut Vec<KeyValue>,
+) -> Result<()> {
     if !begin_repeated(r)? {
-        return Ok(Vec::new());
+        out.clear();
+        return Ok(());
     }
-    let mut out = r.pool.kvs();
-    out.reserve(
-        r.length_hint(slot, ListKind::Attributes)
-            .min(MAX_INITIAL_CAPACITY),
-    );
+    if out.capacity() == 0 {
+        *out = r.pool.kvs();
+        out.reserve(
+            r.length_hint(slot, ListKind::Attributes)
+                .min(MAX_INITIAL_CAPACITY),
+        );
+    }
+    let mut n = 0;
     let mut first = true;
     while r.next_element(&mut first)? {
-        out.push(match r.plain_string_attribute() {
-            Some((key, value)) => KeyValue {
+        match (r.plain_string_attribute(), out.get_mut(n)) {
+            (Some((key, value)), Some(kv)) => {
+                set_string(&mut r.pool, &mut kv.key, key);
+                match &mut kv.value {
+                    Some(AnyValue {
+                        value: Some(Value::StringValue(s)),
+                    }) => set_string(&mut r.pool, s, value),
+                    other => {
+                        *other = Some(AnyValue {
+                            value: Some(Value::StringValue(r.pool.string_from(value))),
+                        });
+                    }
+                }
+                kv.key_strindex = 0;
+            }
+            (Some((key, value)), None) => out.push(KeyValue {
                 key: r.pool.string_from(key),
                 value: Some(AnyValue {
                     value: Some(Value::StringValue(r.pool.string_from(value))),
                 }),
                 key_strindex: 0,
-            },
-            None => key_value(r, 0)?,
-        });
+            }),
+            (None, Some(kv)) => *kv = key_value(r, 0)?,
+            (None, None) => out.push(key_value(r, 0)?),
+        }
+        n += 1;
     }
-    r.set_length_hint(slot, ListKind::Attributes, out.len());
-    Ok(out)
+    out.truncate(n);
+    r.set_length_hint(slot, ListKind::Attributes, n);
+    Ok(())
 }
 
 fields!(KeyValueField {
@@ -172,11 +206,25 @@ impl JsonMessage for Resource {
 
     fn field(&mut self, f: ResourceField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceField::Attributes => set_list(&mut self.attributes, attributes(r, Self::SLOT)?),
+            ResourceField::Attributes => attributes_into(r, Self::SLOT, &mut self.attributes)?,
             ResourceField::DroppedAttributesCount => self.dropped_attributes_count = uint32(r)?,
             ResourceField::EntityRefs => self.entity_refs = messages(r)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, ResourceField::Attributes) {
+            self.attributes.clear();
+        }
+        if !wrote(written, ResourceField::DroppedAttributesCount) {
+            self.dropped_attributes_count = 0;
+        }
+        if !wrote(written, ResourceField::EntityRefs) {
+            self.entity_refs.clear();
+        }
     }
 }
 

@@ -11,11 +11,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
     SummaryDataPoint, exemplar, metric, number_data_point,
 };
 
-use super::common::attributes;
+use super::common::{attributes, attributes_into};
 use super::reader::{Reader, Result};
 use super::{
-    JsonMessage, NumberKind, NumberMember, boolean, double, doubles, hex_bytes, message, messages,
-    opt_double, set_list, sint32, special_f64, string, uint32, uint64, uint64s,
+    JsonMessage, NumberKind, NumberMember, boolean, double, doubles, hex_bytes, message,
+    message_into, messages, messages_into, opt_double, read_message, read_message_reusing, sint32,
+    special_f64, string_into, uint32, uint64, uint64s, wrote,
 };
 
 fields!(RequestField {
@@ -28,9 +29,17 @@ impl JsonMessage for ExportMetricsServiceRequest {
 
     fn field(&mut self, f: RequestField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            RequestField::ResourceMetrics => set_list(&mut self.resource_metrics, messages(r)?),
+            RequestField::ResourceMetrics => messages_into(r, &mut self.resource_metrics)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, RequestField::ResourceMetrics) {
+            self.resource_metrics.clear();
+        }
     }
 }
 
@@ -52,11 +61,25 @@ impl JsonMessage for ResourceMetrics {
 
     fn field(&mut self, f: ResourceMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ResourceMetricsField::Resource => self.resource = message(r)?,
-            ResourceMetricsField::ScopeMetrics => set_list(&mut self.scope_metrics, messages(r)?),
-            ResourceMetricsField::SchemaUrl => self.schema_url = string(r)?,
+            ResourceMetricsField::Resource => message_into(r, &mut self.resource)?,
+            ResourceMetricsField::ScopeMetrics => messages_into(r, &mut self.scope_metrics)?,
+            ResourceMetricsField::SchemaUrl => string_into(r, &mut self.schema_url)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, ResourceMetricsField::Resource) {
+            self.resource = None;
+        }
+        if !wrote(written, ResourceMetricsField::ScopeMetrics) {
+            self.scope_metrics.clear();
+        }
+        if !wrote(written, ResourceMetricsField::SchemaUrl) {
+            self.schema_url.clear();
+        }
     }
 }
 
@@ -78,11 +101,25 @@ impl JsonMessage for ScopeMetrics {
 
     fn field(&mut self, f: ScopeMetricsField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            ScopeMetricsField::Scope => self.scope = message(r)?,
-            ScopeMetricsField::Metrics => set_list(&mut self.metrics, messages(r)?),
-            ScopeMetricsField::SchemaUrl => self.schema_url = string(r)?,
+            ScopeMetricsField::Scope => message_into(r, &mut self.scope)?,
+            ScopeMetricsField::Metrics => messages_into(r, &mut self.metrics)?,
+            ScopeMetricsField::SchemaUrl => string_into(r, &mut self.schema_url)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, ScopeMetricsField::Scope) {
+            self.scope = None;
+        }
+        if !wrote(written, ScopeMetricsField::Metrics) {
+            self.metrics.clear();
+        }
+        if !wrote(written, ScopeMetricsField::SchemaUrl) {
+            self.schema_url.clear();
+        }
     }
 }
 
@@ -115,12 +152,30 @@ impl JsonMessage for Metric {
         // Oneof members are only read while `data` is unset (the caller skips the rest),
         // so `data` is set exactly when this member was not `null`.
         let data = match f {
-            MetricField::Name => return set(&mut self.name, string(r)?),
-            MetricField::Description => return set(&mut self.description, string(r)?),
-            MetricField::Unit => return set(&mut self.unit, string(r)?),
-            MetricField::Metadata => return set(&mut self.metadata, attributes(r, Self::SLOT)?),
-            MetricField::Gauge => message(r)?.map(Data::Gauge),
-            MetricField::Sum => message(r)?.map(Data::Sum),
+            MetricField::Name => return string_into(r, &mut self.name).map(|()| true),
+            MetricField::Description => {
+                return string_into(r, &mut self.description).map(|()| true);
+            }
+            MetricField::Unit => return string_into(r, &mut self.unit).map(|()| true),
+            MetricField::Metadata => {
+                return attributes_into(r, Self::SLOT, &mut self.metadata).map(|()| true);
+            }
+            // Gauges and sums are read into the ones a used metric holds.
+            MetricField::Gauge if !r.null()? => {
+                match &mut self.data {
+                    Some(Data::Gauge(g)) => read_message_reusing(r, g)?,
+                    data => *data = Some(Data::Gauge(read_message(r)?)),
+                }
+                return Ok(true);
+            }
+            MetricField::Sum if !r.null()? => {
+                match &mut self.data {
+                    Some(Data::Sum(s)) => read_message_reusing(r, s)?,
+                    data => *data = Some(Data::Sum(read_message(r)?)),
+                }
+                return Ok(true);
+            }
+            MetricField::Gauge | MetricField::Sum => None,
             MetricField::Histogram => message(r)?.map(Data::Histogram),
             MetricField::ExponentialHistogram => message(r)?.map(Data::ExponentialHistogram),
             MetricField::Summary => message(r)?.map(Data::Summary),
@@ -128,12 +183,26 @@ impl JsonMessage for Metric {
         self.data = data;
         Ok(self.data.is_some())
     }
-}
 
-/// Store a decoded field; it counts as present.
-fn set<T>(slot: &mut T, value: T) -> Result<bool> {
-    *slot = value;
-    Ok(true)
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, oneof_set: bool) {
+        if !wrote(written, MetricField::Name) {
+            self.name.clear();
+        }
+        if !wrote(written, MetricField::Description) {
+            self.description.clear();
+        }
+        if !wrote(written, MetricField::Unit) {
+            self.unit.clear();
+        }
+        if !wrote(written, MetricField::Metadata) {
+            self.metadata.clear();
+        }
+        if !oneof_set {
+            self.data = None;
+        }
+    }
 }
 
 fields!(GaugeField {
@@ -147,9 +216,17 @@ impl JsonMessage for Gauge {
 
     fn field(&mut self, f: GaugeField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            GaugeField::DataPoints => set_list(&mut self.data_points, messages(r)?),
+            GaugeField::DataPoints => messages_into(r, &mut self.data_points)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, GaugeField::DataPoints) {
+            self.data_points.clear();
+        }
     }
 }
 
@@ -179,11 +256,25 @@ impl JsonMessage for Sum {
 
     fn field(&mut self, f: SumField, r: &mut Reader<'_>) -> Result<bool> {
         match f {
-            SumField::DataPoints => set_list(&mut self.data_points, messages(r)?),
+            SumField::DataPoints => messages_into(r, &mut self.data_points)?,
             SumField::AggregationTemporality => self.aggregation_temporality = sint32(r)?,
             SumField::IsMonotonic => self.is_monotonic = boolean(r)?,
         }
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, _oneof_set: bool) {
+        if !wrote(written, SumField::DataPoints) {
+            self.data_points.clear();
+        }
+        if !wrote(written, SumField::AggregationTemporality) {
+            self.aggregation_temporality = 0;
+        }
+        if !wrote(written, SumField::IsMonotonic) {
+            self.is_monotonic = false;
+        }
     }
 }
 
@@ -244,7 +335,7 @@ impl JsonMessage for NumberDataPoint {
         use number_data_point::Value;
         let member = match f {
             NumberPointField::Attributes => {
-                set_list(&mut self.attributes, attributes(r, Self::SLOT)?);
+                attributes_into(r, Self::SLOT, &mut self.attributes)?;
                 return Ok(true);
             }
             NumberPointField::StartTimeUnixNano => {
@@ -273,6 +364,29 @@ impl JsonMessage for NumberDataPoint {
             NumberMember::Int(i) => Some(Value::AsInt(i)),
         };
         Ok(true)
+    }
+
+    const REUSES: bool = true;
+
+    fn reset_unwritten(&mut self, written: u32, oneof_set: bool) {
+        if !wrote(written, NumberPointField::Attributes) {
+            self.attributes.clear();
+        }
+        if !wrote(written, NumberPointField::StartTimeUnixNano) {
+            self.start_time_unix_nano = 0;
+        }
+        if !wrote(written, NumberPointField::TimeUnixNano) {
+            self.time_unix_nano = 0;
+        }
+        if !wrote(written, NumberPointField::Exemplars) {
+            self.exemplars.clear();
+        }
+        if !wrote(written, NumberPointField::Flags) {
+            self.flags = 0;
+        }
+        if !oneof_set {
+            self.value = None;
+        }
     }
 }
 

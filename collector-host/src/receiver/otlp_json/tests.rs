@@ -861,3 +861,32 @@ fn the_ascii_check_sees_every_byte() {
         serde_json::from_str::<ExportMetricsServiceRequest>(&body).unwrap()
     );
 }
+
+/// A push of the same shape as the batch this thread finished last is read into that
+/// batch's buffers where they lie (the lists and strings of the first push hold the
+/// second's), and reads what a fresh decode reads. A push of another node and cluster
+/// overwrites every string.
+#[test]
+fn a_second_push_is_read_into_the_first_ones_buffers() {
+    let first = testkit::AgentPush::new("prod", "gpu-node-01", 0.92)
+        .gpu("NVIDIA H100 80GB HBM3", 8)
+        .to_json();
+    let second = testkit::AgentPush::new("staging", "gpu-node-77", 0.41)
+        .state("calibrating")
+        .to_json();
+    let req = same(&first);
+    let rm = &req.resource_metrics[0];
+    let metrics_ptr = rm.scope_metrics[0].metrics.as_ptr();
+    let name_ptr = rm.scope_metrics[0].metrics[0].name.as_ptr();
+    let node_id_ptr = rm.resource.as_ref().unwrap().attributes[0].key.as_ptr();
+    super::recycle(req.resource_metrics);
+    let req = same(&second);
+    let rm = &req.resource_metrics[0];
+    assert_eq!(rm.scope_metrics[0].metrics.as_ptr(), metrics_ptr);
+    assert_eq!(rm.scope_metrics[0].metrics[0].name.as_ptr(), name_ptr);
+    assert_eq!(
+        rm.resource.as_ref().unwrap().attributes[0].key.as_ptr(),
+        node_id_ptr
+    );
+    assert_eq!(req.resource_metrics, testkit::json_to_proto(&second));
+}
