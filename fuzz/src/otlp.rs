@@ -37,6 +37,7 @@ pub fn otlp_proto(data: &[u8]) {
 /// OTLP/JSON bodies (gzip-compressed ones when they start with the gzip magic).
 pub fn otlp_json(data: &[u8]) {
     for body in bodies(data) {
+        same_in_place(&body);
         if let Ok(req) = decode_checked(BodyEncoding::Json, &body) {
             proto_round_trip(&req);
             json_round_trip(&req);
@@ -59,6 +60,29 @@ fn same_as_prost(body: &[u8]) {
         if let Ok(req) = got {
             component::recycle::recycle_on_this_thread(req.resource_metrics);
         }
+    }
+}
+
+/// The JSON decoder reading into a batch the thread kept whole gives what a decode with
+/// nothing kept gives (the request, or the error word for word): after an agent push of
+/// another shape, and after this body itself.
+fn same_in_place(body: &[u8]) {
+    let decode = |b: &[u8]| {
+        decode::decode_metrics(BodyEncoding::Json, b)
+            .map(|r| r.encode_to_vec())
+            .map_err(|e| e.to_string())
+    };
+    // Nothing kept on this thread.
+    drop(component::recycle::take_thread_pool());
+    let fresh = decode(body);
+    let push = testkit::AgentPush::new("c", "n", 0.5)
+        .gpu("NVIDIA H100 80GB HBM3", 8)
+        .to_json();
+    for earlier in [push.as_bytes(), body] {
+        if let Ok(req) = decode::decode_metrics(BodyEncoding::Json, earlier) {
+            component::recycle::recycle_on_this_thread(req.resource_metrics);
+        }
+        assert_eq!(decode(body), fresh, "read in place, not as a fresh decode");
     }
 }
 

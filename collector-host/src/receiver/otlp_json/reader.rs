@@ -13,9 +13,14 @@ use std::fmt;
 /// (not skipped) may nest this deep.
 const RECURSION_LIMIT: u32 = 128;
 
-/// A decoding error with the 1-based line and column where it was found.
+/// A decoding error with the 1-based line and column where it was found. Boxed, so that
+/// the `Result` every read of the decoder returns stays one or two words (as serde_json
+/// does for the same reason): errors are rare, results on the hot path are not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JsonError {
+pub struct JsonError(Box<ErrorAt>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ErrorAt {
     msg: String,
     line: usize,
     column: usize,
@@ -23,26 +28,27 @@ pub struct JsonError {
 
 impl JsonError {
     /// An error at byte `offset` of `body`.
+    #[cold]
     pub(super) fn at(body: &[u8], offset: usize, msg: impl fmt::Display) -> JsonError {
         let (line, column) = position(body, offset);
-        JsonError {
+        JsonError(Box::new(ErrorAt {
             msg: msg.to_string(),
             line,
             column,
-        }
+        }))
     }
 
     /// The message without the position.
     pub fn message(&self) -> &str {
-        &self.msg
+        &self.0.msg
     }
 
     pub fn line(&self) -> usize {
-        self.line
+        self.0.line
     }
 
     pub fn column(&self) -> usize {
-        self.column
+        self.0.column
     }
 }
 
@@ -51,7 +57,7 @@ impl fmt::Display for JsonError {
         write!(
             f,
             "{} at line {} column {}",
-            self.msg, self.line, self.column
+            self.0.msg, self.0.line, self.0.column
         )
     }
 }
@@ -445,11 +451,13 @@ impl<'a> Reader<'a> {
     }
 
     /// An error at the cursor.
+    #[cold]
     pub(super) fn error(&self, msg: impl fmt::Display) -> JsonError {
         JsonError::at(self.bytes(), self.pos, msg)
     }
 
     /// `invalid type: <what is next>, expected <expecting>`.
+    #[cold]
     pub(super) fn invalid_type(&mut self, expecting: &str) -> JsonError {
         let found = self.peek();
         self.error(format_args!(
@@ -496,6 +504,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[cold]
     fn eof_or(&self, msg: &str) -> JsonError {
         if self.pos >= self.text.len() {
             self.error(format_args!("EOF while parsing {msg}"))
