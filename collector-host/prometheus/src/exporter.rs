@@ -236,8 +236,8 @@ impl PrometheusExporter {
     }
 
     /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
-    /// The same exporter without the layout memo (`translate`): every push takes the full
-    /// translation. For differential tests; the results must not differ.
+    /// The same exporter without the layout and resource memos (`translate`): every push
+    /// takes the full translation. For differential tests; the results must not differ.
     #[doc(hidden)]
     pub fn without_layout_memo(mut self) -> Self {
         self.settings.layout_memo = false;
