@@ -236,8 +236,8 @@ impl PrometheusExporter {
     }
 
     /// Store a batch. Called concurrently from request tasks; never blocks on I/O.
-    /// The same exporter without the layout memo (`translate`): every push takes the full
-    /// translation. For differential tests; the results must not differ.
+    /// The same exporter without the layout and resource memos (`translate`): every push
+    /// takes the full translation. For differential tests; the results must not differ.
     #[doc(hidden)]
     pub fn without_layout_memo(mut self) -> Self {
         self.settings.layout_memo = false;
@@ -356,6 +356,13 @@ impl PrometheusExporter {
             }
         }
         stats.dropped = total.total();
+        self.counters
+            .points_received
+            .fetch_add(stats.points, Relaxed);
+        // Nothing dropped (the common push): no loss to name, no counter to move.
+        if stats.dropped == 0 {
+            return stats;
+        }
         let losses = DropReason::ALL
             .iter()
             .filter(|r| r.is_loss())
@@ -363,9 +370,6 @@ impl PrometheusExporter {
             .filter(|(n, _)| *n > 0);
         stats.lost = losses.clone().map(|(n, _)| n).sum();
         stats.loss_reason = losses.max_by_key(|(n, _)| *n).map(|(_, r)| r);
-        self.counters
-            .points_received
-            .fetch_add(stats.points, Relaxed);
         self.counters.commit_drops(&total);
         stats
     }

@@ -242,6 +242,10 @@ pub struct Interner {
     /// translation holding only the shared view can fill it: lookups (and the fill from a
     /// hit) share it, offers take it alone. Compaction clears it.
     pub layouts: parking_lot::RwLock<LayoutMemo>,
+    /// Resource label sets by the exact encoding of the resource's attributes, each with
+    /// the layout the resource sent last. Behind its own lock for the same reason as
+    /// `layouts`. Compaction renumbers it.
+    pub resources: parking_lot::RwLock<ResourceMemo>,
 }
 
 /// What translation decided for one data point of a memoised layout.
@@ -278,7 +282,11 @@ const LAYOUT_FILTER_SLOTS: usize = 1024;
 /// attribute) leaves the memo empty instead of filling it with one entry per node.
 #[derive(Debug, Default)]
 pub struct LayoutMemo {
-    map: HashMap<Box<[u8]>, LayoutPlan>,
+    /// (layout key, plan), in the order they were kept; an entry's index names it for the
+    /// per-resource hints ([`ResourceMemo`]).
+    entries: Vec<(Box<[u8]>, LayoutPlan)>,
+    /// Indexes into `entries`, hashed by key.
+    index: HashTable<u32>,
     bytes: usize,
     /// (hash of a layout key, resource set that sent it) of layouts seen once, direct-mapped
     /// by hash. Empty until the first offer.
@@ -287,8 +295,22 @@ pub struct LayoutMemo {
 }
 
 impl LayoutMemo {
-    pub fn get(&self, key: &[u8]) -> Option<&LayoutPlan> {
-        self.map.get(key)
+    /// The plan of layout `key` and its entry index.
+    pub fn get(&self, key: &[u8]) -> Option<(u32, &LayoutPlan)> {
+        let h = self.hasher.hash_one(key);
+        let entries = &self.entries;
+        let &i = self.index.find(h, |&i| {
+            entries
+                .get(i as usize)
+                .is_some_and(|(k, _)| k.as_ref() == key)
+        })?;
+        entries.get(i as usize).map(|(_, p)| (i, p))
+    }
+
+    /// Entry `i`: its layout key and plan (a hint may name an entry that is gone or has
+    /// changed: the caller checks the key).
+    pub fn entry(&self, i: u32) -> Option<(&[u8], &LayoutPlan)> {
+        self.entries.get(i as usize).map(|(k, p)| (k.as_ref(), p))
     }
 
     /// A clean translation of layout `key` by `resource`: keep its plan (built by `plan`)
@@ -314,7 +336,7 @@ impl LayoutMemo {
             return false;
         }
         // Already kept (a resource that collides with it took the full path).
-        if self.map.contains_key(key) {
+        if self.get(key).is_some() {
             return false;
         }
         let Some(plan) = plan() else { return false };
@@ -325,17 +347,24 @@ impl LayoutMemo {
         if self.bytes + cost > MAX_LAYOUT_BYTES {
             return false;
         }
+        let Ok(i) = u32::try_from(self.entries.len()) else {
+            return false;
+        };
         self.bytes += cost;
-        self.map.insert(key.into(), plan);
+        self.entries.push((key.into(), plan));
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        self.index.insert_unique(h, i, |&j| {
+            hasher.hash_one(entries.get(j as usize).map_or(&[][..], |(k, _)| k.as_ref()))
+        });
         true
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.entries.is_empty()
     }
 
     /// Heap bytes held (keys, plans, the admission filter).
@@ -344,9 +373,188 @@ impl LayoutMemo {
     }
 
     fn clear(&mut self) {
-        self.map = HashMap::default();
+        self.entries = Vec::new();
+        self.index = HashTable::new();
         self.bytes = 0;
         self.seen = Vec::new();
+    }
+}
+
+/// Heap bytes the resource memo may hold; beyond it nothing new is kept, and further
+/// resources take the full path (a few hundred bytes of work per push). At ~75 bytes per
+/// resource (two attributes) it holds a few thousand nodes; the exporter's memory budget
+/// per series leaves no room for more.
+pub const MAX_RESOURCE_MEMO_BYTES: usize = 256 << 10;
+
+/// Resource label sets by an exact encoding of the resource's attributes
+/// ([`resource_key`]), each with the layout the resource sent last: a known node's push
+/// skips building its resource labels and encoding its layout. The label set is a function
+/// of the attributes and the exporter's settings alone, so an entry stays right until
+/// compaction renumbers the sets. First come, first kept. Keys live back to back in one
+/// arena, as the interned strings do.
+#[derive(Debug, Default)]
+pub struct ResourceMemo {
+    arena: Vec<u8>,
+    /// Per entry: where its key ends in `arena`, its label set, and the index of the
+    /// layout-memo entry it hit last ([`NONE`] if none). The layout index is only a hint:
+    /// the entry's key is checked against the push before its plan is used.
+    ends: Vec<u32>,
+    sets: Vec<SetId>,
+    layouts: Vec<std::sync::atomic::AtomicU32>,
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+/// What one resource-memo entry costs besides its key: end, set, hint, index slot.
+const RESOURCE_ENTRY_BYTES: usize = 4 + 4 + 4 + 5;
+
+/// A resource-memo lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceLookup {
+    /// The resource's label set and its layout hint (an index into the layout memo, or
+    /// [`NONE`]); `entry` names the memo entry for [`ResourceMemo::set_layout`].
+    Hit { set: SetId, layout: u32, entry: u32 },
+    /// Not known; `room`: whether the memo would keep it.
+    Miss { room: bool },
+}
+
+impl ResourceMemo {
+    fn key(&self, i: u32) -> &[u8] {
+        span(&self.ends, i)
+            .and_then(|r| self.arena.get(r))
+            .unwrap_or(&[])
+    }
+
+    fn find(&self, key: &[u8], h: u64) -> Option<u32> {
+        self.index.find(h, |&i| self.key(i) == key).copied()
+    }
+
+    pub fn lookup(&self, key: &[u8]) -> ResourceLookup {
+        let h = self.hasher.hash_one(key);
+        match self.find(key, h) {
+            Some(i) => ResourceLookup::Hit {
+                set: self.sets.get(i as usize).copied().unwrap_or(NONE),
+                layout: self
+                    .layouts
+                    .get(i as usize)
+                    .map_or(NONE, |l| l.load(std::sync::atomic::Ordering::Relaxed)),
+                entry: i,
+            },
+            None => ResourceLookup::Miss {
+                room: self.room(key.len()),
+            },
+        }
+    }
+
+    fn room(&self, key_len: usize) -> bool {
+        self.arena.len() + key_len + (self.ends.len() + 1) * RESOURCE_ENTRY_BYTES
+            <= MAX_RESOURCE_MEMO_BYTES
+    }
+
+    /// Remember the layout entry `layout` for memo entry `entry`.
+    pub fn set_layout(&self, entry: u32, layout: u32) {
+        if let Some(l) = self.layouts.get(entry as usize) {
+            l.store(layout, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Remember that attributes encoding to `key` give label set `set`, if there is room.
+    pub fn insert(&mut self, key: &[u8], set: SetId) {
+        let h = self.hasher.hash_one(key);
+        if !self.room(key.len()) || self.find(key, h).is_some() {
+            return;
+        }
+        let (Ok(end), Ok(id)) = (
+            u32::try_from(self.arena.len() + key.len()),
+            u32::try_from(self.ends.len()),
+        ) else {
+            return;
+        };
+        grow(&mut self.arena, key.len());
+        self.arena.extend_from_slice(key);
+        grow(&mut self.ends, 1);
+        self.ends.push(end);
+        grow(&mut self.sets, 1);
+        self.sets.push(set);
+        grow(&mut self.layouts, 1);
+        self.layouts.push(std::sync::atomic::AtomicU32::new(NONE));
+        let (arena, ends, hasher) = (&self.arena, &self.ends, &self.hasher);
+        self.index.insert_unique(h, id, |&i| {
+            hasher.hash_one(span(ends, i).and_then(|r| arena.get(r)).unwrap_or(&[]))
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity()
+            + (self.ends.capacity() + self.sets.capacity() + self.layouts.capacity()) * 4
+            + self.index.capacity() * 5
+    }
+
+    /// Renumber the label sets after a compaction (`map`: old id -> new id or NONE),
+    /// forgetting resources whose set is gone.
+    fn remap(&mut self, map: &[u32]) {
+        let old = std::mem::take(self);
+        self.hasher = old.hasher.clone();
+        for i in 0..old.ends.len() as u32 {
+            let set = remap(map, old.sets.get(i as usize).copied().unwrap_or(NONE));
+            if set != NONE {
+                self.insert(old.key(i), set);
+            }
+        }
+    }
+}
+
+/// The resource memo's key: every attribute (none skipped), each piece self-delimiting
+/// (varint lengths, typed values), so two different attribute lists never share a key.
+pub(crate) fn resource_key(attrs: &[component::otlp::KeyValue], out: &mut Vec<u8>) {
+    use component::otlp::AnyValueKind as V;
+    fn varint(out: &mut Vec<u8>, mut n: usize) {
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+    out.clear();
+    for kv in attrs {
+        varint(out, kv.key.len());
+        out.extend_from_slice(kv.key.as_bytes());
+        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            None => out.push(0),
+            Some(V::StringValue(s)) => {
+                out.push(1);
+                varint(out, s.len());
+                out.extend_from_slice(s.as_bytes());
+            }
+            Some(V::IntValue(i)) => {
+                out.push(2);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            Some(V::DoubleValue(d)) => {
+                out.push(3);
+                out.extend_from_slice(&d.to_bits().to_le_bytes());
+            }
+            Some(V::BoolValue(b)) => {
+                out.push(4);
+                out.push(u8::from(*b));
+            }
+            Some(_) => {
+                let mut text = String::new();
+                crate::value::write_value(kv.value.as_ref(), &mut text);
+                out.push(5);
+                varint(out, text.len());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
     }
 }
 
@@ -457,7 +665,7 @@ impl Interner {
             .map(|k| k.name.len() + k.unit.len() + 48)
             .sum();
         let memo = self.dset_bytes;
-        let layouts = self.layouts.read().heap_bytes();
+        let layouts = self.layouts.read().heap_bytes() + self.resources.read().heap_bytes();
         self.strings.heap_bytes() + self.sets.heap_bytes() + fam + keys + metrics + memo + layouts
     }
 
@@ -550,6 +758,7 @@ impl Interner {
         self.dsets.shrink_to_fit();
         // Ids inside the layout plans are stale now; they are rebuilt on the next pushes.
         self.layouts.get_mut().clear();
+        self.resources.get_mut().remap(&set_map);
         self.label_keys.shrink_to_fit();
         self.metrics.shrink_to_fit();
         self.family_by_name.shrink_to_fit();
@@ -646,5 +855,72 @@ mod tests {
             i.cached_metric("b", "", NameKind::Gauge),
             Some(Ok(fm[f_live as usize]))
         );
+    }
+
+    #[test]
+    fn resource_keys_tell_values_types_and_boundaries_apart() {
+        use component::otlp::{kv_f64, kv_i64, kv_str};
+        let key = |attrs: &[component::otlp::KeyValue]| {
+            let mut out = Vec::new();
+            resource_key(attrs, &mut out);
+            out
+        };
+        let long = "n".repeat(200);
+        let distinct = [
+            key(&[kv_str("node", "a")]),
+            key(&[kv_str("node", "b")]),
+            key(&[kv_str("node", "")]),
+            key(&[kv_str("node", "8")]),
+            key(&[kv_i64("node", 8)]),
+            key(&[kv_f64("node", 8.0)]),
+            key(&[kv_str("node8", "")]),
+            key(&[kv_str("node", ""), kv_str("8", "")]),
+            key(&[kv_str("a", "1"), kv_str("b", "2")]),
+            key(&[kv_str("b", "2"), kv_str("a", "1")]),
+            key(&[kv_str(&long, "x")]),
+            key(&[kv_str(&long[1..], "x")]),
+            key(&[]),
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn the_resource_memo_is_bounded_and_renumbered_by_compaction() {
+        let mut m = ResourceMemo::default();
+        let key = |i: u32| format!("node-{i:08}").into_bytes();
+        let mut kept = 0;
+        for i in 0..100_000u32 {
+            m.insert(&key(i), i);
+            if m.len() as u32 == i + 1 {
+                kept = i + 1;
+            }
+        }
+        assert!(kept > 1000 && (kept as usize) < 100_000, "{kept}");
+        assert!(m.heap_bytes() <= MAX_RESOURCE_MEMO_BYTES * 5 / 4 + 1024);
+        assert_eq!(m.lookup(&key(kept)), ResourceLookup::Miss { room: false });
+        let ResourceLookup::Hit { set, layout, entry } = m.lookup(&key(7)) else {
+            panic!("node 7 is kept");
+        };
+        assert_eq!((set, layout), (7, NONE));
+        m.set_layout(entry, 3);
+        assert!(matches!(
+            m.lookup(&key(7)),
+            ResourceLookup::Hit { layout: 3, .. }
+        ));
+        // Compaction: even sets survive, renumbered to half; odd ones are forgotten.
+        let map: Vec<u32> = (0..kept)
+            .map(|s| if s % 2 == 0 { s / 2 } else { NONE })
+            .collect();
+        m.remap(&map);
+        assert_eq!(m.len() as u32, kept.div_ceil(2));
+        assert!(matches!(
+            m.lookup(&key(8)),
+            ResourceLookup::Hit { set: 4, .. }
+        ));
+        assert_eq!(m.lookup(&key(7)), ResourceLookup::Miss { room: true });
     }
 }

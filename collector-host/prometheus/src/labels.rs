@@ -18,6 +18,8 @@ pub(crate) const SERVICE_NAMESPACE: &str = "service.namespace";
 #[derive(Debug, Default)]
 pub struct Scratch {
     pub(crate) key: Vec<u8>,
+    /// The encoded resource attributes (the resource memo's key).
+    pub(crate) resource: Vec<u8>,
     /// The layout key of the `ResourceMetrics` being translated.
     pub(crate) layout: Vec<u8>,
     /// Set when a point's labels collided with the resource's (see `translate`).

@@ -424,12 +424,19 @@ impl Shard {
             entry.target_info = plan.target_info;
         }
         let mut stored = 0;
+        // A resource's points usually come in the order of its series (both follow its
+        // pushes): try the slot after the last match before searching. A resource holds
+        // one series per (family, labels), so either way finds the same one.
+        let mut next = 0;
         for u in plan.updates.drain(..) {
-            let existing = series
-                .iter()
-                .position(|s| s.family() == u.family && s.labels == u.labels);
+            let same = |s: &Series| s.family() == u.family && s.labels == u.labels;
+            let existing = match series.get(next) {
+                Some(s) if same(s) => Some(next),
+                _ => series.iter().position(same),
+            };
             match existing {
                 Some(i) => {
+                    next = i + 1;
                     let Some(s) = series.get(i).copied() else {
                         continue;
                     };

@@ -16,7 +16,10 @@
 //! a whole layout (every metric's name, unit and type and every point's attributes, see
 //! [`layout_key`]) that two resources have sent is memoised with its per-point family and
 //! label set (`intern::LayoutMemo`): the next push of that layout, from any node whose
-//! resource labels do not collide with the points', skips the per-point lookups.
+//! resource labels do not collide with the points', skips the per-point lookups. A
+//! resource seen before (`intern::ResourceMemo`, by the exact encoding of its attributes)
+//! skips building its label set, and its push is first walked against the layout that
+//! resource hit last ([`layout_matches`]), so nothing is encoded or hashed per point.
 
 use component::otlp::{KeyValue, Metric, MetricKind, ResourceMetrics};
 use hashbrown::HashSet;
@@ -25,7 +28,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 
 use crate::intern::{
-    Family, FamilyId, FamilyKind, Interner, LayoutPlan, Pair, PointPlan, SetId, Sym,
+    Family, FamilyId, FamilyKind, Interner, LayoutPlan, NONE, Pair, PointPlan, ResourceLookup,
+    SetId, Sym, resource_key,
 };
 use crate::labels::{
     Scratch, add_identity, append_raw_key, attr_labels, is_service_identity, job_instance, raw_key,
@@ -48,7 +52,7 @@ pub struct Settings {
     pub const_labels: Vec<(String, String)>,
     /// Attribute keys never turned into labels (`drop_attributes`).
     pub drop_attributes: Vec<String>,
-    /// Use the layout memo (on; off only in differential tests).
+    /// Use the layout and resource memos (on; off only in differential tests).
     pub layout_memo: bool,
     /// Names of the self-metric families the page has carried (besides the reserved
     /// prefixes): data never creates a family of these names.
@@ -264,7 +268,17 @@ pub fn translate(
     let res_attrs = component::otlp::resource_attrs(rm);
     let ids = job_instance(res_attrs);
 
-    let resource = resource_labels(lk, settings, res_attrs, &ids, sc);
+    // A resource seen before: its label set, and the layout it sent last.
+    let memo = settings.layout_memo;
+    let mut known = ResourceLookup::Miss { room: false };
+    if memo {
+        resource_key(res_attrs, &mut sc.resource);
+        known = lk.interner().resources.read().lookup(&sc.resource);
+    }
+    let resource = match known {
+        ResourceLookup::Hit { set, .. } => Ok(set),
+        ResourceLookup::Miss { .. } => resource_labels(lk, settings, res_attrs, &ids, sc),
+    };
     let resource = match resource {
         Ok(id) => id,
         Err(Fail::NeedWrite) => return Err(NeedWrite),
@@ -277,6 +291,14 @@ pub fn translate(
         }
     };
     plan.resource = resource;
+    if known == (ResourceLookup::Miss { room: true }) {
+        match lk {
+            Lookup::Read { interner, .. } => {
+                interner.resources.write().insert(&sc.resource, resource)
+            }
+            Lookup::Write(i) => i.resources.get_mut().insert(&sc.resource, resource),
+        }
+    }
 
     if ids.0.is_some() || ids.1.is_some() {
         let mut ti = std::mem::take(&mut sc.m);
@@ -292,16 +314,35 @@ pub fn translate(
         }
     }
 
-    // A layout other nodes sent before (same metrics, same point attributes) skips the
-    // per-point work: its families and label sets are known.
-    let memoisable = settings.layout_memo && layout_key(rm, &mut sc.layout);
-    if memoisable {
+    // The layout this resource sent last, checked against the push without encoding it.
+    if let ResourceLookup::Hit { layout, .. } = known
+        && layout != NONE
+    {
         let i = lk.interner();
-        let memo = i.layouts.read();
-        if let Some(lp) = memo.get(&sc.layout)
+        let layouts = i.layouts.read();
+        if let Some((key, lp)) = layouts.entry(layout)
+            && layout_matches(rm, key)
             && fits_resource(i, lp, plan.resource)
         {
             fill_from_layout(lp, rm, now_s, plan, drops);
+            return Ok(());
+        }
+    }
+
+    // A layout other nodes sent before (same metrics, same point attributes) skips the
+    // per-point work: its families and label sets are known.
+    let memoisable = memo && layout_key(rm, &mut sc.layout);
+    if memoisable {
+        let i = lk.interner();
+        let layouts = i.layouts.read();
+        if let Some((idx, lp)) = layouts.get(&sc.layout)
+            && fits_resource(i, lp, plan.resource)
+        {
+            fill_from_layout(lp, rm, now_s, plan, drops);
+            drop(layouts);
+            if let ResourceLookup::Hit { entry, .. } = known {
+                i.resources.read().set_layout(entry, idx);
+            }
             return Ok(());
         }
     }
@@ -375,6 +416,169 @@ pub(crate) fn layout_key(rm: &ResourceMetrics, out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// Whether [`layout_key`] of `rm` would be exactly `key` (and `rm` memoisable), found by
+/// walking `rm` against `key` instead of encoding it. Never true for another layout;
+/// false also for a point attribute with a composite value (array, map, bytes), whose
+/// encoding is its label text: such a push takes the encoding path.
+pub(crate) fn layout_matches(rm: &ResourceMetrics, key: &[u8]) -> bool {
+    let mut c = KeyCursor(key);
+    for sm in &rm.scope_metrics {
+        for m in &sm.metrics {
+            let points = match &m.data {
+                None => {
+                    if !c.byte(0) {
+                        return false;
+                    }
+                    continue;
+                }
+                Some(MetricKind::Gauge(g)) => {
+                    if !c.byte(1) {
+                        return false;
+                    }
+                    &g.data_points
+                }
+                Some(MetricKind::Sum(s)) => {
+                    if !(c.byte(2)
+                        && c.byte(u8::from(s.is_monotonic))
+                        && c.exact(&s.aggregation_temporality.to_le_bytes()[..]))
+                    {
+                        return false;
+                    }
+                    &s.data_points
+                }
+                Some(_) => return false,
+            };
+            if !(c.bytes(m.name.as_bytes()) && c.bytes(m.unit.as_bytes()) && c.len(points.len())) {
+                return false;
+            }
+            for dp in points {
+                if !c.raw_attrs(&dp.attributes) {
+                    return false;
+                }
+            }
+        }
+    }
+    c.0.is_empty()
+}
+
+/// The unread rest of a layout key, consumed piece by piece as [`layout_key`] wrote it.
+struct KeyCursor<'a>(&'a [u8]);
+
+impl KeyCursor<'_> {
+    /// Consume `b` if the key continues with exactly it.
+    #[inline]
+    fn exact(&mut self, b: &[u8]) -> bool {
+        match self.0.split_at_checked(b.len()) {
+            Some((head, rest)) if same_bytes(head, b) => {
+                self.0 = rest;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self, b: u8) -> bool {
+        match self.0.split_first() {
+            Some((&x, rest)) if x == b => {
+                self.0 = rest;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Eight little-endian bytes.
+    #[inline]
+    fn word(&mut self, w: u64) -> bool {
+        match self.0.split_first_chunk::<8>() {
+            Some((head, rest)) if u64::from_le_bytes(*head) == w => {
+                self.0 = rest;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn len(&mut self, n: usize) -> bool {
+        self.word(n as u64)
+    }
+
+    /// A length-prefixed byte string.
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) -> bool {
+        self.len(b.len()) && self.exact(b)
+    }
+
+    /// A point's attributes as `layout_key` writes them: their [`append_raw_key`]
+    /// encoding (nothing skipped), prefixed by its length.
+    fn raw_attrs(&mut self, attrs: &[KeyValue]) -> bool {
+        use component::otlp::AnyValueKind as V;
+        let Some((len, rest)) = self.0.split_first_chunk::<8>() else {
+            return false;
+        };
+        let (len, before) = (u64::from_le_bytes(*len), rest.len());
+        self.0 = rest;
+        for kv in attrs {
+            if !self.bytes(kv.key.as_bytes()) {
+                return false;
+            }
+            let ok = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                None => self.byte(0),
+                Some(V::StringValue(s)) => self.byte(1) && self.bytes(s.as_bytes()),
+                Some(V::IntValue(i)) => self.byte(2) && self.word(*i as u64),
+                Some(V::DoubleValue(d)) => self.byte(3) && self.word(d.to_bits()),
+                Some(V::BoolValue(b)) => self.byte(4) && self.byte(u8::from(*b)),
+                // Composite values are encoded through their label text: not walked here.
+                Some(_) => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        // The encoding ends exactly where the key said it would.
+        (before - self.0.len()) as u64 == len
+    }
+}
+
+/// `a == b` for two slices of the same length, inline: the pieces of a layout are mostly
+/// a few bytes long, where a `memcmp` call costs more than the comparison.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn w8(s: &[u8]) -> (u64, u64) {
+        let first = s.first_chunk::<8>().map_or(0, |c| u64::from_le_bytes(*c));
+        let last = s.last_chunk::<8>().map_or(0, |c| u64::from_le_bytes(*c));
+        (first, last)
+    }
+    if a.len() != b.len() {
+        return false;
+    }
+    match a.len() {
+        0 => true,
+        // First, middle and last byte: every byte of one to three.
+        1..4 => {
+            let n = a.len();
+            a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last()
+        }
+        4..8 => {
+            let w4 = |s: &[u8]| {
+                let first = s.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+                let last = s.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+                (first, last)
+            };
+            w4(a) == w4(b)
+        }
+        8..=16 => w8(a) == w8(b),
+        17..=32 => {
+            let n = a.len();
+            w8(a.get(..16).unwrap_or(a)) == w8(b.get(..16).unwrap_or(b))
+                && w8(a.get(n - 16..).unwrap_or(a)) == w8(b.get(n - 16..).unwrap_or(b))
+        }
+        _ => a == b,
+    }
+}
+
 /// Whether `lp` holds for a resource with label set `resource`: no point label name is
 /// also a resource label name (a collision makes the point's labels depend on the
 /// resource's attributes).
@@ -395,6 +599,7 @@ fn fill_from_layout(
     drops: &mut DropCounts,
 ) {
     let mut plans = lp.points.iter();
+    plan.updates.reserve(lp.points.len());
     for sm in &rm.scope_metrics {
         for m in &sm.metrics {
             for dp in component::otlp::number_points(m) {
@@ -734,5 +939,205 @@ fn summary_value(dp: &SummaryDataPoint) -> Summary {
         quantiles: q.into_boxed_slice(),
         sum: dp.sum,
         count: dp.count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::otlp::{
+        AnyValue, AnyValueKind, Gauge, NumberDataPoint, NumberValue, ScopeMetrics, Sum, kv_f64,
+        kv_i64, kv_str,
+    };
+    use opentelemetry_proto::tonic::common::v1::ArrayValue;
+    use opentelemetry_proto::tonic::metrics::v1::Histogram as OtlpHistogram;
+
+    fn kv(key: &str, value: Option<AnyValueKind>) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value }),
+            ..Default::default()
+        }
+    }
+
+    /// Point attribute lists that differ in one way each: value, type, order, key/value
+    /// boundaries, missing values, composite values.
+    fn attr_lists() -> Vec<Vec<KeyValue>> {
+        vec![
+            vec![],
+            vec![kv_str("state", "active")],
+            vec![kv_str("state", "idle")],
+            vec![kv_str("state", "activ")],
+            vec![kv_str("state", "active"), kv_str("wl", "train")],
+            vec![kv_str("wl", "train"), kv_str("state", "active")],
+            vec![kv_str("n", "8")],
+            vec![kv_i64("n", 8)],
+            vec![kv_i64("n", 9)],
+            vec![kv_f64("n", 8.0)],
+            vec![kv("n", Some(AnyValueKind::BoolValue(true)))],
+            vec![kv("n", Some(AnyValueKind::BoolValue(false)))],
+            vec![kv("n", None)],
+            vec![KeyValue {
+                key: "n".into(),
+                value: None,
+                ..Default::default()
+            }],
+            vec![kv_str("n8", "")],
+            vec![kv_str("n", ""), kv_str("8", "")],
+            vec![kv(
+                "n",
+                Some(AnyValueKind::ArrayValue(ArrayValue {
+                    values: vec![AnyValue {
+                        value: Some(AnyValueKind::StringValue("8".into())),
+                    }],
+                })),
+            )],
+        ]
+    }
+
+    fn gauge(name: &str, unit: &str, points: Vec<Vec<KeyValue>>) -> Metric {
+        Metric {
+            name: name.into(),
+            unit: unit.into(),
+            data: Some(MetricKind::Gauge(Gauge {
+                data_points: points
+                    .into_iter()
+                    .map(|attributes| NumberDataPoint {
+                        attributes,
+                        value: Some(NumberValue::AsDouble(1.0)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })),
+            ..Default::default()
+        }
+    }
+
+    fn sum(monotonic: bool, temporality: i32) -> Metric {
+        Metric {
+            name: "s".into(),
+            data: Some(MetricKind::Sum(Sum {
+                data_points: vec![NumberDataPoint::default()],
+                aggregation_temporality: temporality,
+                is_monotonic: monotonic,
+            })),
+            ..Default::default()
+        }
+    }
+
+    fn resource(scopes: Vec<Vec<Metric>>) -> ResourceMetrics {
+        ResourceMetrics {
+            scope_metrics: scopes
+                .into_iter()
+                .map(|metrics| ScopeMetrics {
+                    metrics,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn corpus() -> Vec<ResourceMetrics> {
+        let mut out = Vec::new();
+        for attrs in attr_lists() {
+            out.push(resource(vec![vec![gauge("g", "1", vec![attrs.clone()])]]));
+            out.push(resource(vec![vec![
+                gauge("g", "1", vec![attrs.clone()]),
+                gauge("h", "", vec![vec![kv_str("state", "active")]]),
+            ]]));
+        }
+        out.extend([
+            resource(vec![]),
+            resource(vec![vec![]]),
+            resource(vec![vec![gauge("g", "1", vec![])]]),
+            resource(vec![vec![gauge("g", "1", vec![vec![], vec![]])]]),
+            resource(vec![vec![gauge("g", "", vec![vec![]])]]),
+            resource(vec![vec![gauge("g1", "", vec![vec![]])]]),
+            resource(vec![vec![
+                gauge("g", "1", vec![vec![]]),
+                gauge("h", "", vec![vec![]]),
+            ]]),
+            // The same metrics split over two scopes: the same layout.
+            resource(vec![
+                vec![gauge("g", "1", vec![vec![]])],
+                vec![gauge("h", "", vec![vec![]])],
+            ]),
+            resource(vec![vec![
+                gauge("h", "", vec![vec![]]),
+                gauge("g", "1", vec![vec![]]),
+            ]]),
+            resource(vec![vec![sum(true, 2)]]),
+            resource(vec![vec![sum(false, 2)]]),
+            resource(vec![vec![sum(true, 1)]]),
+            resource(vec![vec![Metric {
+                name: "s".into(),
+                ..Default::default()
+            }]]),
+            resource(vec![vec![Metric {
+                name: "x".into(),
+                ..Default::default()
+            }]]),
+            resource(vec![vec![Metric {
+                name: "hist".into(),
+                data: Some(MetricKind::Histogram(OtlpHistogram::default())),
+                ..Default::default()
+            }]]),
+        ]);
+        out
+    }
+
+    fn composite(rm: &ResourceMetrics) -> bool {
+        format!("{rm:?}").contains("ArrayValue")
+    }
+
+    fn key(rm: &ResourceMetrics) -> Option<Vec<u8>> {
+        let mut k = Vec::new();
+        layout_key(rm, &mut k).then_some(k)
+    }
+
+    #[test]
+    fn walking_a_push_against_a_layout_key_agrees_with_encoding_it() {
+        let corpus = corpus();
+        let mut matched = 0;
+        for a in &corpus {
+            let Some(ka) = key(a) else {
+                assert!(!layout_matches(a, &[]));
+                continue;
+            };
+            for b in &corpus {
+                let same = key(b).as_deref() == Some(ka.as_slice());
+                matched += usize::from(same);
+                let walked = same && !composite(b);
+                assert_eq!(
+                    layout_matches(b, &ka),
+                    walked,
+                    "{b:?} against the key of {a:?}"
+                );
+            }
+            // A prefix or an extension of the key is another layout.
+            for n in 0..ka.len() {
+                assert!(!layout_matches(a, &ka[..n]));
+            }
+            let mut longer = ka.clone();
+            longer.push(0);
+            assert!(!layout_matches(a, &longer));
+        }
+        // Each push matches its own key; the two-scope push also the one-scope one.
+        assert!(matched > corpus.len());
+    }
+
+    #[test]
+    fn inline_byte_comparison_sees_every_byte() {
+        for n in 0..40usize {
+            let a: Vec<u8> = (0..n as u8).map(|x| x.wrapping_mul(37)).collect();
+            assert!(same_bytes(&a, &a.clone()));
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 1;
+                assert!(!same_bytes(&a, &b), "length {n}, byte {at}");
+            }
+            assert!(!same_bytes(&a, &[a.as_slice(), &[0]].concat()));
+        }
     }
 }

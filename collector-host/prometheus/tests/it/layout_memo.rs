@@ -127,6 +127,192 @@ fn layouts_unique_per_node_are_never_kept() {
     assert_eq!(memo.layout_memo_entries(), 0);
 }
 
+/// The `g` series of the page as (labels, value), sorted.
+fn g_series(
+    e: &PrometheusExporter,
+    now: u64,
+) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+    let mut out: Vec<_> = parse(&render(e, now, &[]))
+        .into_iter()
+        .filter(|s| s.name == "g")
+        .map(|s| (s.labels, s.value))
+        .collect();
+    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    out
+}
+
+fn state_shape(state: &str, t: u64, v: f64) -> Vec<Metric> {
+    vec![
+        gauge("g", "", vec![point(vec![kv_str("state", state)], t, v)]),
+        gauge("h", "", vec![point(vec![], t, v)]),
+    ]
+}
+
+#[test]
+fn pushes_that_differ_in_one_attribute_value_land_on_different_series() {
+    let (memo, full) = pair();
+    for e in [&memo, &full] {
+        // Two nodes send the layout, so it is kept; node a's next push hits it and the
+        // resource memo remembers both node a and the layout it sent.
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "a")],
+                state_shape("active", T0, 1.0),
+            )],
+            ts(T0),
+        );
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "b")],
+                state_shape("active", T0, 2.0),
+            )],
+            ts(T0),
+        );
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "a")],
+                state_shape("active", T0 + 1, 3.0),
+            )],
+            ts(T0 + 1),
+        );
+        // The same node with one point attribute value changed: another series.
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "a")],
+                state_shape("idle", T0 + 2, 4.0),
+            )],
+            ts(T0 + 2),
+        );
+        // Back to the first value: the first series again.
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "a")],
+                state_shape("active", T0 + 3, 5.0),
+            )],
+            ts(T0 + 3),
+        );
+        // One resource attribute value changed: another resource.
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "c")],
+                state_shape("active", T0 + 3, 6.0),
+            )],
+            ts(T0 + 3),
+        );
+    }
+    assert_eq!(memo.layout_memo_entries(), 1);
+    same_state(&memo, &full, T0 + 3);
+    let s = |node: &str, state: &str, v: f64| (labels(&[("node", node), ("state", state)]), v);
+    assert_eq!(
+        g_series(&memo, T0 + 3),
+        vec![
+            s("a", "active", 5.0),
+            s("a", "idle", 4.0),
+            s("b", "active", 2.0),
+            s("c", "active", 6.0),
+        ]
+    );
+    // g per (node, state), h per node.
+    assert_eq!(memo.series_count(), 7);
+}
+
+#[test]
+fn a_layout_hint_left_from_before_the_memo_was_emptied_is_checked_against_the_push() {
+    let (memo, full) = pair();
+    for e in [&memo, &full] {
+        // Layout `active` kept (entry 0); node a's resource remembers it.
+        for (node, t) in [("a", T0), ("b", T0), ("a", T0 + 1)] {
+            e.consume(
+                &[rm(
+                    vec![kv_str("node", node)],
+                    state_shape("active", t, 1.0),
+                )],
+                ts(t),
+            );
+        }
+        // A self-metric family new to the page forgets every memoised decision: the layout
+        // memo is emptied, the resources (and node a's hint) stay.
+        let own = [
+            MetricFamily::gauge("acme_component_gauge", "A component's gauge.")
+                .with(&[("cluster_id", "c")], 1.0),
+        ];
+        render(e, T0 + 1, &own);
+    }
+    assert_eq!(memo.layout_memo_entries(), 0);
+    for e in [&memo, &full] {
+        // Layout `idle` kept next, at the index `active` had.
+        for node in ["c", "d"] {
+            e.consume(
+                &[rm(
+                    vec![kv_str("node", node)],
+                    state_shape("idle", T0 + 2, 2.0),
+                )],
+                ts(T0 + 2),
+            );
+        }
+        // Node a's hint names that index; its push is `active` still.
+        e.consume(
+            &[rm(
+                vec![kv_str("node", "a")],
+                state_shape("active", T0 + 3, 3.0),
+            )],
+            ts(T0 + 3),
+        );
+    }
+    assert_eq!(memo.layout_memo_entries(), 1);
+    same_state(&memo, &full, T0 + 3);
+    let s = |node: &str, state: &str, v: f64| (labels(&[("node", node), ("state", state)]), v);
+    assert_eq!(
+        g_series(&memo, T0 + 3),
+        vec![
+            s("a", "active", 3.0),
+            s("b", "active", 1.0),
+            s("c", "idle", 2.0),
+            s("d", "idle", 2.0)
+        ]
+    );
+}
+
+#[test]
+fn resources_known_before_a_compaction_keep_their_own_series_after_it() {
+    let (memo, full) = pair();
+    // Nodes 0..40 push once and expire; nodes 40..80 stay. Compaction renumbers the label
+    // sets, so every remembered resource set id of the staying nodes changes.
+    let push = |node: u64, t: u64| {
+        rm(
+            vec![
+                kv_str("node", format!("n{node}")),
+                kv_str("rack", format!("r{}", node % 3)),
+            ],
+            state_shape("active", t, node as f64),
+        )
+    };
+    for e in [&memo, &full] {
+        let early: Vec<_> = (0..40).map(|n| push(n, T0)).collect();
+        e.consume(&early, ts(T0));
+        for t in [T0 + 60, T0 + 90] {
+            let late: Vec<_> = (40..80).map(|n| push(n, t)).collect();
+            e.consume(&late, ts(t));
+        }
+        assert_eq!(e.expire(ts(T0 + 120)), 80);
+        assert!(e.compact());
+        let late: Vec<_> = (40..80).map(|n| push(n, T0 + 130)).collect();
+        e.consume(&late, ts(T0 + 130));
+    }
+    same_state(&memo, &full, T0 + 130);
+    assert_eq!(memo.series_count(), 80);
+    assert_eq!(memo.resource_count(), 40);
+    let page = g_series(&memo, T0 + 130);
+    for n in 40..80u64 {
+        let want = labels(&[
+            ("node", &format!("n{n}")),
+            ("rack", &format!("r{}", n % 3)),
+            ("state", "active"),
+        ]);
+        assert!(page.contains(&(want, n as f64)), "node {n}: {page:?}");
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Push {
     node: u8,
