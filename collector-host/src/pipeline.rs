@@ -123,11 +123,11 @@ impl MetricsPipeline {
         acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
         let mut outcome = ProcessOutcome::default();
+        // A stage's outgoing points are the next stage's incoming ones: counted once.
+        let mut points = None;
         for stage in self.stages.iter().skip(start) {
-            stage
-                .counters
-                .incoming
-                .fetch_add(count_points(&data), Relaxed);
+            let incoming = points.unwrap_or_else(|| count_points(&data));
+            stage.counters.incoming.fetch_add(incoming, Relaxed);
             let r = catch_unwind(AssertUnwindSafe(|| stage.processor.process(&mut data, ctx)));
             match r {
                 Ok(o) => outcome.merge(o),
@@ -137,10 +137,9 @@ impl MetricsPipeline {
                     return Err(StagePanic(stage.id.to_string()));
                 }
             }
-            stage
-                .counters
-                .outgoing
-                .fetch_add(count_points(&data), Relaxed);
+            let outgoing = count_points(&data);
+            stage.counters.outgoing.fetch_add(outgoing, Relaxed);
+            points = Some(outgoing);
         }
         if !data.is_empty() {
             for e in &self.exporters {

@@ -216,7 +216,8 @@ fn check_attrs(
 }
 
 /// Whether `attrs` passes [`check_attrs`] with no scope key: the same checks, without
-/// building the refusal.
+/// building the refusal. A plain loop with early exits (this runs for every data point of
+/// every push).
 #[inline]
 fn attrs_pass(
     attrs: &[KeyValue],
@@ -224,45 +225,84 @@ fn attrs_pass(
     l: &PayloadLimits,
     key: Option<&ScopeKey>,
 ) -> bool {
-    attrs.len().saturating_add(inherited) <= l.max_attributes_per_series
-        && attrs.iter().all(|kv| {
-            kv.key.len() <= l.max_attribute_key_bytes
-                && value_size(kv.value.as_ref(), l.max_attribute_value_bytes)
-                    <= l.max_attribute_value_bytes
-                && !key.is_some_and(|k| k.matches(&kv.key))
-        })
+    if attrs.len().saturating_add(inherited) > l.max_attributes_per_series {
+        return false;
+    }
+    for kv in attrs {
+        if kv.key.len() > l.max_attribute_key_bytes
+            || value_size(kv.value.as_ref(), l.max_attribute_value_bytes)
+                > l.max_attribute_value_bytes
+        {
+            return false;
+        }
+        if let Some(k) = key
+            && k.matches(&kv.key)
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// [`attrs_pass`] for every point of a metric (`attrs`: a point's attributes).
+#[inline]
+fn points_pass<P>(
+    points: &[P],
+    attrs: impl Fn(&P) -> &[KeyValue],
+    inherited: usize,
+    l: &PayloadLimits,
+    key: Option<&ScopeKey>,
+) -> bool {
+    for p in points {
+        if !attrs_pass(attrs(p), inherited, l, key) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Whether every metric of `rm` passes [`check_metric`] and every data point
 /// [`attrs_pass`] (`inherited`: the resource's attribute count): then the per-point pass
 /// of [`metrics`] would keep everything and change nothing. The common case, checked
-/// without that pass's bookkeeping.
+/// without that pass's bookkeeping, in nested loops that stop at the first failure.
 fn metrics_pass(
     rm: &component::ResourceMetrics,
     inherited: usize,
     l: &PayloadLimits,
     key: Option<&ScopeKey>,
 ) -> bool {
-    macro_rules! points_pass {
-        ($points:expr) => {
-            $points
-                .iter()
-                .all(|p| attrs_pass(&p.attributes, inherited, l, key))
-        };
-    }
-    rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).all(|m| {
-        m.name.len() <= l.max_metric_name_bytes
-            && m.unit.len() <= l.max_metric_unit_bytes
-            && m.description.len() <= l.max_metric_description_bytes
-            && match &m.data {
-                Some(MetricKind::Gauge(g)) => points_pass!(g.data_points),
-                Some(MetricKind::Sum(s)) => points_pass!(s.data_points),
-                Some(MetricKind::Histogram(h)) => points_pass!(h.data_points),
-                Some(MetricKind::ExponentialHistogram(h)) => points_pass!(h.data_points),
-                Some(MetricKind::Summary(s)) => points_pass!(s.data_points),
-                None => true,
+    for sm in &rm.scope_metrics {
+        for m in &sm.metrics {
+            if m.name.len() > l.max_metric_name_bytes
+                || m.unit.len() > l.max_metric_unit_bytes
+                || m.description.len() > l.max_metric_description_bytes
+            {
+                return false;
             }
-    })
+            let pass = match &m.data {
+                Some(MetricKind::Gauge(g)) => {
+                    points_pass(&g.data_points, |p| &p.attributes, inherited, l, key)
+                }
+                Some(MetricKind::Sum(s)) => {
+                    points_pass(&s.data_points, |p| &p.attributes, inherited, l, key)
+                }
+                Some(MetricKind::Histogram(h)) => {
+                    points_pass(&h.data_points, |p| &p.attributes, inherited, l, key)
+                }
+                Some(MetricKind::ExponentialHistogram(h)) => {
+                    points_pass(&h.data_points, |p| &p.attributes, inherited, l, key)
+                }
+                Some(MetricKind::Summary(s)) => {
+                    points_pass(&s.data_points, |p| &p.attributes, inherited, l, key)
+                }
+                None => true,
+            };
+            if !pass {
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Check a metric's name, unit and description.
@@ -790,6 +830,149 @@ mod tests {
         let s = metrics(&mut req, Some("a"), &l);
         assert_eq!(s.by_reason, [("attribute_value_too_long", 1)]);
         assert_eq!(component::otlp::count_points(&req.resource_metrics), 3);
+    }
+
+    /// The per-resource fast check says yes exactly when every metric passes
+    /// [`check_metric`] and every point of every kind passes [`check_attrs`] with no
+    /// scope key, at each limit's edge, in any scope and metric position.
+    #[test]
+    fn the_fast_metric_check_agrees_with_the_full_checks_at_every_edge() {
+        use opentelemetry_proto::tonic::metrics::v1::{
+            ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram,
+            HistogramDataPoint, Metric, NumberDataPoint, ScopeMetrics, Sum, Summary,
+            SummaryDataPoint,
+        };
+        let l = PayloadLimits {
+            max_attributes_per_series: 3,
+            max_attribute_key_bytes: 8,
+            max_attribute_value_bytes: 16,
+            max_metric_name_bytes: 10,
+            max_metric_unit_bytes: 4,
+            max_metric_description_bytes: 12,
+            ..PayloadLimits::default()
+        };
+        let attr_sets: Vec<Vec<KeyValue>> = vec![
+            vec![],
+            vec![kv_str(&"k".repeat(8), "v".repeat(16))],
+            vec![kv_str(&"k".repeat(9), "v")],
+            vec![kv_str("k", "v".repeat(17))],
+            vec![kv_str("a", "1"), kv_str("b", "2")],
+            vec![kv_str("a", "1"), kv_str("b", "2"), kv_str("c", "3")],
+            vec![kv_str("k", "v"), kv_str(CLUSTER_ID, "a")],
+            vec![kv_str("k", "v"), kv_str("ingero_cluster_id", "a")],
+        ];
+        let kinds = |attrs: &Vec<KeyValue>| -> Vec<MetricKind> {
+            let a = || attrs.clone();
+            vec![
+                MetricKind::Gauge(Gauge {
+                    data_points: vec![
+                        NumberDataPoint::default(),
+                        NumberDataPoint {
+                            attributes: a(),
+                            ..Default::default()
+                        },
+                    ],
+                }),
+                MetricKind::Sum(Sum {
+                    data_points: vec![NumberDataPoint {
+                        attributes: a(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                MetricKind::Histogram(Histogram {
+                    data_points: vec![HistogramDataPoint {
+                        attributes: a(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                MetricKind::ExponentialHistogram(ExponentialHistogram {
+                    data_points: vec![ExponentialHistogramDataPoint {
+                        attributes: a(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                MetricKind::Summary(Summary {
+                    data_points: vec![SummaryDataPoint {
+                        attributes: a(),
+                        ..Default::default()
+                    }],
+                }),
+            ]
+        };
+        let metric = |name: usize, unit: usize, desc: usize, data: Option<MetricKind>| Metric {
+            name: "n".repeat(name),
+            unit: "u".repeat(unit),
+            description: "d".repeat(desc),
+            data,
+            ..Default::default()
+        };
+        let clean = || metric(3, 1, 0, Some(kinds(&vec![])[0].clone()));
+        // What the full checks say of a resource's metrics.
+        let full = |rm: &component::ResourceMetrics, inherited: usize| {
+            rm.scope_metrics.iter().flat_map(|sm| &sm.metrics).all(|m| {
+                let attrs: Vec<&Vec<KeyValue>> = match &m.data {
+                    Some(MetricKind::Gauge(g)) => {
+                        g.data_points.iter().map(|p| &p.attributes).collect()
+                    }
+                    Some(MetricKind::Sum(s)) => {
+                        s.data_points.iter().map(|p| &p.attributes).collect()
+                    }
+                    Some(MetricKind::Histogram(h)) => {
+                        h.data_points.iter().map(|p| &p.attributes).collect()
+                    }
+                    Some(MetricKind::ExponentialHistogram(h)) => {
+                        h.data_points.iter().map(|p| &p.attributes).collect()
+                    }
+                    Some(MetricKind::Summary(s)) => {
+                        s.data_points.iter().map(|p| &p.attributes).collect()
+                    }
+                    None => vec![],
+                };
+                check_metric(m, &l).is_ok()
+                    && attrs
+                        .iter()
+                        .all(|a| matches!(check_attrs(a, inherited, &l), Ok(false)))
+            })
+        };
+        let resource = |last: Metric| component::ResourceMetrics {
+            scope_metrics: vec![
+                ScopeMetrics {
+                    metrics: vec![clean()],
+                    ..Default::default()
+                },
+                ScopeMetrics {
+                    metrics: vec![clean(), last],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut cases = vec![];
+        for (name, unit, desc) in [(10, 4, 12), (11, 1, 0), (3, 5, 0), (3, 1, 13)] {
+            cases.push(resource(metric(name, unit, desc, None)));
+        }
+        for attrs in &attr_sets {
+            for kind in kinds(attrs) {
+                cases.push(resource(metric(10, 4, 12, Some(kind))));
+            }
+        }
+        let (mut yes, mut no) = (0, 0);
+        for rm in &cases {
+            for inherited in 0..=3 {
+                let want = full(rm, inherited);
+                assert_eq!(
+                    metrics_pass(rm, inherited, &l),
+                    want,
+                    "{rm:?} inherited {inherited}"
+                );
+                if want { yes += 1 } else { no += 1 }
+            }
+        }
+        // Both answers occur, for every kind.
+        assert!(yes > 20 && no > 60, "{yes} {no}");
     }
 
     #[test]

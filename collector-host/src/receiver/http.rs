@@ -57,34 +57,35 @@ impl HttpReceiver {
         }
     }
 
+    /// One request, timed. The steps run in this future itself rather than in a nested
+    /// one: a nested future is built and then moved into its parent's state, a copy of
+    /// several hundred bytes per request.
     async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let started = Instant::now();
-        let resp = self.handle_inner(req, peer).await;
+        let resp = 'answer: {
+            let adm = match self.admit(&req, peer) {
+                Ok(a) => a,
+                Err(r) => break 'answer r,
+            };
+            // Load shedding before the body is read: a refused request costs no body memory.
+            let _permit = match &self.in_flight {
+                Some(sem) => match sem.clone().try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) => break 'answer self.overloaded(req.headers(), adm.cluster.as_deref()),
+                },
+                None => None,
+            };
+            let (enc, body) = match self
+                .read_body(req, adm.signal, adm.cluster.as_deref())
+                .await
+            {
+                Ok(b) => b,
+                Err(r) => break 'answer r,
+            };
+            self.export(adm, enc, &body).await
+        };
         self.ingest.counters.latency.observe(started.elapsed());
         resp
-    }
-
-    async fn handle_inner(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-        let adm = match self.admit(&req, peer) {
-            Ok(a) => a,
-            Err(r) => return r,
-        };
-        // Load shedding before the body is read: a refused request costs no body memory.
-        let _permit = match &self.in_flight {
-            Some(sem) => match sem.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => return self.overloaded(req.headers(), adm.cluster.as_deref()),
-            },
-            None => None,
-        };
-        let (enc, body) = match self
-            .read_body(req, adm.signal, adm.cluster.as_deref())
-            .await
-        {
-            Ok(b) => b,
-            Err(r) => return r,
-        };
-        self.export(adm, enc, &body).await
     }
 
     /// Path, method, then the seam's pipeline check and admission (before the body).
