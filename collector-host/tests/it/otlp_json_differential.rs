@@ -144,12 +144,20 @@ fn exemplars() -> impl Strategy<Value = Vec<Exemplar>> {
 }
 
 fn number_points() -> impl Strategy<Value = Vec<NumberDataPoint>> {
+    points_with(attributes(), exemplars())
+}
+
+/// Up to three number points with attributes and exemplars drawn from the given strategies.
+fn points_with(
+    attributes: impl Strategy<Value = Vec<KeyValue>>,
+    exemplars: impl Strategy<Value = Vec<Exemplar>>,
+) -> impl Strategy<Value = Vec<NumberDataPoint>> {
     vec(
         (
-            attributes(),
+            attributes,
             any_u64(),
             any_u64(),
-            exemplars(),
+            exemplars,
             any::<u32>(),
             prop_oneof![
                 Just(None),
@@ -417,32 +425,7 @@ fn plain_attributes() -> impl Strategy<Value = Vec<KeyValue>> {
 }
 
 fn plain_points() -> impl Strategy<Value = Vec<NumberDataPoint>> {
-    vec(
-        (
-            plain_attributes(),
-            any_u64(),
-            any_u64(),
-            any::<u32>(),
-            prop_oneof![
-                Just(None),
-                any_f64().prop_map(|d| Some(number_data_point::Value::AsDouble(d))),
-                any_i64().prop_map(|i| Some(number_data_point::Value::AsInt(i))),
-            ],
-        ),
-        0..4,
-    )
-    .prop_map(|ps| {
-        ps.into_iter()
-            .map(|(attributes, start, time, flags, value)| NumberDataPoint {
-                attributes,
-                start_time_unix_nano: start,
-                time_unix_nano: time,
-                exemplars: Vec::new(),
-                flags,
-                value,
-            })
-            .collect()
-    })
+    points_with(plain_attributes(), Just(Vec::new()))
 }
 
 /// A request a thread keeps whole after its pipeline (see `component::recycle`): gauges
