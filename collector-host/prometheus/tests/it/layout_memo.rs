@@ -141,6 +141,14 @@ fn g_series(
     out
 }
 
+/// Node `node` sends [`state_shape`] at `t`.
+fn push_state(e: &PrometheusExporter, node: &str, state: &str, t: u64, v: f64) {
+    e.consume(
+        &[rm(vec![kv_str("node", node)], state_shape(state, t, v))],
+        ts(t),
+    );
+}
+
 fn state_shape(state: &str, t: u64, v: f64) -> Vec<Metric> {
     vec![
         gauge("g", "", vec![point(vec![kv_str("state", state)], t, v)]),
@@ -154,51 +162,15 @@ fn pushes_that_differ_in_one_attribute_value_land_on_different_series() {
     for e in [&memo, &full] {
         // Two nodes send the layout, so it is kept; node a's next push hits it and the
         // resource memo remembers both node a and the layout it sent.
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "a")],
-                state_shape("active", T0, 1.0),
-            )],
-            ts(T0),
-        );
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "b")],
-                state_shape("active", T0, 2.0),
-            )],
-            ts(T0),
-        );
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "a")],
-                state_shape("active", T0 + 1, 3.0),
-            )],
-            ts(T0 + 1),
-        );
+        push_state(e, "a", "active", T0, 1.0);
+        push_state(e, "b", "active", T0, 2.0);
+        push_state(e, "a", "active", T0 + 1, 3.0);
         // The same node with one point attribute value changed: another series.
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "a")],
-                state_shape("idle", T0 + 2, 4.0),
-            )],
-            ts(T0 + 2),
-        );
+        push_state(e, "a", "idle", T0 + 2, 4.0);
         // Back to the first value: the first series again.
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "a")],
-                state_shape("active", T0 + 3, 5.0),
-            )],
-            ts(T0 + 3),
-        );
+        push_state(e, "a", "active", T0 + 3, 5.0);
         // One resource attribute value changed: another resource.
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "c")],
-                state_shape("active", T0 + 3, 6.0),
-            )],
-            ts(T0 + 3),
-        );
+        push_state(e, "c", "active", T0 + 3, 6.0);
     }
     assert_eq!(memo.layout_memo_entries(), 1);
     same_state(&memo, &full, T0 + 3);
@@ -222,13 +194,7 @@ fn a_layout_hint_left_from_before_the_memo_was_emptied_is_checked_against_the_pu
     for e in [&memo, &full] {
         // Layout `active` kept (entry 0); node a's resource remembers it.
         for (node, t) in [("a", T0), ("b", T0), ("a", T0 + 1)] {
-            e.consume(
-                &[rm(
-                    vec![kv_str("node", node)],
-                    state_shape("active", t, 1.0),
-                )],
-                ts(t),
-            );
+            push_state(e, node, "active", t, 1.0);
         }
         // A self-metric family new to the page forgets every memoised decision: the layout
         // memo is emptied, the resources (and node a's hint) stay.
@@ -242,22 +208,10 @@ fn a_layout_hint_left_from_before_the_memo_was_emptied_is_checked_against_the_pu
     for e in [&memo, &full] {
         // Layout `idle` kept next, at the index `active` had.
         for node in ["c", "d"] {
-            e.consume(
-                &[rm(
-                    vec![kv_str("node", node)],
-                    state_shape("idle", T0 + 2, 2.0),
-                )],
-                ts(T0 + 2),
-            );
+            push_state(e, node, "idle", T0 + 2, 2.0);
         }
         // Node a's hint names that index; its push is `active` still.
-        e.consume(
-            &[rm(
-                vec![kv_str("node", "a")],
-                state_shape("active", T0 + 3, 3.0),
-            )],
-            ts(T0 + 3),
-        );
+        push_state(e, "a", "active", T0 + 3, 3.0);
     }
     assert_eq!(memo.layout_memo_entries(), 1);
     same_state(&memo, &full, T0 + 3);
