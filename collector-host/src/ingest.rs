@@ -253,7 +253,19 @@ impl Ingest {
     pub async fn export_metrics(
         &self,
         adm: Admitted,
+        req: ExportMetricsServiceRequest,
+    ) -> Result<MetricsExport, Refusal> {
+        self.export_metrics_from(adm, req, None).await
+    }
+
+    /// [`Self::export_metrics`] for a request its decoder issued as `origin` (see
+    /// [`component::recycle::Origin`]): if neither the screen nor a stage changes it, it
+    /// goes back to the thread with its origin when the pipeline ends.
+    pub async fn export_metrics_from(
+        &self,
+        adm: Admitted,
         mut req: ExportMetricsServiceRequest,
+        origin: Option<component::recycle::Origin>,
     ) -> Result<MetricsExport, Refusal> {
         let points = count_points(&req.resource_metrics);
         let scope = &*self.scope;
@@ -278,9 +290,10 @@ impl Ingest {
         };
         let m = &self.counters.metrics;
         let mut acks = Acks::default();
-        let consumed = self
-            .fanout
-            .consume_metrics(req.resource_metrics, &ctx, &mut acks);
+        let origin = origin.filter(|_| !screened.changed);
+        let consumed =
+            self.fanout
+                .consume_metrics_from(req.resource_metrics, origin, &ctx, &mut acks);
         if let Err(r) = self.settle(acks).await {
             m.refused.fetch_add(points, Relaxed);
             return Err(r);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use component::otlp::count_points;
+use component::recycle::Origin;
 use component::{BatchContext, ComponentId, ProcessOutcome, Processor, ResourceMetrics};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -118,7 +119,21 @@ impl MetricsPipeline {
     pub fn consume_from(
         &self,
         start: usize,
+        data: Vec<ResourceMetrics>,
+        ctx: &BatchContext,
+        acks: &mut Acks,
+    ) -> Result<ProcessOutcome, StagePanic> {
+        self.consume_origin(start, data, None, ctx, acks)
+    }
+
+    /// [`Self::consume_from`] for the batch a decoder issued as `origin`: handed back to
+    /// the thread with it when no stage had it mutably (see
+    /// [`component::recycle::Origin`]).
+    fn consume_origin(
+        &self,
+        start: usize,
         mut data: Vec<ResourceMetrics>,
+        mut origin: Option<Origin>,
         ctx: &BatchContext,
         acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
@@ -128,7 +143,15 @@ impl MetricsPipeline {
         for stage in self.stages.iter().skip(start) {
             let incoming = points.unwrap_or_else(|| count_points(&data));
             stage.counters.incoming.fetch_add(incoming, Relaxed);
-            let r = catch_unwind(AssertUnwindSafe(|| stage.processor.process(&mut data, ctx)));
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                stage
+                    .processor
+                    .process_shared(&data, ctx)
+                    .unwrap_or_else(|| {
+                        origin = None;
+                        stage.processor.process(&mut data, ctx)
+                    })
+            }));
             match r {
                 Ok(o) => outcome.merge(o),
                 Err(_) => {
@@ -150,7 +173,7 @@ impl MetricsPipeline {
         }
         // The batch's strings and vectors go to this thread's pool for the next JSON or
         // protobuf decode here, instead of being freed now and allocated again then.
-        component::recycle::recycle_on_this_thread(data);
+        component::recycle::recycle_on_this_thread_from(data, origin);
         Ok(outcome)
     }
 
@@ -191,16 +214,29 @@ impl Fanout {
         ctx: &BatchContext,
         acks: &mut Acks,
     ) -> Result<ProcessOutcome, StagePanic> {
+        self.consume_metrics_from(data, None, ctx, acks)
+    }
+
+    /// [`Self::consume_metrics`] for the batch a decoder issued as `origin` (see
+    /// [`component::recycle::Origin`]): the last pipeline gets the batch itself, with
+    /// its origin; the others get copies, without.
+    pub fn consume_metrics_from(
+        &self,
+        data: Vec<ResourceMetrics>,
+        origin: Option<Origin>,
+        ctx: &BatchContext,
+        acks: &mut Acks,
+    ) -> Result<ProcessOutcome, StagePanic> {
         let mut outcome = ProcessOutcome::default();
         let n = self.metrics.len();
         let mut data = Some(data);
         for (i, p) in self.metrics.iter().enumerate() {
-            let batch = if i + 1 == n {
-                data.take().unwrap_or_default()
+            let (batch, origin) = if i + 1 == n {
+                (data.take().unwrap_or_default(), origin)
             } else {
-                data.clone().unwrap_or_default()
+                (data.clone().unwrap_or_default(), None)
             };
-            outcome.merge(p.consume(batch, ctx, acks)?);
+            outcome.merge(p.consume_origin(0, batch, origin, ctx, acks)?);
         }
         Ok(outcome)
     }
@@ -223,5 +259,125 @@ impl Fanout {
             }
         }
         acks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use component::recycle::{self, Origin};
+    use component::{Host, MetricFamily, StartError, Timestamp};
+
+    /// A processor that reads batches (through `process_shared`) or changes them.
+    struct Probe {
+        writes: bool,
+    }
+
+    impl Processor for Probe {
+        fn start(&self, _: &dyn Host) -> Result<(), StartError> {
+            Ok(())
+        }
+        fn process(&self, data: &mut Vec<ResourceMetrics>, _: &BatchContext) -> ProcessOutcome {
+            if let Some(rm) = data.first_mut() {
+                rm.schema_url = "changed".into();
+            }
+            ProcessOutcome::default()
+        }
+        fn process_shared(
+            &self,
+            _: &[ResourceMetrics],
+            _: &BatchContext,
+        ) -> Option<ProcessOutcome> {
+            (!self.writes).then(ProcessOutcome::default)
+        }
+        fn tick(&self, _: Timestamp) -> Vec<ResourceMetrics> {
+            Vec::new()
+        }
+        fn shutdown(&self) {}
+        fn telemetry(&self, _: &mut Vec<MetricFamily>) {}
+    }
+
+    fn pipeline(stages: &[bool]) -> MetricsPipeline {
+        let telemetry = Arc::new(Telemetry::default());
+        MetricsPipeline {
+            name: "metrics".into(),
+            stages: stages
+                .iter()
+                .enumerate()
+                .map(|(i, &writes)| {
+                    Arc::new(Stage {
+                        id: ComponentId::parse(&format!("probe/{i}")).unwrap(),
+                        processor: Arc::new(Probe { writes }),
+                        counters: telemetry.processor(&format!("probe/{i}")),
+                    })
+                })
+                .collect(),
+            exporters: Vec::new(),
+            telemetry,
+        }
+    }
+
+    fn batch() -> Vec<ResourceMetrics> {
+        vec![ResourceMetrics {
+            resource: Some(component::otlp::Resource {
+                attributes: vec![component::otlp::kv_str("ingero.node.id", "n1")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]
+    }
+
+    /// What the thread kept after the pipeline: the batch, and its origin.
+    fn kept() -> (Vec<ResourceMetrics>, Option<Origin>) {
+        let mut pool = recycle::take_thread_pool();
+        pool.set_writes_in_place(true);
+        let kept = pool.take_tree_from();
+        recycle::put_thread_pool(pool);
+        kept
+    }
+
+    fn run(fanout: &Fanout, origin: Option<Origin>) -> (Vec<ResourceMetrics>, Option<Origin>) {
+        kept();
+        let ctx = BatchContext {
+            cluster_id: None,
+            received_at: Timestamp::from_nanos(1),
+            tenant: None,
+        };
+        fanout
+            .consume_metrics_from(batch(), origin, &ctx, &mut Acks::default())
+            .unwrap();
+        kept()
+    }
+
+    /// A batch goes back to its thread with the origin its decoder gave it only when no
+    /// stage had it mutably and it was not copied for another pipeline.
+    #[test]
+    fn a_batch_keeps_its_origin_only_if_no_stage_could_change_it() {
+        let o = Some(Origin::next());
+        let one = |stages: &[bool]| Fanout {
+            metrics: vec![Arc::new(pipeline(stages))],
+            ..Fanout::default()
+        };
+        // Kept whole (the thread's decodes write in place) either way.
+        for (stages, want) in [
+            (&[][..], o),
+            (&[false][..], o),
+            (&[false, false][..], o),
+            (&[true][..], None),
+            (&[false, true][..], None),
+        ] {
+            let (tree, origin) = run(&one(stages), o);
+            assert_eq!(origin, want, "{stages:?}");
+            assert_eq!(tree.len(), 1);
+            assert_eq!(tree[0].schema_url.is_empty(), want.is_some());
+        }
+        assert_eq!(run(&one(&[false]), None).1, None);
+        // Two pipelines: the first gets a copy (recycled without an origin), the last the
+        // batch itself; the thread keeps the first batch it is handed.
+        let two = Fanout {
+            metrics: vec![Arc::new(pipeline(&[false])), Arc::new(pipeline(&[false]))],
+            ..Fanout::default()
+        };
+        assert_eq!(run(&two, o).1, None);
     }
 }

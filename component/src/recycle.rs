@@ -47,9 +47,42 @@ pub fn put_thread_pool(pool: Recycler) {
 /// on this thread (instead of freeing them now and allocating them again then). Hosts call
 /// this where a batch's pipeline ends.
 pub fn recycle_on_this_thread(data: Vec<ResourceMetrics>) {
+    recycle_on_this_thread_from(data, None);
+}
+
+/// [`recycle_on_this_thread`] for a batch that is, unchanged, the one a decoder issued as
+/// `origin` ([`Origin`]; `None` for any other batch, or one a stage may have changed).
+pub fn recycle_on_this_thread_from(data: Vec<ResourceMetrics>, origin: Option<Origin>) {
     let mut pool = POOL.take();
-    pool.keep_or_recycle(data);
+    pool.keep_or_recycle_from(data, origin);
     put_thread_pool(pool);
+}
+
+/// Names one batch a decoder produced, unique in the process. A host that hands the batch
+/// back unchanged, with [`recycle_on_this_thread_from`], lets the decoder that finds it
+/// kept ([`Recycler::take_tree_from`]) know it holds exactly what that decode wrote, so
+/// the next decode need not write again what it would write the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin(std::num::NonZeroU64);
+
+impl Origin {
+    /// A new origin, never handed out before in this process.
+    pub fn next() -> Origin {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        /// Blocks of 2^32 origins, one per thread that asks.
+        static BLOCKS: AtomicU64 = AtomicU64::new(1);
+        thread_local! {
+            static NEXT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        NEXT.with(|n| {
+            let mut v = n.get();
+            if v & 0xFFFF_FFFF == 0 {
+                v = BLOCKS.fetch_add(1, Relaxed) << 32 | 1;
+            }
+            n.set(v + 1);
+            Origin(std::num::NonZeroU64::new(v).unwrap_or(std::num::NonZeroU64::MIN))
+        })
+    }
 }
 
 /// Counts of what a [`Recycler`] holds.
@@ -78,6 +111,8 @@ pub struct Recycler {
     /// Whether the last decode on this thread wrote in place (see
     /// [`Recycler::set_writes_in_place`]): only then is a batch kept whole.
     in_place: bool,
+    /// The decode that issued the batch kept whole, when it came back unchanged.
+    tree_origin: Option<Origin>,
 }
 
 /// The most of each part a batch kept whole may have (see [`Recycler::keep_or_recycle`]):
@@ -113,6 +148,7 @@ impl Recycler {
         resources: Vec::new(),
         tree: Vec::new(),
         in_place: false,
+        tree_origin: None,
     };
 
     /// How many strings are kept at most.
@@ -219,6 +255,16 @@ impl Recycler {
     /// [`Recycler::MAX_STRING_BYTES`] of capacity. Otherwise its parts go to the pools
     /// as with [`Recycler::recycle_resources`].
     pub fn keep_or_recycle(&mut self, resources: Vec<ResourceMetrics>) {
+        self.keep_or_recycle_from(resources, None);
+    }
+
+    /// [`Recycler::keep_or_recycle`] for a batch that is, unchanged, the one a decoder
+    /// issued as `origin` (see [`Origin`]).
+    pub fn keep_or_recycle_from(
+        &mut self,
+        resources: Vec<ResourceMetrics>,
+        origin: Option<Origin>,
+    ) {
         let mut budget = TreeBudget::FULL;
         if self.in_place
             && self.tree.capacity() == 0
@@ -226,6 +272,7 @@ impl Recycler {
             && fits(&resources, &mut budget)
         {
             self.tree = resources;
+            self.tree_origin = origin;
         } else {
             self.recycle_resources(resources);
         }
@@ -234,7 +281,16 @@ impl Recycler {
     /// The batch kept whole, for a decoder to overwrite in place (empty if none is).
     #[inline]
     pub fn take_tree(&mut self) -> Vec<ResourceMetrics> {
+        self.tree_origin = None;
         std::mem::take(&mut self.tree)
+    }
+
+    /// [`Recycler::take_tree`], with the origin the batch came back with: `Some` only if
+    /// it is, unchanged, the batch that decode issued.
+    #[inline]
+    pub fn take_tree_from(&mut self) -> (Vec<ResourceMetrics>, Option<Origin>) {
+        let origin = self.tree_origin.take();
+        (std::mem::take(&mut self.tree), origin)
     }
 
     /// Whether a batch is kept whole.

@@ -220,6 +220,15 @@ pub trait RequestScope: Send + Sync {
     /// [`ScopeKey::key`]. `Ok` says whether the resource names a scope.
     fn settle_resource(&self, attrs: &mut Vec<KeyValue>) -> Result<bool, ScopeRefusal>;
 
+    /// Read-only: `Some(names)` when [`Self::settle_resource`] would change nothing and
+    /// answer `Ok(names)`; `None` when it might change or refuse them (the default,
+    /// always safe). A host that knows its batch unchanged (see
+    /// [`crate::recycle::Origin`]) asks this first.
+    fn resource_settled(&self, attrs: &[KeyValue]) -> Option<bool> {
+        let _ = attrs;
+        None
+    }
+
     /// Settle a data point's attributes against its resource's scope (`scope`: the
     /// resource's, else the request's). Called only for a point that has a key
     /// [`ScopeKey::matches`]; `Err` drops the point, and nothing is changed then.
@@ -270,6 +279,10 @@ impl RequestScope for NoScope {
 
     fn settle_resource(&self, _: &mut Vec<KeyValue>) -> Result<bool, ScopeRefusal> {
         Ok(false)
+    }
+
+    fn resource_settled(&self, _: &[KeyValue]) -> Option<bool> {
+        Some(false)
     }
 
     fn settle_point(&self, _: &mut Vec<KeyValue>, _: Option<&str>) -> Result<(), ScopeRefusal> {

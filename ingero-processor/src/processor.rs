@@ -115,6 +115,17 @@ impl IngeroProcessor {
 /// counted.
 pub const NODE_RECORD_BYTES: usize = 192 + 16 + MAX_ID_BYTES;
 
+impl IngeroProcessor {
+    fn read(&self, data: &[ResourceMetrics], ctx: &BatchContext) -> ProcessOutcome {
+        let mut out = ProcessOutcome::default();
+        for rm in data {
+            self.ingest.resource(rm, ctx, &mut out);
+            self.causes.observe(rm, ctx);
+        }
+        out
+    }
+}
+
 impl Processor for IngeroProcessor {
     fn start(&self, host: &dyn Host) -> Result<(), StartError> {
         let found = ingero_wire::find_threshold_sink(host);
@@ -136,12 +147,16 @@ impl Processor for IngeroProcessor {
     }
 
     fn process(&self, data: &mut Vec<ResourceMetrics>, ctx: &BatchContext) -> ProcessOutcome {
-        let mut out = ProcessOutcome::default();
-        for rm in data.iter() {
-            self.ingest.resource(rm, ctx, &mut out);
-            self.causes.observe(rm, ctx);
-        }
-        out
+        self.read(data, ctx)
+    }
+
+    // The processor only reads batches.
+    fn process_shared(
+        &self,
+        data: &[ResourceMetrics],
+        ctx: &BatchContext,
+    ) -> Option<ProcessOutcome> {
+        Some(self.read(data, ctx))
     }
 
     fn tick(&self, now: Timestamp) -> Vec<ResourceMetrics> {

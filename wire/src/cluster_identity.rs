@@ -102,6 +102,18 @@ pub fn resource_cluster(attrs: &[KeyValue]) -> Result<Option<&str>, IdentityErro
 /// attribute, keyed `ingero.cluster.id`, where the first one was; duplicates and aliases
 /// with the same value are removed. On `Err` nothing is changed. Returns whether the
 /// resource names a cluster.
+/// Read-only [`settle_resource`]: `Some(names)` when it would change nothing and answer
+/// `Ok(names)` (no cluster attribute, or exactly one, keyed `ingero.cluster.id`, valid);
+/// `None` when it would change or refuse them.
+pub fn resource_settled(attrs: &[KeyValue]) -> Option<bool> {
+    let mut keys = attrs.iter().filter(|kv| is_cluster_id_key(&kv.key));
+    match (keys.next(), keys.next()) {
+        (None, _) => Some(false),
+        (Some(kv), None) if kv.key == CLUSTER_ID && resource_cluster(attrs).is_ok() => Some(true),
+        _ => None,
+    }
+}
+
 pub fn settle_resource(attrs: &mut Vec<KeyValue>) -> Result<bool, IdentityError> {
     let mut count = 0usize;
     let mut canonical = true;
@@ -344,5 +356,35 @@ mod tests {
         let mut plain = vec![kv_str("ingero.node.state", "active")];
         assert_eq!(settle_point(&mut plain, None), Ok(()));
         assert_eq!(plain.len(), 1);
+    }
+
+    /// `resource_settled` answers `Some` exactly where `settle_resource` changes nothing
+    /// and succeeds, with the same answer.
+    #[test]
+    fn resource_settled_is_settle_resource_without_the_changes() {
+        let cases: Vec<Vec<KeyValue>> = vec![
+            vec![],
+            vec![kv_str("ingero.node.id", "n")],
+            vec![kv_str(CLUSTER_ID, "a")],
+            vec![kv_str("ingero.node.id", "n"), kv_str(CLUSTER_ID, "a")],
+            vec![kv_str("ingero_cluster_id", "a")],
+            vec![kv_str(CLUSTER_ID, "a"), kv_str(CLUSTER_ID, "a")],
+            vec![kv_str(CLUSTER_ID, "a"), kv_str("ingero-cluster-id", "a")],
+            vec![kv_str(CLUSTER_ID, "a"), kv_str(CLUSTER_ID, "b")],
+            vec![kv_i64(CLUSTER_ID, 7)],
+            vec![kv_str(CLUSTER_ID, "")],
+            vec![kv_str(CLUSTER_ID, "a\r\nb")],
+        ];
+        for attrs in cases {
+            let mut settled = attrs.clone();
+            let r = settle_resource(&mut settled);
+            match resource_settled(&attrs) {
+                Some(named) => {
+                    assert_eq!(r, Ok(named), "{attrs:?}");
+                    assert_eq!(settled, attrs);
+                }
+                None => assert!(r.is_err() || settled != attrs, "{attrs:?}"),
+            }
+        }
     }
 }

@@ -77,6 +77,10 @@ impl RequestScope for ClusterScope {
         cluster_identity::settle_resource(attrs).map_err(refusal)
     }
 
+    fn resource_settled(&self, attrs: &[KeyValue]) -> Option<bool> {
+        cluster_identity::resource_settled(attrs)
+    }
+
     fn settle_point(
         &self,
         attrs: &mut Vec<KeyValue>,

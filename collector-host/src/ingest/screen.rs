@@ -46,6 +46,9 @@ pub struct Screened {
     pub by_reason: Vec<(&'static str, u64)>,
     /// The first refusal, for the partial-success message.
     pub first: Option<String>,
+    /// Whether the screen may have changed the request (dropped, settled or added
+    /// anything). `false` means it is, byte for byte, what was decoded.
+    pub changed: bool,
 }
 
 impl Screened {
@@ -54,6 +57,7 @@ impl Screened {
             return;
         }
         self.dropped += n;
+        self.changed = true;
         match self.by_reason.iter_mut().find(|(r, _)| *r == reason) {
             Some((_, c)) => *c += n,
             None => self.by_reason.push((reason, n)),
@@ -383,17 +387,25 @@ pub fn metrics(
             });
             return false;
         }
-        let names_cluster = match rm.resource.as_mut() {
-            Some(r) => match scope.settle_resource(&mut r.attributes) {
-                Ok(named) => named,
-                Err(e) => {
-                    out.drop(e.reason, resource_points(rm), || {
-                        format!("resource {i}: {e}")
-                    });
-                    return false;
+        let settled = rm
+            .resource
+            .as_ref()
+            .map_or(Some(false), |r| scope.resource_settled(&r.attributes));
+        let names_cluster = match (settled, rm.resource.as_mut()) {
+            (Some(named), _) => named,
+            (None, Some(r)) => {
+                out.changed = true;
+                match scope.settle_resource(&mut r.attributes) {
+                    Ok(named) => named,
+                    Err(e) => {
+                        out.drop(e.reason, resource_points(rm), || {
+                            format!("resource {i}: {e}")
+                        });
+                        return false;
+                    }
                 }
-            },
-            None => false,
+            }
+            (None, None) => false,
         };
         if let Err(e) = scope.check_metrics_resource(component::otlp::resource_attrs(rm)) {
             out.drop(e.reason, resource_points(rm), || {
@@ -409,6 +421,7 @@ pub fn metrics(
             && let Some(c) = request_cluster
             && let Some(k) = key
         {
+            out.changed = true;
             rm.resource
                 .get_or_insert_with(Default::default)
                 .attributes
@@ -422,6 +435,7 @@ pub fn metrics(
         if metrics_pass(rm, inherited, limits, key) {
             return true;
         }
+        out.changed = true;
         for sm in &mut rm.scope_metrics {
             sm.metrics.retain_mut(|m| {
                 if let Err((reason, why)) = check_metric(m, limits) {
@@ -570,6 +584,63 @@ mod tests {
             "ingero.health",
             vec![gauge_f64("ingero.node.health_score", "1", points)],
         )
+    }
+
+    /// `changed` is false only for a request the screen left as it was: what lets the
+    /// JSON decoder's batch go back to it as issued (see `component::recycle::Origin`).
+    #[test]
+    fn the_screen_says_whether_it_changed_the_request() {
+        let l = PayloadLimits::default();
+        let screen = |resources: Vec<component::ResourceMetrics>, request: Option<&str>| {
+            let mut req = ExportMetricsServiceRequest {
+                resource_metrics: resources,
+            };
+            let before = req.clone();
+            let s = metrics(&mut req, request, &l);
+            assert_eq!(s.changed, req != before, "{before:?}");
+            s.changed
+        };
+        let named = vec![kv_str(CLUSTER_ID, "a"), kv_str(NODE_ID, "n1")];
+        // Clean: named cluster, plain points; no cluster and no request cluster either.
+        assert!(!screen(
+            vec![push(named.clone(), vec![vec![], vec![]])],
+            Some("a")
+        ));
+        assert!(!screen(
+            vec![push(vec![kv_str(NODE_ID, "n1")], vec![vec![]])],
+            None
+        ));
+        // The request's cluster added to a resource that names none.
+        assert!(screen(
+            vec![push(vec![kv_str(NODE_ID, "n1")], vec![vec![]])],
+            Some("a")
+        ));
+        // An alias of the cluster key settled to the canonical key; a duplicate removed.
+        assert!(screen(
+            vec![push(vec![kv_str("ingero_cluster_id", "a")], vec![vec![]])],
+            None
+        ));
+        assert!(screen(
+            vec![push(
+                vec![kv_str(CLUSTER_ID, "a"), kv_str(CLUSTER_ID, "a")],
+                vec![vec![]]
+            )],
+            None
+        ));
+        // A point's copy of its resource's cluster removed; a conflicting one dropped.
+        assert!(screen(
+            vec![push(named.clone(), vec![vec![kv_str(CLUSTER_ID, "a")]])],
+            None
+        ));
+        assert!(screen(
+            vec![push(named, vec![vec![kv_str(CLUSTER_ID, "b")]])],
+            None
+        ));
+        // A resource dropped.
+        assert!(screen(
+            vec![push(vec![kv_i64(CLUSTER_ID, 7)], vec![vec![]])],
+            None
+        ));
     }
 
     #[test]
