@@ -21,7 +21,7 @@
 
 use std::hint::black_box;
 
-use collector_host::receiver::otlp_json::decode_metrics;
+use collector_host::receiver::otlp_json::{decode_metrics, forget_shape, recycle};
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -75,9 +75,27 @@ fn decode<M: Measurement>(c: &mut Criterion<M>) {
                 )
             })
         });
+        // As the receiver runs it: each batch goes back to the thread when done, and
+        // every body after the first is replayed against the shape of the one before
+        // (`reader::tape`).
         g.bench_with_input(BenchmarkId::new("streaming", name), &body, |b, body| {
-            b.iter(|| black_box(decode_metrics(black_box(body)).unwrap()))
+            b.iter(|| {
+                let req = decode_metrics(black_box(body)).unwrap();
+                recycle(black_box(req).resource_metrics);
+            })
         });
+        // The same with the shape forgotten before each decode: a full decode each time.
+        g.bench_with_input(
+            BenchmarkId::new("streaming_full", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    forget_shape();
+                    let req = decode_metrics(black_box(body)).unwrap();
+                    recycle(black_box(req).resource_metrics);
+                })
+            },
+        );
         // The floor: serde_json checking the syntax and building nothing.
         g.bench_with_input(BenchmarkId::new("scan_only", name), &body, |b, body| {
             b.iter(|| {

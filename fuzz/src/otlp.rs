@@ -9,6 +9,9 @@
 //!   or prost's error, also when it decodes into buffers a previous request left in the
 //!   pool; a decoded request re-encodes to bytes that decode to the same request (compared
 //!   as bytes, so NaN values compare equal).
+//! - JSON: a decode into the batch the thread kept, and a replay of the shape of the body
+//!   before it (that body itself, or it with its digits changed, handed back unchanged),
+//!   give what a decode on a thread with nothing kept or recorded gives.
 //! - JSON: a decoded request, re-encoded to protobuf, decodes to the same thing; written
 //!   back as OTLP/JSON (opentelemetry-proto's serializer) it is accepted again (unless a
 //!   repeated double field holds a non-finite value, which the serializer writes as
@@ -72,8 +75,12 @@ fn same_in_place(body: &[u8]) {
             .map(|r| r.encode_to_vec())
             .map_err(|e| e.to_string())
     };
-    // Nothing kept on this thread.
-    drop(component::recycle::take_thread_pool());
+    // Nothing kept or recorded on this thread.
+    let forget = || {
+        drop(component::recycle::take_thread_pool());
+        collector_host::receiver::otlp_json::forget_shape();
+    };
+    forget();
     let fresh = decode(body);
     let push = testkit::AgentPush::new("c", "n", 0.5)
         .gpu("NVIDIA H100 80GB HBM3", 8)
@@ -84,6 +91,28 @@ fn same_in_place(body: &[u8]) {
         }
         assert_eq!(decode(body), fresh, "read in place, not as a fresh decode");
     }
+    // Replayed (`otlp_json`'s shape replay): after the body itself, handed back unchanged
+    // with its origin, and after it with its digits changed (other values, same shape
+    // mostly), and back.
+    let shifted: Vec<u8> = body
+        .iter()
+        .map(|&b| if b.is_ascii_digit() { b'0' + (b - b'0' + 3) % 10 } else { b })
+        .collect();
+    forget();
+    let fresh_shifted = decode(&shifted);
+    let give_back = |b: &[u8]| {
+        if let Ok(req) = decode::decode_metrics(BodyEncoding::Json, b) {
+            let origin = collector_host::receiver::otlp_json::take_origin();
+            component::recycle::recycle_on_this_thread_from(req.resource_metrics, origin);
+        }
+    };
+    forget();
+    give_back(body);
+    assert_eq!(decode(body), fresh, "replayed, not as a fresh decode");
+    give_back(body);
+    assert_eq!(decode(&shifted), fresh_shifted, "replayed, not as a fresh decode");
+    give_back(&shifted);
+    assert_eq!(decode(body), fresh, "replayed back, not as a fresh decode");
 }
 
 /// The input itself, plus its decompression when it looks like gzip.

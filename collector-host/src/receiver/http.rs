@@ -236,7 +236,13 @@ impl HttpReceiver {
                         );
                     }
                 };
-                let export = match self.ingest.export_metrics(adm, req).await {
+                // The JSON decoder names the batch it issued, so that it can tell the
+                // batch back unchanged from the pipeline (see `otlp_json::take_origin`).
+                let origin = match enc {
+                    BodyEncoding::Json => super::otlp_json::take_origin(),
+                    _ => None,
+                };
+                let export = match self.ingest.export_metrics_from(adm, req, origin).await {
                     Ok(x) => x,
                     Err(r) => return denial(Some(enc), &r),
                 };

@@ -74,13 +74,15 @@
 //!   levels is refused with its own message. The generic path was bounded only by
 //!   serde_json's recursion limit (about 40 levels of `AnyValue`).
 
-use component::recycle::Recycler;
+use component::recycle::{Origin, Recycler};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::ResourceMetrics;
+use std::cell::Cell;
 
 mod reader;
 
 pub use reader::JsonError;
+use reader::tape::OpKind;
 use reader::{ListKind, Number, Peek, Reader, Result};
 
 /// Deepest `AnyValue` accepted: an attribute's value is level 1, each `arrayValue` or
@@ -97,21 +99,79 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
     r.pool = component::recycle::take_thread_pool();
     r.pool.set_writes_in_place(true);
     // The last batch this thread finished, if it kept one whole: overwritten in place.
+    let (tree, came_back) = r.pool.take_tree_from();
     let mut req = ExportMetricsServiceRequest {
-        resource_metrics: r.pool.take_tree(),
+        resource_metrics: tree,
     };
-    let read = read_message_reusing(&mut r, &mut req).and_then(|()| r.end());
-    let out = match read {
-        Ok(()) => Ok(req),
-        Err(e) => {
-            // What was overwritten so far is still a batch: kept for the next decode
-            // (or its parts pooled), as a finished one would be.
-            r.pool.keep_or_recycle(req.resource_metrics);
-            Err(e)
+    // When that batch came back unchanged from the last decode here, a body of the same
+    // shape has only what changed written (see `reader::tape`).
+    let tape = TAPE.with(Cell::take);
+    let pristine = tape.describes(came_back);
+    let replayed = r.start_replay(tape, pristine)
+        && read_message_reusing(&mut r, &mut req)
+            .and_then(|()| r.finish_replay())
+            .is_ok();
+    let out = if replayed {
+        Ok(req)
+    } else {
+        // A miss (or nothing to replay): decoded in full from the start, into the same
+        // batch, and recorded for the next body.
+        r.restart();
+        let tape = r.take_tape();
+        r.start_recording(tape);
+        match read_message_reusing(&mut r, &mut req).and_then(|()| r.end()) {
+            Ok(()) => {
+                r.finish_recording();
+                Ok(req)
+            }
+            Err(e) => {
+                // What was overwritten so far is still a batch: kept for the next decode
+                // (or its parts pooled), as a finished one would be.
+                r.pool.keep_or_recycle(req.resource_metrics);
+                Err(e)
+            }
         }
     };
+    let mut tape = r.take_tape();
+    let origin = out.is_ok().then(Origin::next);
+    tape.issue(origin);
+    ISSUED.with(|c| c.set(origin));
+    REPLAYED.with(|c| c.set(replayed));
+    TAPE.with(|t| t.set(tape));
     component::recycle::put_thread_pool(std::mem::take(&mut r.pool));
     out
+}
+
+thread_local! {
+    /// The walk of the last body this thread decoded in full (see `reader::tape`).
+    static TAPE: Cell<reader::tape::Tape> = const { Cell::new(reader::tape::Tape::new()) };
+    /// Whether this thread's last decode was a replay.
+    static REPLAYED: Cell<bool> = const { Cell::new(false) };
+    /// The name of the batch this thread's last decode issued, until taken.
+    static ISSUED: Cell<Option<Origin>> = const { Cell::new(None) };
+}
+
+/// The name of the batch the last [`decode_metrics`] on this thread returned (once; `None`
+/// after a failed decode). A host that hands that batch back unchanged with
+/// [`component::recycle::recycle_on_this_thread_from`] and this origin lets the next
+/// decode here write only what changed (see `reader::tape`). Take it right after the
+/// decode, before anything else can decode on the thread.
+pub fn take_origin() -> Option<Origin> {
+    ISSUED.with(Cell::take)
+}
+
+/// Whether the last [`decode_metrics`] on this thread replayed the shape of the body
+/// before it instead of decoding in full (for tests and benchmarks).
+#[doc(hidden)]
+pub fn last_decode_replayed() -> bool {
+    REPLAYED.with(Cell::get)
+}
+
+/// Forget the shape this thread recorded, so that its next [`decode_metrics`] decodes
+/// in full (for tests that compare the two).
+#[doc(hidden)]
+pub fn forget_shape() {
+    TAPE.with(|t| drop(t.take()));
 }
 
 fn body_text(body: &[u8]) -> std::result::Result<&str, std::str::Utf8Error> {
@@ -263,7 +323,10 @@ const MAX_INITIAL_CAPACITY: usize = 16;
 /// Read one object (which must be next) as `M`.
 fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
     let mut msg = M::default();
-    read_message_into(r, &mut msg)?;
+    let skippable = r.fresh();
+    let read = read_message_into(r, &mut msg);
+    r.end_fresh(skippable);
+    read?;
     Ok(msg)
 }
 
@@ -273,7 +336,10 @@ fn read_message<M: JsonMessage>(r: &mut Reader<'_>) -> Result<M> {
 fn read_message_reusing<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<()> {
     if !M::REUSES {
         *msg = M::default();
-        return read_message_into(r, msg).map(|_| ());
+        let skippable = r.fresh();
+        let read = read_message_into(r, msg);
+        r.end_fresh(skippable);
+        return read.map(|_| ());
     }
     let (written, oneof_set) = read_message_into(r, msg)?;
     msg.reset_unwritten(written, oneof_set);
@@ -286,15 +352,19 @@ fn wrote<F: FieldKey>(written: u32, f: F) -> bool {
     written & f.bit() != 0
 }
 
-/// Read one object (which must be next) into `msg` (a default `M`), in place.
-#[inline]
 /// Read the next object's fields into `msg`; the fields written outside a oneof (as
 /// [`FieldKey::bit`]s) and whether a oneof member was set.
+#[inline]
 fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<(u32, bool)> {
+    if r.replaying() {
+        return replay_message_into(r, msg);
+    }
     if r.peek() != Peek::Object {
         return Err(r.invalid_type(M::EXPECTING));
     }
     r.begin_object()?;
+    let object = r.record_open(OpKind::Object);
+    let mut recorded = 0;
     let mut seen = Seen::default();
     let mut oneof_set = false;
     let mut first = true;
@@ -321,17 +391,73 @@ fn read_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<
                 if oneof_set {
                     r.skip_value()?;
                 } else {
+                    let op = r.record_value(f.code());
                     oneof_set = msg.field(f, r)?;
+                    r.record_value_end(op, oneof_set);
+                    recorded += usize::from(op.is_some());
                 }
             }
             Some(f) => {
                 seen.mark(f, r)?;
-                msg.field(f, r)?;
+                let op = r.record_value(f.code());
+                let set = msg.field(f, r)?;
+                r.record_value_end(op, set);
+                recorded += usize::from(op.is_some());
             }
         }
     }
     r.set_predicted(M::SLOT, observed);
+    r.record_close(object, recorded);
     Ok((seen.0, oneof_set))
+}
+
+/// [`read_message_into`] replaying a recorded walk (see `reader::tape`): the fields the
+/// tape names, each value read by the same field function, with no key read.
+fn replay_message_into<M: JsonMessage>(r: &mut Reader<'_>, msg: &mut M) -> Result<(u32, bool)> {
+    let (fields, object) = r.replay_open(OpKind::Object)?;
+    let mut written = 0;
+    let mut oneof_set = false;
+    for _ in 0..fields {
+        // A value as recorded is in `msg` already; only its bookkeeping.
+        let (set, op) = match r.replay_skip() {
+            Some(op) if matches!(op.kind(), OpKind::Value | OpKind::Nested) => (op.set, op),
+            Some(_) => return Err(r.miss()),
+            None => {
+                let (i, op) = r.replay_value()?;
+                let Some(f) = M::Field::from_code(op.code) else {
+                    return Err(r.miss());
+                };
+                let set = match op.kind() {
+                    OpKind::Nested => msg.field(f, r)?,
+                    OpKind::Value => {
+                        let mode = r.suspend();
+                        let set = msg.field(f, r);
+                        r.resume(mode);
+                        set?
+                    }
+                    _ => return Err(r.miss()),
+                };
+                // Every field function today answers `false` only for `null`, which the
+                // token-kind check already tells apart; this keeps a replay right for
+                // one whose answer depends on more.
+                if set != op.set {
+                    return Err(r.miss());
+                }
+                r.replay_value_end(i);
+                (set, op)
+            }
+        };
+        let Some(f) = M::Field::from_code(op.code) else {
+            return Err(r.miss());
+        };
+        if f.is_oneof() {
+            oneof_set |= set;
+        } else {
+            written |= f.bit();
+        }
+    }
+    r.replay_close(object);
+    Ok((written, oneof_set))
 }
 
 /// Known fields already read in one object.
@@ -353,15 +479,21 @@ fn repeated<T>(
     r: &mut Reader<'_>,
     mut each: impl FnMut(&mut Reader<'_>) -> Result<T>,
 ) -> Result<Vec<T>> {
-    if !begin_repeated(r)? {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    let mut first = true;
-    while r.next_element(&mut first)? {
-        out.push(each(r)?);
-    }
-    Ok(out)
+    // Read whole: no ops recorded or replayed inside (see `reader::tape`).
+    let mode = r.suspend();
+    let out = (|| {
+        if !begin_repeated(r)? {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        let mut first = true;
+        while r.next_element(&mut first)? {
+            out.push(each(r)?);
+        }
+        Ok(out)
+    })();
+    r.resume(mode);
+    out
 }
 
 /// The start of a repeated field: `false` for `null` (consumed), `true` with its array
@@ -381,7 +513,10 @@ fn begin_repeated(r: &mut Reader<'_>) -> Result<bool> {
 /// A repeated message field. Each element is decoded in place in the vector.
 fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
     let mut out = Vec::new();
-    messages_into(r, &mut out)?;
+    let skippable = r.fresh();
+    let read = messages_into(r, &mut out);
+    r.end_fresh(skippable);
+    read?;
     Ok(out)
 }
 
@@ -389,10 +524,15 @@ fn messages<M: JsonMessage>(r: &mut Reader<'_>) -> Result<Vec<M>> {
 /// read into in place ([`read_message_reusing`]), missing ones appended, extra ones
 /// dropped. `null` is the empty list.
 fn messages_into<M: JsonMessage>(r: &mut Reader<'_>, out: &mut Vec<M>) -> Result<()> {
-    if !begin_repeated(r)? {
+    let replayed = if r.replaying() {
+        Some(r.replay_open(OpKind::List)?)
+    } else if begin_repeated(r)? {
+        None
+    } else {
         out.clear();
         return Ok(());
-    }
+    };
+    let list = r.record_open(OpKind::List);
     if out.capacity() == 0 {
         let capacity = r
             .remaining()
@@ -404,21 +544,49 @@ fn messages_into<M: JsonMessage>(r: &mut Reader<'_>, out: &mut Vec<M>) -> Result
         out.reserve(capacity);
     }
     let mut n = 0;
-    let mut first = true;
-    while r.next_element(&mut first)? {
-        if let Some(msg) = out.get_mut(n) {
-            read_message_reusing(r, msg)?;
-        } else {
-            out.push(M::default());
-            if let Some(msg) = out.last_mut() {
-                read_message_into(r, msg)?;
+    match replayed {
+        Some((len, list)) => {
+            while n < len {
+                // An element as recorded is in `out` already.
+                match r.replay_skip() {
+                    Some(op) if op.kind() == OpKind::Object && n < out.len() => {}
+                    Some(_) => return Err(r.miss()),
+                    None => message_at(r, out, n)?,
+                }
+                n += 1;
+            }
+            r.replay_close(list);
+        }
+        None => {
+            let mut first = true;
+            while r.next_element(&mut first)? {
+                message_at(r, out, n)?;
+                n += 1;
             }
         }
-        n += 1;
     }
     out.truncate(n);
     r.set_length_hint(M::SLOT, ListKind::Messages, n);
+    r.record_close(list, n);
     Ok(())
+}
+
+/// Element `n` of a repeated message field: read into the one `out` holds there, or
+/// appended.
+#[inline(always)]
+fn message_at<M: JsonMessage>(r: &mut Reader<'_>, out: &mut Vec<M>, n: usize) -> Result<()> {
+    if let Some(msg) = out.get_mut(n) {
+        read_message_reusing(r, msg)
+    } else {
+        out.push(M::default());
+        let skippable = r.fresh();
+        let read = match out.last_mut() {
+            Some(msg) => read_message_into(r, msg).map(|_| ()),
+            None => Ok(()),
+        };
+        r.end_fresh(skippable);
+        read
+    }
 }
 
 /// An optional message field (`null` is unset).

@@ -1315,6 +1315,72 @@ proptest! {
         assert_same(&body)?;
     }
 
+    /// A body read by replaying the shape of the body before it (the decoder's
+    /// `reader::tape`) reads what a full decode of it reads: the same body again (always
+    /// a replay), and the body with values of any kind spliced over its values (a replay
+    /// where the new values are of the recorded kinds, a full decode otherwise; the
+    /// request, or the error word for word).
+    #[test]
+    fn replays_read_what_a_full_decode_reads(
+        req in prop_oneof![plain_request(), request()],
+        pretty in any::<bool>(),
+        splices in vec((any::<prop::sample::Index>(), replacement()), 0..4),
+    ) {
+        use collector_host::receiver::otlp_json::{forget_shape, last_decode_replayed, take_origin};
+        let body = if pretty {
+            serde_json::to_vec_pretty(&req).unwrap()
+        } else {
+            serde_json::to_vec(&req).unwrap()
+        };
+        let muts: Vec<Mutation> =
+            splices.into_iter().map(|(i, with)| Mutation::Splice(i, with)).collect();
+        let spliced = apply(&body, &muts);
+        // Full decodes: nothing recorded or kept on the thread.
+        let full = |b: &[u8]| {
+            forget_shape();
+            drop(component::recycle::take_thread_pool());
+            let out = new(b);
+            assert!(!last_decode_replayed());
+            out
+        };
+        let (want, want_spliced) = (full(&body), full(&spliced));
+        let first = want.as_ref().expect("a generated request decodes");
+        // Handed back unchanged, as the receiver does: with its origin.
+        let give_back = |req: ExportMetricsServiceRequest| {
+            component::recycle::recycle_on_this_thread_from(req.resource_metrics, take_origin());
+        };
+        give_back(new(&body).unwrap());
+        // Only a batch kept whole (small and plain) is replayed into.
+        let pool = component::recycle::take_thread_pool();
+        let kept = pool.keeps_tree();
+        component::recycle::put_thread_pool(pool);
+        let again = new(&body).unwrap();
+        prop_assert!(
+            last_decode_replayed() == (kept && body.len() <= 32 * 1024),
+            "the same body again is replayed when kept ({kept}, {} bytes)",
+            body.len()
+        );
+        prop_assert!(equal(&again, first), "{}", first_difference(first, &again));
+        give_back(again);
+        let got = new(&spliced);
+        match (&got, &want_spliced) {
+            (Ok(a), Ok(b)) => prop_assert!(
+                equal(a, b),
+                "replayed {}: {}\n{}",
+                last_decode_replayed(),
+                String::from_utf8_lossy(&spliced),
+                first_difference(b, a)
+            ),
+            (a, b) => prop_assert_eq!(a.as_ref().err(), b.as_ref().err()),
+        }
+        // And back: a replay against the tape as the last replay moved it.
+        if let Ok(req) = got {
+            give_back(req);
+        }
+        let back = new(&body).unwrap();
+        prop_assert!(equal(&back, first), "back: {}", first_difference(first, &back));
+    }
+
     /// Read in place, a body with any fields left out or `null` (absent either way) gives
     /// what a thread with nothing kept gives: every field a used batch held and the body
     /// does not write is reset.

@@ -7,6 +7,7 @@ use opentelemetry_proto::tonic::common::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use super::reader::tape::OpKind;
 use super::reader::{ListKind, Peek, Reader, Result};
 use super::{
     FieldKey, JsonMessage, MAX_ANY_VALUE_DEPTH, MAX_INITIAL_CAPACITY, Seen, base64_value,
@@ -19,7 +20,10 @@ use super::{
 /// one in that slot (at most [`MAX_INITIAL_CAPACITY`]).
 pub(super) fn attributes(r: &mut Reader<'_>, slot: usize) -> Result<Vec<KeyValue>> {
     let mut out = Vec::new();
-    attributes_into(r, slot, &mut out)?;
+    let skippable = r.fresh();
+    let read = attributes_into(r, slot, &mut out);
+    r.end_fresh(skippable);
+    read?;
     Ok(out)
 }
 
@@ -31,10 +35,15 @@ pub(super) fn attributes_into(
     slot: usize,
     out: &mut Vec<KeyValue>,
 ) -> Result<()> {
-    if !begin_repeated(r)? {
+    let replayed = if r.replaying() {
+        Some(r.replay_open(OpKind::List)?)
+    } else if begin_repeated(r)? {
+        None
+    } else {
         out.clear();
         return Ok(());
-    }
+    };
+    let list = r.record_open(OpKind::List);
     if out.capacity() == 0 {
         *out = r.pool.kvs();
         out.reserve(
@@ -43,37 +52,75 @@ pub(super) fn attributes_into(
         );
     }
     let mut n = 0;
-    let mut first = true;
-    while r.next_element(&mut first)? {
-        match (r.plain_string_attribute(), out.get_mut(n)) {
-            (Some((key, value)), Some(kv)) => {
-                set_string(&mut r.pool, &mut kv.key, key);
-                match &mut kv.value {
-                    Some(AnyValue {
-                        value: Some(Value::StringValue(s)),
-                    }) => set_string(&mut r.pool, s, value),
-                    other => {
-                        *other = Some(AnyValue {
-                            value: Some(Value::StringValue(r.pool.string_from(value))),
-                        });
+    match replayed {
+        Some((len, list)) => {
+            while n < len {
+                // An attribute as recorded is in `out` already.
+                match r.replay_skip() {
+                    Some(op) if op.kind() == OpKind::Element && n < out.len() => {}
+                    Some(_) => return Err(r.miss()),
+                    None => {
+                        let (i, op) = r.replay_value()?;
+                        if op.kind() != OpKind::Element {
+                            return Err(r.miss());
+                        }
+                        let mode = r.suspend();
+                        let read = attribute_at(r, out, n);
+                        r.resume(mode);
+                        read?;
+                        r.replay_value_end(i);
                     }
                 }
-                kv.key_strindex = 0;
+                n += 1;
             }
-            (Some((key, value)), None) => out.push(KeyValue {
-                key: r.pool.string_from(key),
-                value: Some(AnyValue {
-                    value: Some(Value::StringValue(r.pool.string_from(value))),
-                }),
-                key_strindex: 0,
-            }),
-            (None, Some(kv)) => *kv = key_value(r, 0)?,
-            (None, None) => out.push(key_value(r, 0)?),
+            r.replay_close(list);
         }
-        n += 1;
+        None => {
+            let mut first = true;
+            while r.next_element(&mut first)? {
+                let op = r.record_element();
+                attribute_at(r, out, n)?;
+                r.record_value_end(op, true);
+                n += 1;
+            }
+        }
     }
     out.truncate(n);
     r.set_length_hint(slot, ListKind::Attributes, n);
+    r.record_close(list, n);
+    Ok(())
+}
+
+/// Attribute `n` of a list: a plain string attribute (the common case) is written into
+/// the key and string value `out` holds there; any other replaces its element or is
+/// appended.
+#[inline(always)]
+fn attribute_at(r: &mut Reader<'_>, out: &mut Vec<KeyValue>, n: usize) -> Result<()> {
+    match (r.plain_string_attribute(), out.get_mut(n)) {
+        (Some((key, value)), Some(kv)) => {
+            set_string(&mut r.pool, &mut kv.key, key);
+            match &mut kv.value {
+                Some(AnyValue {
+                    value: Some(Value::StringValue(s)),
+                }) => set_string(&mut r.pool, s, value),
+                other => {
+                    *other = Some(AnyValue {
+                        value: Some(Value::StringValue(r.pool.string_from(value))),
+                    });
+                }
+            }
+            kv.key_strindex = 0;
+        }
+        (Some((key, value)), None) => out.push(KeyValue {
+            key: r.pool.string_from(key),
+            value: Some(AnyValue {
+                value: Some(Value::StringValue(r.pool.string_from(value))),
+            }),
+            key_strindex: 0,
+        }),
+        (None, Some(kv)) => *kv = key_value(r, 0)?,
+        (None, None) => out.push(key_value(r, 0)?),
+    }
     Ok(())
 }
 

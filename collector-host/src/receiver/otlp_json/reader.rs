@@ -9,6 +9,8 @@ use component::recycle::Recycler;
 use std::borrow::Cow;
 use std::fmt;
 
+pub(super) mod tape;
+
 /// serde_json's recursion limit for decoded values: objects and arrays that are decoded
 /// (not skipped) may nest this deep.
 const RECURSION_LIMIT: u32 = 128;
@@ -151,6 +153,18 @@ pub(super) struct Reader<'a> {
     /// Where decoded strings and the hot vectors get their buffers (see
     /// [`component::recycle`]); [`super::decode_metrics`] lends it the thread's pool.
     pub(super) pool: Recycler,
+    /// Whether the body's shape is being recorded or replayed (see [`tape`]).
+    mode: tape::Mode,
+    /// The shape recorded or replayed, lent by [`super::decode_metrics`].
+    tape: tape::Tape,
+    /// Recording: where the literal before the next value starts.
+    lit_start: usize,
+    /// Replaying: the next op.
+    cursor: usize,
+    /// Replaying: whether the message being read into holds what the tape's body decoded
+    /// to (false inside a message or list made afresh), so that values as recorded may
+    /// be skipped.
+    skippable: bool,
 }
 
 /// Which list a [`Reader::length_hint`] is about.
@@ -443,6 +457,11 @@ impl<'a> Reader<'a> {
             predicted: [0; PREDICTION_SLOTS],
             lengths: [[0; 2]; PREDICTION_SLOTS],
             pool: Recycler::default(),
+            mode: tape::Mode::Off,
+            tape: tape::Tape::new(),
+            lit_start: 0,
+            cursor: 0,
+            skippable: false,
         }
     }
 

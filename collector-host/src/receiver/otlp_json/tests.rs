@@ -890,3 +890,268 @@ fn a_second_push_is_read_into_the_first_ones_buffers() {
     );
     assert_eq!(req.resource_metrics, testkit::json_to_proto(&second));
 }
+
+// ---- shape replay (`reader::tape`) -----------------------------------------------------
+
+/// `body` decoded on this thread with nothing recorded or kept: a full decode.
+fn fresh(body: &str) -> Result<ExportMetricsServiceRequest, String> {
+    super::forget_shape();
+    drop(component::recycle::take_thread_pool());
+    let out = new(body);
+    assert!(!super::last_decode_replayed());
+    out
+}
+
+/// Hand a decoded batch back unchanged, as the receiver does: with its origin.
+fn give_back(req: ExportMetricsServiceRequest) {
+    component::recycle::recycle_on_this_thread_from(req.resource_metrics, super::take_origin());
+}
+
+/// `body` decoded right after `earlier` on this thread (handed back unchanged): whether
+/// it was replayed, and what it read, which must be what a full decode reads (the
+/// request, or the error word for word).
+fn after(earlier: &str, body: &str) -> bool {
+    let want = fresh(body);
+    super::forget_shape();
+    if let Ok(req) = new(earlier) {
+        give_back(req);
+    }
+    let got = new(body);
+    let replayed = super::last_decode_replayed();
+    match (&got, &want) {
+        (Ok(a), Ok(b)) => assert!(
+            equal(a, b),
+            "replayed {replayed}, after {earlier}\n{body}\n{a:?}\n{b:?}"
+        ),
+        (a, b) => assert_eq!(
+            a.as_ref().err(),
+            b.as_ref().err(),
+            "replayed {replayed}, after {earlier}\n{body}"
+        ),
+    }
+    if let Ok(req) = got {
+        give_back(req);
+    }
+    replayed
+}
+
+#[test]
+fn pushes_of_one_shape_are_replayed_and_others_decoded_in_full() {
+    let push = |cluster: &str, node: &str, score: f64| {
+        testkit::AgentPush::new(cluster, node, score)
+            .gpu("NVIDIA H100 80GB HBM3", 8)
+            .at(1_763_769_600_000_000_000 + (score * 1e9) as u64)
+    };
+    let a = push("cluster-1", "node-000001", 0.93).to_json();
+    let b = push("cluster-7", "node-004711", 0.5).to_json();
+    // Another state and workload: values too.
+    let c = push("c", "a-much-longer-node-name", 1.0)
+        .state("calibrating")
+        .to_json();
+    assert!(after(&a, &b), "same shape, other values: replayed");
+    assert!(after(&a, &c));
+    assert!(after(&b, &b), "the same body again");
+    // Another shape: more metrics, more attributes.
+    let mut d = push("cluster-1", "node-000001", 0.93).world(8, 3);
+    d.with_cgroup_sums = true;
+    let d = d.to_json();
+    assert!(!after(&a, &d));
+    assert!(!after(&d, &a));
+    // The same document pretty-printed, or with its keys in another order, is another
+    // shape.
+    let pretty =
+        serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&a).unwrap())
+            .unwrap();
+    assert!(!after(&a, &pretty));
+    assert!(after(&pretty, &pretty));
+    // The tape is of the last body decoded in full: after a miss, the new shape.
+    fresh(&a).unwrap();
+    assert!(!after(&a, &d));
+    let again = new(&d).map(give_back);
+    assert!(again.is_ok() && super::last_decode_replayed());
+    // A batch handed back without its origin (changed, for all the decoder knows): a
+    // full decode, though the shape is the same.
+    let req = new(&d).unwrap();
+    super::recycle(req.resource_metrics);
+    assert!(new(&d).is_ok() && !super::last_decode_replayed());
+}
+
+/// Every scalar value of an agent push replaced by values of every kind (of its own kind
+/// or another, valid or not): the replay reads what a full decode reads, or gives way to
+/// one, which reports the error.
+#[test]
+fn any_value_in_a_replayed_shape_reads_as_in_a_full_decode() {
+    let base = testkit::AgentPush::new("prod", "gpu-node-02", 0.41)
+        .gpu("NVIDIA H100 80GB HBM3", 8)
+        .world(16, 3)
+        .to_json();
+    let with = [
+        "null",
+        "true",
+        "false",
+        "0",
+        "-1",
+        "7",
+        "1.5",
+        "-0",
+        "1e3",
+        "2E-2",
+        "1e400",
+        "01",
+        "\"\"",
+        "\"x\"",
+        "\"NaN\"",
+        "\"-5\"",
+        "\"+5\"",
+        "\"1.5\"",
+        "\"18446744073709551615\"",
+        "\"18446744073709551616\"",
+        "\"9223372036854775808\"",
+        "18446744073709551616",
+        "\"\\u00e9t\\u00e9\"",
+        "\"a\\\"b\"",
+        "\"\\ud800\"",
+        "\"été\"",
+        "{}",
+        "[]",
+        "[1]",
+        "{\"stringValue\":\"x\"}",
+        "\"unterminated",
+    ];
+    let spans = scalar_spans(base.as_bytes());
+    assert!(spans.len() > 60, "{}", spans.len());
+    let (mut replayed, mut missed) = (0, 0);
+    for &(s, e) in &spans {
+        for w in with {
+            let body = format!("{}{w}{}", &base[..s], &base[e..]);
+            if after(&base, &body) {
+                replayed += 1;
+            } else {
+                missed += 1;
+            }
+        }
+    }
+    // Values of the kind recorded are replayed; the rest give way to a full decode.
+    assert!(
+        replayed > spans.len() * 4,
+        "{replayed} replayed, {missed} missed"
+    );
+    assert!(
+        missed > spans.len() * 4,
+        "{replayed} replayed, {missed} missed"
+    );
+}
+
+/// A oneof member that was `null` when recorded (so the next member was read) and is set
+/// in the new body (so the next member must be skipped), and the other way round.
+#[test]
+fn a_oneof_member_set_or_unset_by_its_value_is_not_replayed() {
+    let null_first = one_point(r#""asDouble":null,"asInt":"5","timeUnixNano":"1""#);
+    let set_first = one_point(r#""asDouble":2.5,"asInt":"5","timeUnixNano":"1""#);
+    assert!(!after(&null_first, &set_first));
+    assert_eq!(
+        point(&same(&set_first)).value,
+        Some(number_data_point::Value::AsDouble(2.5))
+    );
+    assert!(!after(&set_first, &null_first));
+    assert!(after(
+        &set_first,
+        &one_point(r#""asDouble":3,"asInt":"5","timeUnixNano":"1""#)
+    ));
+    // Of the metric's oneof as well.
+    let gauge_null = one_metric(r#""gauge":null,"sum":{"dataPoints":[]}"#);
+    let gauge_set = one_metric(r#""gauge":{"dataPoints":[]},"sum":{"dataPoints":[]}"#);
+    assert!(!after(&gauge_null, &gauge_set));
+    assert!(!after(&gauge_set, &gauge_null));
+}
+
+/// Whitespace, an extra byte, a missing one or trailing bytes after the recorded shape:
+/// a miss, and what a full decode gives.
+#[test]
+fn bytes_around_the_values_must_be_the_recorded_ones() {
+    let base = testkit::AgentPush::new("prod", "n1", 0.5).to_json();
+    for (at, edit) in [
+        (0, " "),
+        (1, " "),
+        (base.len(), " "),
+        (base.len(), "x"),
+        (base.len(), "{}"),
+        (base.len() - 1, ","),
+        (20, "\n"),
+    ] {
+        let body = format!("{}{edit}{}", &base[..at], &base[at..]);
+        assert!(!after(&base, &body), "{body}");
+    }
+    for cut in [1, 2, base.len() / 2, base.len() - 1] {
+        assert!(!after(&base, &base[..cut]));
+    }
+    for gone in [0, 1, base.len() - 1] {
+        assert!(!after(
+            &base,
+            &format!("{}{}", &base[..gone], &base[gone + 1..])
+        ));
+    }
+    // Every byte left out in turn (in a value, a replay where the value still reads):
+    // what a full decode reads, either way.
+    for gone in 0..base.len() {
+        after(&base, &format!("{}{}", &base[..gone], &base[gone + 1..]));
+    }
+}
+
+/// Byte ranges of the scalar values of a compact JSON document (strings that are not
+/// keys, numbers, literals).
+fn scalar_spans(body: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    let mut prev = b' ';
+    while i < body.len() {
+        let c = body[i];
+        if c == b'"' {
+            let start = i;
+            i += 1;
+            while i < body.len() && body[i] != b'"' {
+                i += if body[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            if body.get(i) != Some(&b':') {
+                spans.push((start, i.min(body.len())));
+            }
+            prev = b'"';
+            continue;
+        }
+        if matches!(prev, b':' | b'[' | b',') && (c == b'-' || c.is_ascii_alphanumeric()) {
+            let start = i;
+            while i < body.len() && !matches!(body[i], b',' | b']' | b'}') {
+                i += 1;
+            }
+            spans.push((start, i));
+            prev = b'0';
+            continue;
+        }
+        prev = c;
+        i += 1;
+    }
+    spans
+}
+
+/// `fleet-loadgen`'s pushes one after another, each handed back unchanged: every one
+/// after the first is replayed (scores of other lengths included: `0.9` then `0.91` must
+/// not be taken for the recorded `0.9`), and each reads what the generic path reads.
+#[test]
+fn a_run_of_agent_pushes_is_replayed_after_the_first() {
+    fresh("{}").unwrap();
+    let mut replayed = 0;
+    for i in 0..200 {
+        let cluster = format!("cluster-{}", i % 8);
+        let score = 0.9 + (i % 7) as f64 * 0.01;
+        let body = testkit::AgentPush::new(&cluster, &format!("node-{i:06}"), score)
+            .gpu("NVIDIA H100 80GB HBM3", 8)
+            .at(1_763_769_600_000_000_000 + i * 10_000_000_000)
+            .to_json();
+        let req = new(&body).unwrap();
+        replayed += usize::from(super::last_decode_replayed());
+        assert_eq!(req, old(&body).unwrap(), "{body}");
+        give_back(req);
+    }
+    assert_eq!(replayed, 199);
+}
