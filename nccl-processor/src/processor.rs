@@ -217,6 +217,18 @@ pub fn create(cfg: &component::ConfigValue) -> Result<NcclPeerLagProcessor, Conf
     NcclPeerLagProcessor::new(cfg)
 }
 
+impl NcclPeerLagProcessor {
+    fn read(&self, data: &[ResourceMetrics], ctx: &BatchContext) -> ProcessOutcome {
+        let mut counts = Counts::default();
+        let mut pts = Vec::new();
+        for rm in data {
+            self.ingest_resource(rm, ctx, &mut pts, &mut counts);
+        }
+        self.counters.add(&counts);
+        ProcessOutcome::default()
+    }
+}
+
 impl Processor for NcclPeerLagProcessor {
     /// Registers the peer-lag heat map with the live view, when an extension serves one.
     fn start(&self, host: &dyn Host) -> Result<(), StartError> {
@@ -230,13 +242,16 @@ impl Processor for NcclPeerLagProcessor {
     /// Reads the NCCL points of the batch and leaves the batch unchanged. Lag points are
     /// returned by `tick`, never appended here.
     fn process(&self, data: &mut Vec<ResourceMetrics>, ctx: &BatchContext) -> ProcessOutcome {
-        let mut counts = Counts::default();
-        let mut pts = Vec::new();
-        for rm in data.iter() {
-            self.ingest_resource(rm, ctx, &mut pts, &mut counts);
-        }
-        self.counters.add(&counts);
-        ProcessOutcome::default()
+        self.read(data, ctx)
+    }
+
+    // The processor only reads batches.
+    fn process_shared(
+        &self,
+        data: &[ResourceMetrics],
+        ctx: &BatchContext,
+    ) -> Option<ProcessOutcome> {
+        Some(self.read(data, ctx))
     }
 
     fn tick(&self, now: Timestamp) -> Vec<ResourceMetrics> {

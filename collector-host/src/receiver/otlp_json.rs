@@ -107,6 +107,11 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
     // shape has only what changed written (see `reader::tape`).
     let tape = TAPE.with(Cell::take);
     let pristine = tape.describes(came_back);
+    let record = RECORDING.with(|c| {
+        let (verdict, state) = c.get().next(pristine, tape.issued_any());
+        c.set(state);
+        verdict
+    });
     let replayed = r.start_replay(tape, pristine)
         && read_message_reusing(&mut r, &mut req)
             .and_then(|()| r.finish_replay())
@@ -118,7 +123,7 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
         // batch, and recorded for the next body.
         r.restart();
         let tape = r.take_tape();
-        r.start_recording(tape);
+        r.start_recording(tape, record);
         match read_message_reusing(&mut r, &mut req).and_then(|()| r.end()) {
             Ok(()) => {
                 r.finish_recording();
@@ -133,9 +138,8 @@ pub fn decode_metrics(body: &[u8]) -> std::result::Result<ExportMetricsServiceRe
         }
     };
     let mut tape = r.take_tape();
-    let origin = out.is_ok().then(Origin::next);
-    tape.issue(origin);
-    ISSUED.with(|c| c.set(origin));
+    tape.issue(out.is_ok().then(Origin::next));
+    ISSUED.with(|c| c.set(tape.issued()));
     REPLAYED.with(|c| c.set(replayed));
     TAPE.with(|t| t.set(tape));
     component::recycle::put_thread_pool(std::mem::take(&mut r.pool));
@@ -149,6 +153,48 @@ thread_local! {
     static REPLAYED: Cell<bool> = const { Cell::new(false) };
     /// The name of the batch this thread's last decode issued, until taken.
     static ISSUED: Cell<Option<Origin>> = const { Cell::new(None) };
+    /// Whether this thread's decodes are worth recording.
+    static RECORDING: Cell<Recording> = const { Cell::new(Recording::NEW) };
+}
+
+/// Whether a full decode is worth recording. Recording costs about a tenth of a full
+/// decode, and pays only if the batch comes back unchanged (a pipeline whose processors
+/// all read it, a screen that changes nothing). Once two recorded decodes in a row had
+/// their batches not come back so, only one full decode in [`Recording::PROBE_EVERY`] is
+/// recorded, until one comes back unchanged.
+#[derive(Debug, Clone, Copy)]
+struct Recording {
+    /// Recorded decodes in a row whose batch did not come back unchanged.
+    lost: u32,
+    /// Full decodes not recorded since the last one that was.
+    skipped: u32,
+}
+
+impl Recording {
+    const NEW: Recording = Recording {
+        lost: 0,
+        skipped: 0,
+    };
+    const PROBE_EVERY: u32 = 16;
+
+    /// Whether to record this decode, given whether the last issued batch came back
+    /// unchanged (`returned`) and whether one was issued at all (`issued`).
+    fn next(self, returned: bool, issued: bool) -> (bool, Recording) {
+        let lost = match (returned, issued) {
+            (true, _) => 0,
+            (false, true) => self.lost.saturating_add(1),
+            (false, false) => self.lost,
+        };
+        if lost < 2 {
+            return (true, Recording { lost, skipped: 0 });
+        }
+        let skipped = self.skipped + 1;
+        if skipped >= Self::PROBE_EVERY {
+            (true, Recording { lost, skipped: 0 })
+        } else {
+            (false, Recording { lost, skipped })
+        }
+    }
 }
 
 /// The name of the batch the last [`decode_metrics`] on this thread returned (once; `None`
@@ -172,6 +218,7 @@ pub fn last_decode_replayed() -> bool {
 #[doc(hidden)]
 pub fn forget_shape() {
     TAPE.with(|t| drop(t.take()));
+    RECORDING.with(|c| c.set(Recording::NEW));
 }
 
 fn body_text(body: &[u8]) -> std::result::Result<&str, std::str::Utf8Error> {

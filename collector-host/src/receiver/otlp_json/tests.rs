@@ -1155,3 +1155,38 @@ fn a_run_of_agent_pushes_is_replayed_after_the_first() {
     }
     assert_eq!(replayed, 199);
 }
+
+/// Batches handed back without their origin (a pipeline that changes them): after two,
+/// a full decode is recorded only once in 16; once batches come back unchanged again,
+/// the next recorded decode brings replays back for every push.
+#[test]
+fn recording_backs_off_while_batches_do_not_come_back_unchanged() {
+    let body = testkit::AgentPush::new("c", "n1", 0.5).to_json();
+    fresh("{}").unwrap();
+    let mut replays = Vec::new();
+    for i in 0..60 {
+        let req = new(&body).unwrap();
+        replays.push(super::last_decode_replayed());
+        if i < 30 {
+            // Changed, for all the decoder knows.
+            let _ = super::take_origin();
+            super::recycle(req.resource_metrics);
+        } else {
+            give_back(req);
+        }
+    }
+    assert!(replays[..31].iter().all(|r| !r), "{replays:?}");
+    let first = replays.iter().position(|r| *r).expect("replays come back");
+    assert!(first <= 31 + 16, "{replays:?}");
+    assert!(replays[first..].iter().all(|r| *r), "{replays:?}");
+    // The schedule itself: of 48 decodes after one whose batch did not come back, the
+    // first is recorded (one loss may be chance), then one in 16.
+    let mut state = super::Recording::NEW;
+    let mut recorded = 0;
+    for _ in 0..48 {
+        let (yes, next) = state.next(false, true);
+        recorded += usize::from(yes);
+        state = next;
+    }
+    assert_eq!(recorded, 1 + 47 / 16);
+}

@@ -170,12 +170,23 @@ fn token_class(b: Option<u8>) -> u8 {
 }
 
 impl Tape {
-    /// Name the batch just decoded from this tape (`None`: the decode failed).
+    /// Name the batch just decoded from this tape (`None`: the decode failed); only a
+    /// batch decoded with a recording keeps its name.
     pub(in crate::receiver::otlp_json) fn issue(
         &mut self,
         origin: Option<component::recycle::Origin>,
     ) {
         self.issued = origin.filter(|_| self.ready);
+    }
+
+    /// Whether the last decode from this tape issued a batch.
+    pub(in crate::receiver::otlp_json) fn issued_any(&self) -> bool {
+        self.issued.is_some()
+    }
+
+    /// The name of the batch the last decode from this tape issued.
+    pub(in crate::receiver::otlp_json) fn issued(&self) -> Option<component::recycle::Origin> {
+        self.issued
     }
 
     /// Whether a batch that came back as `origin` holds what this tape's body decoded to.
@@ -190,15 +201,15 @@ impl Tape {
 impl Reader<'_> {
     // ---- recording ---------------------------------------------------------------
 
-    /// Record this decode's walk into `tape` (reusing its buffers), unless the body is
-    /// too long to keep.
-    pub(in crate::receiver::otlp_json) fn start_recording(&mut self, mut tape: Tape) {
+    /// Record this decode's walk into `tape` (reusing its buffers) if `record`, unless the
+    /// body is too long to keep.
+    pub(in crate::receiver::otlp_json) fn start_recording(&mut self, mut tape: Tape, record: bool) {
         tape.ops.clear();
         tape.ready = false;
         tape.issued = None;
         self.tape = tape;
         self.lit_start = 0;
-        self.mode = if self.text.len() <= MAX_BODY {
+        self.mode = if record && self.text.len() <= MAX_BODY {
             Mode::Record
         } else {
             Mode::Off
