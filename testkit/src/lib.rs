@@ -328,6 +328,44 @@ fn double_kv(k: &str, v: f64) -> Value {
     json!({"key": k, "value": {"doubleValue": v}})
 }
 
+/// Byte ranges of the scalar values of a compact JSON document: strings that are not
+/// keys, numbers, literals (after a `:`, or an element of an array). For tests that splice
+/// other values over an agent push's.
+pub fn json_scalar_spans(body: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    let mut prev = b' ';
+    while i < body.len() {
+        let c = body[i];
+        if c == b'"' {
+            let start = i;
+            i += 1;
+            while i < body.len() && body[i] != b'"' {
+                i += if body[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            // A key is followed by ':'; only values are spans.
+            if body.get(i) != Some(&b':') {
+                spans.push((start, i.min(body.len())));
+            }
+            prev = b'"';
+            continue;
+        }
+        if matches!(prev, b':' | b'[' | b',') && (c == b'-' || c.is_ascii_alphanumeric()) {
+            let start = i;
+            while i < body.len() && !matches!(body[i], b',' | b']' | b'}') {
+                i += 1;
+            }
+            spans.push((start, i));
+            prev = b'0';
+            continue;
+        }
+        prev = c;
+        i += 1;
+    }
+    spans
+}
+
 /// Convert the agent-shaped JSON above into prost types without going through any
 /// production decoder (so tests of the decoder are not circular).
 pub fn json_to_proto(body: &str) -> Vec<ResourceMetrics> {

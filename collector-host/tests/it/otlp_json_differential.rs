@@ -25,6 +25,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use prost::Message;
+use testkit::json_scalar_spans as scalar_spans;
 
 // ---- generators ----------------------------------------------------------------------
 
@@ -1156,43 +1157,6 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         1 => any::<prop::sample::Index>().prop_map(Mutation::Delete),
         4 => (any::<prop::sample::Index>(), replacement()).prop_map(|(i, r)| Mutation::Splice(i, r)),
     ]
-}
-
-/// Byte ranges of scalar values (after a `:` or `[`/`,` inside arrays) in a compact JSON
-/// document: strings, numbers, literals.
-fn scalar_spans(body: &[u8]) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut i = 0;
-    let mut prev = b' ';
-    while i < body.len() {
-        let c = body[i];
-        if c == b'"' {
-            let start = i;
-            i += 1;
-            while i < body.len() && body[i] != b'"' {
-                i += if body[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            // A key is followed by ':'; only values are spliced.
-            if body.get(i) != Some(&b':') {
-                spans.push((start, i.min(body.len())));
-            }
-            prev = b'"';
-            continue;
-        }
-        if matches!(prev, b':' | b'[' | b',') && (c == b'-' || c.is_ascii_alphanumeric()) {
-            let start = i;
-            while i < body.len() && !matches!(body[i], b',' | b']' | b'}') {
-                i += 1;
-            }
-            spans.push((start, i));
-            prev = b'0';
-            continue;
-        }
-        prev = c;
-        i += 1;
-    }
-    spans
 }
 
 fn apply(body: &[u8], muts: &[Mutation]) -> Vec<u8> {

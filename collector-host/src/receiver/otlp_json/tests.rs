@@ -10,6 +10,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 
 use super::{MAX_ANY_VALUE_DEPTH, decode_metrics};
+use testkit::json_scalar_spans as scalar_spans;
 
 fn new(body: &str) -> Result<ExportMetricsServiceRequest, String> {
     decode_metrics(body.as_bytes()).map_err(|e| e.to_string())
@@ -1096,42 +1097,6 @@ fn bytes_around_the_values_must_be_the_recorded_ones() {
     for gone in 0..base.len() {
         after(&base, &format!("{}{}", &base[..gone], &base[gone + 1..]));
     }
-}
-
-/// Byte ranges of the scalar values of a compact JSON document (strings that are not
-/// keys, numbers, literals).
-fn scalar_spans(body: &[u8]) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut i = 0;
-    let mut prev = b' ';
-    while i < body.len() {
-        let c = body[i];
-        if c == b'"' {
-            let start = i;
-            i += 1;
-            while i < body.len() && body[i] != b'"' {
-                i += if body[i] == b'\\' { 2 } else { 1 };
-            }
-            i += 1;
-            if body.get(i) != Some(&b':') {
-                spans.push((start, i.min(body.len())));
-            }
-            prev = b'"';
-            continue;
-        }
-        if matches!(prev, b':' | b'[' | b',') && (c == b'-' || c.is_ascii_alphanumeric()) {
-            let start = i;
-            while i < body.len() && !matches!(body[i], b',' | b']' | b'}') {
-                i += 1;
-            }
-            spans.push((start, i));
-            prev = b'0';
-            continue;
-        }
-        prev = c;
-        i += 1;
-    }
-    spans
 }
 
 /// `fleet-loadgen`'s pushes one after another, each handed back unchanged: every one
