@@ -10,7 +10,9 @@
 //! classified while their digits are scanned, nothing is buffered. Layout: this file holds
 //! the entry point and the generic message machinery, `reader` the lexer, `scalars` the
 //! number, string-number and bytes encodings, `common` attributes and resources,
-//! `metrics` the metric messages.
+//! `metrics` the metric messages, `reader::tape` the shape replay (a body of the same
+//! shape as the last one, into a batch that came back unchanged, has only its changed
+//! values read).
 //!
 //! # Rules (shared with the generic path; checked by differential tests)
 //! - Field names in lowerCamelCase. Unknown fields are skipped, as OTLP/JSON requires. A
