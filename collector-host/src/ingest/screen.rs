@@ -497,6 +497,9 @@ fn resources<T>(
         let Some(res) = resource(r) else {
             return true;
         };
+        // Settling may change the attributes (traces and logs do not ask the read-only
+        // check first: nothing reuses their requests).
+        out.changed = true;
         match scope.settle_resource(&mut res.attributes) {
             Ok(_) => true,
             Err(e) => {
