@@ -124,6 +124,11 @@ impl DrainLog {
         });
     }
 
+    /// Drains closed and not yet read by a tick.
+    pub fn pending(&self) -> usize {
+        self.done.len()
+    }
+
     fn take(&mut self) -> VecDeque<DrainTotals> {
         std::mem::take(&mut self.done)
     }

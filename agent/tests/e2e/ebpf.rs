@@ -114,6 +114,21 @@ fn start_opts(
     }
 }
 
+/// A signal source whose window starts before the workload's first launch. A window's
+/// first drain only marks its start (its launches happened over a span it does not know),
+/// so the source reads one drain before the work begins: one made after the work would
+/// miss every launch that landed in its first drain.
+fn window_before_work(p: &Probed) -> EbpfSource {
+    assert!(
+        wait_until(Duration::from_secs(15), || p.shared.drains.lock().pending()
+            > 0),
+        "the probes never drained"
+    );
+    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
+    src.collect(Timestamp::now()).unwrap();
+    src
+}
+
 fn wait_attached(p: &Probed, fakes: &Fakes, want: &[&PathBuf]) {
     let ok = wait_until(Duration::from_secs(15), || {
         let st = p.handle.status();
@@ -176,6 +191,7 @@ fn cuda_probes_see_every_call_with_its_arguments() {
     let mut w = Workload::spawn(&fakes.workload, &["cuda"]);
     let p = start_probes(&dir, true, false);
     wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    let mut src = window_before_work(&p);
     w.go();
     let pid = w.pid();
     // Records: 3+3+5+4+6+2 runtime calls, 2+3 driver calls (launches are counted in the
@@ -245,7 +261,6 @@ fn cuda_probes_see_every_call_with_its_arguments() {
         "launch counters: {:?}",
         p.handle.status().launches
     );
-    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
     let sample = src.collect(Timestamp::now()).unwrap();
     assert_eq!(sample.kernel_launches, 57);
     let cg: u64 = sample.per_cgroup.iter().map(|c| c.kernel_launches).sum();
@@ -377,6 +392,7 @@ fn launches_are_counted_once_whichever_layer_launched_them() {
         .collect();
     let p = start_probes(&dir, true, false);
     wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    let mut src = window_before_work(&p);
     for (_, _, w) in &mut ws {
         w.go();
     }
@@ -405,7 +421,6 @@ fn launches_are_counted_once_whichever_layer_launched_them() {
         .iter()
         .map(|(_, n)| n[..4].iter().sum::<u64>())
         .sum();
-    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
     let sample = src.collect(Timestamp::now()).unwrap();
     assert_eq!(
         sample.kernel_launches,
@@ -474,6 +489,7 @@ fn runtime_launches_move_to_the_driver_probe_after_calibration_each_counted_once
     let pid = w.pid();
     let p = start_calibrating(&dir, 1000);
     wait_attached(&p, &fakes, &[&fakes.cudart, &fakes.cuda]);
+    let mut src = window_before_work(&p);
     assert_eq!(runtime_launch_status(&p).state, State::Calibrating);
 
     // Below the threshold: both layers count, still calibrating.
@@ -554,7 +570,6 @@ fn runtime_launches_move_to_the_driver_probe_after_calibration_each_counted_once
     let after = [after[0], 0, after[2] + 500, 0, after[4]];
     expect_counts(&p, pid, after, "the switched library stays switched");
 
-    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
     let sample = src.collect(Timestamp::now()).unwrap();
     assert_eq!(
         sample.kernel_launches,
@@ -584,6 +599,7 @@ fn a_runtime_reaching_the_driver_privately_keeps_its_launch_probes() {
     let pid = w.pid();
     let p = start_calibrating(&dir, 1000);
     wait_attached(&p, &fakes, &[&private.cudart, &fakes.cuda]);
+    let mut src = window_before_work(&p);
     w.send("1500");
     assert!(
         wait_until(Duration::from_secs(15), || runtime_launch_status(&p).state
@@ -599,7 +615,6 @@ fn a_runtime_reaching_the_driver_privately_keeps_its_launch_probes() {
     expect_counts(&p, pid, [2200, 0, 0, 0, 0], "after the verdict");
     assert_eq!(runtime_launch_status(&p).state, State::Attached);
     assert!(symbols_of(&p, &private.cudart).contains(&"cudaLaunchKernel"));
-    let mut src = EbpfSource::new(p.shared.clone(), Duration::from_secs(60), 1, None);
     let sample = src.collect(Timestamp::now()).unwrap();
     assert_eq!(
         sample.kernel_launches, 2200,
