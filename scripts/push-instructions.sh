@@ -6,6 +6,7 @@
 # Needs valgrind (apt-get install valgrind) and a release build of ingero-fleet (`cargo build --release -p ingero-fleet`).
 # KEEP=DIR keeps the callgrind output there (for callgrind_annotate --inclusive=yes).
 # PORT_OFFSET=N moves every port by N, so that two counts can run side by side.
+# AGENTS=N sets the number of distinct nodes (default 2000; scripts/bench.sh uses 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENC="${1:-json}"
@@ -39,10 +40,10 @@ valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.out"
 pid=$!
 for _ in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/$OTLP) 2>/dev/null && break; sleep 0.2; done
 # Warm-up: node table entries and Prometheus series exist before counting starts.
-"$LOADGEN" --endpoint http://127.0.0.1:$OTLP --agents 2000 --clusters 8 --connections 8 \
+"$LOADGEN" --endpoint http://127.0.0.1:$OTLP --agents "${AGENTS:-2000}" --clusters 8 --connections 8 \
   --duration 8s --encoding "$ENC" >/dev/null
 callgrind_control -i on "$pid" >/dev/null 2>&1
-"$LOADGEN" --endpoint http://127.0.0.1:$OTLP --agents 2000 --clusters 8 --connections 8 \
+"$LOADGEN" --endpoint http://127.0.0.1:$OTLP --agents "${AGENTS:-2000}" --clusters 8 --connections 8 \
   --duration 10s --encoding "$ENC" --json >"$work/load.json"
 callgrind_control -i off "$pid" >/dev/null 2>&1
 kill "$pid"; wait "$pid" 2>/dev/null || true
