@@ -212,16 +212,59 @@ fn field_offset(format: &str, field: &str) -> Option<u32> {
     })
 }
 
+/// Where the kernel's tracing filesystem may be mounted, newest first.
+const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
 fn tracefs_format(event: &str) -> Option<String> {
-    for root in [
-        "/sys/kernel/tracing/events",
-        "/sys/kernel/debug/tracing/events",
-    ] {
-        if let Ok(s) = std::fs::read_to_string(format!("{root}/{event}/format")) {
+    for root in TRACEFS_ROOTS {
+        if let Ok(s) = std::fs::read_to_string(format!("{root}/events/{event}/format")) {
             return Some(s);
         }
     }
     None
+}
+
+/// The tracefs mount the tracepoints are attached through, if there is one.
+fn tracefs_root() -> Option<&'static str> {
+    TRACEFS_ROOTS
+        .into_iter()
+        .find(|r| std::path::Path::new(r).join("events").is_dir())
+}
+
+/// Make sure tracefs is mounted: tracepoints are attached by the ids it lists, and their
+/// field offsets are read from its format files. Systemd mounts it at boot; minimal VMs and
+/// containers without systemd's mounts often have only the empty mount point. Then it is
+/// mounted at `/sys/kernel/tracing` (in the agent's mount namespace; needs CAP_SYS_ADMIN).
+/// Returns whether this call mounted it.
+fn ensure_tracefs() -> Result<bool, HostError> {
+    if tracefs_root().is_some() {
+        return Ok(false);
+    }
+    let target = TRACEFS_ROOTS[0];
+    let (src, dst, fs) = (c"tracefs", c"/sys/kernel/tracing", c"tracefs");
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call; no data.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            fs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(HostError::Load(format!(
+            "tracefs is not mounted and mounting it at {target} failed ({e}): mount it \
+             (`mount -t tracefs tracefs {target}`) or give the agent CAP_SYS_ADMIN"
+        )));
+    }
+    if tracefs_root().is_none() {
+        return Err(HostError::Load(format!(
+            "tracefs mounted at {target} lists no events"
+        )));
+    }
+    Ok(true)
 }
 
 /// Load and attach the tracepoints and start the thread that drains them every `interval`.
@@ -236,6 +279,12 @@ pub fn start(
     } else {
         scope_cfg.mode()
     };
+    if ensure_tracefs()? {
+        tracing::info!(
+            path = TRACEFS_ROOTS[0],
+            "tracefs was not mounted: mounted it for the host tracepoints"
+        );
+    }
     let queue = tracefs_format("block/block_bio_queue").unwrap_or_default();
     let complete = tracefs_format("block/block_rq_complete").unwrap_or_default();
     let retrans = tracefs_format("tcp/tcp_retransmit_skb").unwrap_or_default();
@@ -586,5 +635,50 @@ mod tests {
         assert_eq!(field_offset(fmt, "sector"), Some(16));
         assert_eq!(field_offset(fmt, "rwbs"), Some(36));
         assert_eq!(field_offset(fmt, "nr_sector"), None);
+    }
+
+    /// In a mount namespace of its own (one thread's, gone with the thread), with tracefs
+    /// unmounted there: the host layer mounts it and finds the tracepoints' formats. The
+    /// machine's own mounts are not touched.
+    #[test]
+    fn tracefs_is_mounted_when_it_is_missing() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: tracefs_is_mounted_when_it_is_missing needs root");
+            return;
+        }
+        let r = std::thread::spawn(|| -> Result<(), String> {
+            // SAFETY: plain syscalls on NUL-terminated strings; this thread owns the new
+            // namespace, and the process's other threads keep theirs.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                    return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+                }
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                let none = std::ptr::null();
+                if libc::mount(none, c"/".as_ptr(), none, private, std::ptr::null()) != 0 {
+                    return Err(format!("private: {}", std::io::Error::last_os_error()));
+                }
+                // Whatever is mounted there goes, in this namespace only.
+                for p in [c"/sys/kernel/debug/tracing", c"/sys/kernel/tracing"] {
+                    while libc::umount2(p.as_ptr(), libc::MNT_DETACH) == 0 {}
+                }
+            }
+            if let Some(r) = tracefs_root() {
+                return Err(format!("tracefs still at {r}"));
+            }
+            assert_eq!(tracefs_format("sched/sched_switch"), None);
+            let mounted = ensure_tracefs().map_err(|e| e.to_string())?;
+            assert!(mounted, "ensure_tracefs said it was already there");
+            assert_eq!(tracefs_root(), Some("/sys/kernel/tracing"));
+            let fmt = tracefs_format("sched/sched_switch").ok_or("no sched_switch format")?;
+            assert!(field_offset(&fmt, "next_pid").is_some(), "{fmt}");
+            // Mounted now: a second call leaves it as it is.
+            assert!(!ensure_tracefs().map_err(|e| e.to_string())?);
+            Ok(())
+        })
+        .join()
+        .expect("the namespace thread panicked");
+        r.unwrap();
     }
 }
