@@ -490,20 +490,25 @@ fn load_config(a: &RunArgs) -> Result<AgentConfig, String> {
     Ok(c)
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT, with the handlers registered when this is called rather than when
+/// the future is first polled: a mode calls it before starting up, so a signal that arrives
+/// while it starts still ends it gracefully instead of killing it by the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut t), Ok(mut i)) => {
-            tokio::select! {
-                _ = t.recv() => {}
-                _ = i.recv() => {}
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut t), Ok(mut i)) => {
+                tokio::select! {
+                    _ = t.recv() => {}
+                    _ = i.recv() => {}
+                }
             }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+            (Ok(mut one), Err(_)) | (Err(_), Ok(mut one)) => {
+                one.recv().await;
+            }
+            (Err(_), Err(_)) => std::future::pending().await,
         }
     }
 }
@@ -513,6 +518,7 @@ async fn run_agent(
     show_status: bool,
     api_clock_offset_ms: i64,
 ) -> Result<(), String> {
+    let signal = shutdown_signal();
     if !cfg.synthetic.enabled {
         probes::scope::adopt_identity(&mut cfg);
     }
@@ -728,7 +734,7 @@ async fn run_agent(
         "ingero-agent started"
     );
     let run = tokio::spawn(agent.run(rx.clone()));
-    shutdown_signal().await;
+    signal.await;
     tracing::info!("shutting down");
     let _ = tx.send(true);
     let _ = run.await;
@@ -795,6 +801,7 @@ fn agent_identity(cfg: &AgentConfig) -> String {
 }
 
 async fn run_sink(a: SinkArgs) -> Result<(), String> {
+    let signal = shutdown_signal();
     let cfg = sink::SinkConfig {
         socket_path: a.socket_path,
         listen: a.listen,
@@ -814,7 +821,7 @@ async fn run_sink(a: SinkArgs) -> Result<(), String> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let reader = tokio::spawn(sink::read_socket(cfg.clone(), state.clone(), clock.clone()));
     let server = tokio::spawn(sink::serve_http(listener, cfg, state, clock, rx));
-    shutdown_signal().await;
+    signal.await;
     let _ = tx.send(true);
     reader.abort();
     let _ = server.await;
@@ -1084,12 +1091,13 @@ async fn run_mcp(a: McpArgs) -> Result<(), String> {
     match a.http {
         None => ingero_agent::mcp::serve_stdio(server).await,
         Some(addr) => {
+            let signal = shutdown_signal();
             let listener = ingero_agent::mcp::bind_http(addr).await?;
             let bound = listener.local_addr().map_err(|e| e.to_string())?;
             eprintln!("ingero-agent mcp: serving http://{bound}/mcp");
             let (tx, rx) = tokio::sync::watch::channel(false);
             let srv = tokio::spawn(ingero_agent::mcp::serve_http(server, listener, rx));
-            shutdown_signal().await;
+            signal.await;
             let _ = tx.send(true);
             let _ = srv.await;
             Ok(())

@@ -167,17 +167,26 @@ fn init_logs(plan: Option<&Plan>) {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT. The handlers are registered when this is called, not when the future
+/// is first polled: the service polls it only once it has started, and a signal arriving
+/// during startup (after the listeners are up, say) would otherwise take the default action
+/// and kill the process without a graceful shutdown. Call it inside the runtime.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+            (Ok(mut one), Err(_)) | (Err(_), Ok(mut one)) => {
+                one.recv().await;
+            }
+            (Err(_), Err(_)) => std::future::pending().await,
         }
     }
 }
@@ -284,9 +293,13 @@ where
         drain: cli.shutdown_timeout,
         name: dist.command,
     };
+    let signal = {
+        let _rt = rt.enter();
+        shutdown_signal()
+    };
     let stop = async move {
         tokio::select! {
-            _ = shutdown_signal() => {}
+            _ = signal => {}
             _ = stop => {}
         }
     };

@@ -292,3 +292,41 @@ fn sigterm_drains_and_exits_cleanly_under_load() {
     );
     assert!(f.log_text().contains("shutting down"));
 }
+
+/// SIGTERM while the service is still starting (its first listener is up, the rest not yet)
+/// ends it gracefully once it has started: the handlers are registered before startup, so
+/// the signal never takes its default action of killing the process. Before, they were
+/// registered only when the service began waiting for a signal, after startup, and a
+/// SIGTERM in between killed it (a CI run caught it at the "ready" line).
+#[test]
+fn sigterm_during_startup_is_a_graceful_shutdown() {
+    use std::io::{BufRead, BufReader};
+    for _ in 0..5 {
+        let mut child = Command::new(bin())
+            .args(["--set", "service.telemetry.logs.level=info"])
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ingero-fleet");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let first_listener = line.contains(" listening");
+            log.push(line);
+            if first_listener {
+                break;
+            }
+        }
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        log.extend(lines.map_while(Result::ok));
+        let status = child.wait().unwrap();
+        let log = log.join("\n");
+        assert!(status.success(), "{status:?}\n{log}");
+        assert!(log.contains("stopped"), "no graceful shutdown:\n{log}");
+    }
+}
